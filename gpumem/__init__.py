@@ -1,0 +1,8 @@
+"""Short alias so that ``%load_ext gpumem`` works; everything lives in ``jupyter_gpumem``."""
+
+from jupyter_gpumem import (  # noqa: F401
+    __version__,
+    history,
+    load_ipython_extension,
+    unload_ipython_extension,
+)

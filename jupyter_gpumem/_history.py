@@ -1,0 +1,125 @@
+"""Bounded history of measured cells, a few hundred bytes per cell."""
+
+from __future__ import annotations
+
+import csv
+from collections import deque
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+from .model import CellReport
+
+FIRST_LINE_CHARS = 60
+
+
+class DeviceRow(NamedTuple):
+    device: int
+    allocated: int | None  # after the cell
+    allocated_delta: int | None
+    reserved: int | None
+    reserved_delta: int | None
+    peak_allocated: int | None
+    peak_above_start: int | None
+    outside_torch_delta: int | None
+    device_allocs: int | None
+
+
+class HistoryRow(NamedTuple):
+    execution_count: int | None
+    time: float  # unix seconds at the cell's end
+    first_line: str
+    wall_time: float
+    failed: bool
+    host_rss_delta: int | None
+    devices: tuple[DeviceRow, ...]
+
+
+# CSV/DataFrame columns: the cell's fields, then the device's.
+COLUMNS = (*HistoryRow._fields[:-1], *DeviceRow._fields)
+
+
+def row_from_report(r: CellReport) -> HistoryRow:
+    return HistoryRow(
+        r.execution_count,
+        r.after.time,
+        r.first_line[:FIRST_LINE_CHARS],
+        r.wall_time,
+        r.failed,
+        r.host_rss_delta,
+        tuple(
+            DeviceRow(
+                d.index,
+                d.after.allocator.allocated if d.after.allocator else None,
+                d.allocated_delta,
+                d.after.allocator.reserved if d.after.allocator else None,
+                d.reserved_delta,
+                d.peak_allocated,
+                d.peak_above_start,
+                d.outside_torch_delta,
+                d.device_allocs,
+            )
+            for d in r.devices
+        ),
+    )
+
+
+class History:
+    def __init__(self, maxlen: int = 1000) -> None:
+        self._rows: deque[HistoryRow] = deque(maxlen=maxlen)
+
+    @property
+    def maxlen(self) -> int:
+        return self._rows.maxlen or 0
+
+    def resize(self, maxlen: int) -> None:
+        self._rows = deque(self._rows, maxlen=maxlen)
+
+    def add(self, report: CellReport) -> HistoryRow:
+        row = row_from_report(report)
+        self._rows.append(row)
+        return row
+
+    def clear(self) -> None:
+        self._rows.clear()
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __iter__(self) -> Iterator[HistoryRow]:
+        return iter(self._rows)
+
+    def last(self, n: int | None = None) -> list[HistoryRow]:
+        rows = list(self._rows)
+        return rows if n is None else rows[-n:] if n > 0 else []
+
+    def records(self, n: int | None = None) -> list[dict[str, Any]]:
+        """One flat record per (cell, device); a cell that touched no device gets one row."""
+        out: list[dict[str, Any]] = []
+        for row in self.last(n):
+            base = dict(zip(HistoryRow._fields[:-1], row[:-1], strict=True))
+            devs = row.devices or (DeviceRow(*([None] * len(DeviceRow._fields))),)  # type: ignore[arg-type]
+            for d in devs:
+                rec = dict(base)
+                rec.update(d._asdict())
+                out.append(rec)
+        return out
+
+    def write_csv(self, path: str, n: int | None = None) -> int:
+        recs = self.records(n)
+        with open(path, "x", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(COLUMNS))
+            w.writeheader()
+            w.writerows(recs)
+        return len(recs)
+
+    def dataframe(self, n: int | None = None) -> Any:
+        try:
+            import pandas as pd
+        except ImportError as e:
+            raise ImportError(
+                "jupyter_gpumem.history() returns a pandas DataFrame: pip install pandas "
+                "(or use `%gpumem history --csv PATH`)"
+            ) from e
+        df = pd.DataFrame.from_records(self.records(n), columns=list(COLUMNS))
+        df["time"] = pd.to_datetime(df["time"], unit="s")
+        return df

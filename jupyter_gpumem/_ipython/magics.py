@@ -1,0 +1,303 @@
+"""``%%gpumem`` and the ``%gpumem`` commands."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+from IPython.core.magic_arguments import MagicArgumentParser
+
+from .. import actions
+from ..reporters import measurement_html, measurement_text, table_html, table_text
+from ..units import format_bytes as fb
+from ..units import parse_size
+from .session import CellOptions, Session
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise UsageError(f"not a whole number: {text!r}") from None
+    if v < 0:
+        raise UsageError(f"must not be negative: {text!r}")
+    return v
+
+
+def _cell_parser() -> MagicArgumentParser:
+    p = MagicArgumentParser(prog="%%gpumem", add_help=False)
+    p.add_argument("-d", "--device", type=_nonneg_int, help="report only this device index")
+    p.add_argument("-q", "--quiet", action="store_true", help="record, show nothing")
+    p.add_argument("-o", "--output", metavar="VAR", help="store the CellReport in VAR")
+    p.add_argument(
+        "--keep-peak",
+        action="store_true",
+        help="leave PyTorch's global peak counters untouched (peak is then exact only "
+        "when the cell sets a new process-wide peak)",
+    )
+    return p
+
+
+def _line_parser() -> MagicArgumentParser:
+    p = MagicArgumentParser(prog="%gpumem", add_help=False)
+    p.add_argument("-d", "--device", type=_nonneg_int, help="only this device")
+    sub = p.add_subparsers(dest="command", parser_class=MagicArgumentParser, metavar="COMMAND")
+    a = sub.add_parser("auto", help="on|off: a one-line report after every cell")
+    a.add_argument("state", choices=["on", "off"])
+    h = sub.add_parser("history", help="one row per measured cell")
+    h.add_argument("-n", type=_nonneg_int, help="only the last N cells")
+    h.add_argument("--csv", metavar="PATH", help="write the rows to a new CSV file")
+    h.add_argument("--clear", action="store_true", help="forget all rows")
+    sub.add_parser("empty-cache", help="gc.collect(), empty_cache(), show bytes released")
+    c = sub.add_parser("caching", help="on|off: switch PyTorch's caching allocator")
+    c.add_argument("state", choices=["on", "off"])
+    lim = sub.add_parser("limit", help="SIZE|FRACTION|off: cap PyTorch's memory on a device")
+    lim.add_argument("spec", help="e.g. 24GiB, 24GB, 0.3, off")
+    lim.add_argument("-d", "--device", dest="sub_device", type=_nonneg_int)
+    r = sub.add_parser("reset-peak", help="reset PyTorch's peak counters")
+    r.add_argument("-d", "--device", dest="sub_device", type=_nonneg_int)
+    pn = sub.add_parser("panel", help="live bars and buttons as an ipywidgets widget")
+    pn.add_argument("--interval", type=_nonneg_int, default=500, help="milliseconds (>= 100)")
+    return p
+
+
+CELL_PARSER = _cell_parser()
+LINE_PARSER = _line_parser()
+
+_DOC = """Measure GPU memory: what a cell did to PyTorch's allocator and the device.
+
+Cell magic::
+
+  %%gpumem [-d N] [-q] [-o VAR] [--keep-peak]
+  <cell>
+
+Runs the cell as a normal cell (Out, tracebacks and line numbers unchanged), then shows
+for each device it touched: allocated and reserved before -> after, the exact peak inside
+the cell (PyTorch's own counters, not sampling) and its height above the start, device
+memory used beyond PyTorch's reservation, cudaMalloc/cudaFree calls, retries, OOMs,
+non-releasable fragmentation, host RSS and wall time, plus hints.
+
+  -d N, --device N   report only device N
+  -q, --quiet        record in the history, show nothing
+  -o VAR             store the CellReport object in VAR
+  --keep-peak        don't reset PyTorch's peak counters
+
+Peaks: PyTorch keeps ONE peak counter per device for the whole process. By default
+%%gpumem (and auto mode) reset it before the cell, so afterwards your own
+torch.cuda.max_memory_allocated() returns the peak of the last measured cell. With
+--keep-peak (or c.GpuMem.keep_peak = True) nothing is reset; the peak shown is then exact
+when the cell set a new process-wide peak and an upper bound otherwise.
+
+Line commands::
+
+  %gpumem [-d N]                 now: a table per device
+  %gpumem auto on|off            a one-line report after every cell
+  %gpumem history [-n N] [--csv PATH] [--clear]
+                                 one row per measured cell (also
+                                 jupyter_gpumem.history() -> pandas DataFrame)
+  %gpumem empty-cache            gc.collect() + torch.cuda.empty_cache(); bytes released
+  %gpumem caching off|on         switch the caching allocator (torch >= 2.6)
+  %gpumem limit 24GiB|0.3|off [-d N]
+                                 cap PyTorch's memory (set_per_process_memory_fraction),
+                                 to try a smaller GPU
+  %gpumem reset-peak [-d N]      reset PyTorch's peak counters
+  %gpumem panel [--interval MS]  live bars and buttons as a widget (any frontend)
+
+Nothing here imports torch or creates a CUDA context except `caching` and `limit`, which
+need one and say so. Sizes: KB/MB/GB/TB are powers of 1000, KiB/MiB/GiB/TiB of 1024.
+"""
+
+
+def _identifier(name: str) -> str:
+    if not name.isidentifier():
+        raise UsageError(f"-o needs a Python variable name, got {name!r}")
+    return name
+
+
+@magics_class
+class GpuMemMagics(Magics):
+    def __init__(self, shell: Any, session: Session) -> None:
+        super().__init__(shell)
+        self.session = session
+        session.parse_cell_line = self.parse_cell_line
+
+    # -- parsing ---------------------------------------------------------------------
+    def _check_device(self, device: int | None) -> None:
+        if device is None:
+            return
+        try:
+            actions.check_device(self.session.collector, device)
+        except actions.ActionRefused as e:
+            raise UsageError(str(e)) from None
+
+    def parse_cell_line(self, line: str) -> CellOptions:
+        args = CELL_PARSER.parse_argstring(line)
+        self._check_device(args.device)
+        return CellOptions(
+            device=args.device,
+            quiet=args.quiet,
+            output=_identifier(args.output) if args.output else None,
+            keep_peak=args.keep_peak,
+        )
+
+    # -- the magic -------------------------------------------------------------------
+    @line_cell_magic
+    def gpumem(self, line: str = "", cell: str | None = None) -> Any:
+        if cell is not None:
+            return self._cell(line, cell)
+        args = LINE_PARSER.parse_argstring(line)
+        command = args.command or "now"
+        try:
+            return getattr(self, "_cmd_" + command.replace("-", "_"))(args)
+        except actions.ActionRefused as e:
+            raise UsageError(str(e)) from None
+
+    gpumem.__doc__ = _DOC
+
+    def _cell(self, line: str, cell: str) -> None:
+        # Reached only when the input transformer did not take the cell: bad arguments
+        # (parse_cell_line raises UsageError before the body runs), or a direct
+        # run_cell_magic() call. Then the body runs as a nested cell, still measured.
+        opts = self.parse_cell_line(line)
+        assert self.shell is not None
+        s = self.session
+        s.tracker.cancel()
+        s.tracker.begin(keep_peak=opts.keep_peak or s.config.keep_peak)
+        s.nested = True
+        try:
+            result = self.shell.run_cell(cell, store_history=False)
+        finally:
+            s.nested = False
+        error = result.error_in_exec or result.error_before_exec
+        s.finish(opts, self.shell.execution_count, cell, error)
+
+    # -- line commands ----------------------------------------------------------------
+    def _cmd_now(self, args: Any) -> None:
+        from IPython.display import display
+
+        self._check_device(args.device)
+        m = self.session.collector.measure()
+        if args.device is not None:
+            from dataclasses import replace
+
+            m = replace(m, devices=tuple(d for d in m.devices if d.index == args.device))
+        display({"text/plain": measurement_text(m), "text/html": measurement_html(m)}, raw=True)
+
+    def _cmd_auto(self, args: Any) -> None:
+        self.session.auto = args.state == "on"
+        print(f"gpumem: auto mode {args.state}")
+
+    def _cmd_history(self, args: Any) -> None:
+        from IPython.display import display
+
+        h = self.session.history
+        if args.clear:
+            h.clear()
+            print("gpumem: history cleared")
+            return
+        if args.csv:
+            path = os.path.expanduser(args.csv)
+            try:
+                n = h.write_csv(path, args.n)
+            except FileExistsError:
+                raise UsageError(f"{path} exists: choose a new file name") from None
+            except OSError as e:
+                raise UsageError(f"cannot write {path}: {e.strerror}") from None
+            print(f"gpumem: wrote {n} rows to {path}")
+            return
+        rows = h.last(args.n)
+        if not rows:
+            print("gpumem: no measured cells yet (use %%gpumem or %gpumem auto on)")
+            return
+        header = ("cell", "first line", "device", "alloc Δ", "reserved Δ", "peak", "above start",
+                  "time")  # fmt: skip
+        body = []
+        for r in rows:
+            for d in r.devices or (None,):
+                body.append(
+                    (
+                        "" if r.execution_count is None else str(r.execution_count),
+                        r.first_line + (" (failed)" if r.failed else ""),
+                        "-" if d is None else f"cuda:{d.device}",
+                        "-" if d is None else _signed(d.allocated_delta),
+                        "-" if d is None else _signed(d.reserved_delta),
+                        "-" if d is None else fb(d.peak_allocated),
+                        "-" if d is None else _signed(d.peak_above_start),
+                        f"{r.wall_time:.3f} s",
+                    )
+                )
+        display({"text/plain": table_text(header, body), "text/html": table_html(header, body)},
+                raw=True)  # fmt: skip
+
+    def _cmd_empty_cache(self, args: Any) -> None:
+        r = actions.empty_cache(self.session.collector)
+        if not r.released:
+            print(f"gpumem: gc.collect() freed {r.gc_collected} objects; CUDA is not initialised,"
+                  " so there was no cache to empty")  # fmt: skip
+            return
+        parts = [f"cuda:{i} {fb(b)}" for i, b in sorted(r.released.items())]
+        print(f"gpumem: released to the driver: {', '.join(parts)} "
+              f"(gc.collect() freed {r.gc_collected} objects)")  # fmt: skip
+
+    def _cmd_caching(self, args: Any) -> None:
+        enable = args.state == "on"
+        r = actions.set_caching(self.session.collector, enable)
+        msg = f"gpumem: caching allocator is now {'on' if r.caching else 'off'}"
+        if r.initialised_cuda:
+            msg += " (this initialised CUDA: the switch needs a context)"
+        print(msg)
+        if not r.caching:
+            print("  Cached blocks stay reserved until `%gpumem empty-cache`. From now on every "
+                  "allocation is a direct cudaMalloc, invisible to PyTorch's counters and peaks: "
+                  "reports show it under 'outside PyTorch' and device figures.")  # fmt: skip
+
+    def _cmd_limit(self, args: Any) -> None:
+        spec = args.spec.strip()
+        device = args.sub_device if args.sub_device is not None else args.device
+        if device is None:
+            device = 0
+        fraction = nbytes = None
+        if spec.lower() != "off":
+            try:
+                fraction = float(spec)
+            except ValueError:
+                try:
+                    nbytes = parse_size(spec)
+                except ValueError as e:
+                    raise UsageError(f"limit: {e}; or a fraction like 0.3; or off") from None
+            else:
+                if not 0.0 < fraction <= 1.0:
+                    raise UsageError(f"limit: a fraction must be in (0, 1], got {spec}")
+        r = actions.set_limit(self.session.collector, device, fraction=fraction, nbytes=nbytes)
+        if r.fraction is None:
+            print(f"gpumem: cap removed on cuda:{device}")
+        else:
+            print(
+                f"gpumem: PyTorch may reserve at most {fb(r.bytes)} on cuda:{device} "
+                f"({r.fraction:.4g} of the device); a larger request raises OutOfMemoryError"
+            )
+        if r.initialised_cuda:
+            print("  (this initialised CUDA on that device: a cap needs a context)")
+        if r.reserved_over_cap:
+            print(f"  {fb(r.reserved_over_cap)} is already reserved above the cap; it stays "
+                  "until freed and `%gpumem empty-cache`")  # fmt: skip
+
+    def _cmd_reset_peak(self, args: Any) -> None:
+        device = args.sub_device if args.sub_device is not None else args.device
+        actions.reset_peak(self.session.collector, device)
+        print("gpumem: peak counters reset" + (f" on cuda:{device}" if device is not None else ""))
+
+    def _cmd_panel(self, args: Any) -> Any:
+        if args.interval < 100:
+            raise UsageError("--interval must be at least 100 ms")
+        from ..widget import GpuMemWidget
+
+        return GpuMemWidget.create(self.session, interval_ms=args.interval)
+
+
+def _signed(n: int | None) -> str:
+    from ..units import format_delta
+
+    return format_delta(n)

@@ -1,0 +1,187 @@
+"""Per-shell state and the cell hooks behind ``%%gpumem`` and auto mode.
+
+How a ``%%gpumem`` cell runs. The cell is not re-run from inside a magic, nor pasted into a
+template. A pure input transformer replaces the ``%%gpumem ...`` line with an empty line
+(so line numbers in tracebacks stay those the user sees), and the ``pre_run_cell`` /
+``post_run_cell`` events, which see the raw cell, take the readings around it. The cell is
+thus an ordinary top-level cell: ``Out``, display, tracebacks, ``await`` and
+``from __future__`` behave exactly as without the magic, and ``post_run_cell`` fires also
+after an exception, ``KeyboardInterrupt`` or ``torch.OutOfMemoryError``.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from traitlets import Bool, Int
+from traitlets.config import Configurable
+
+from .._history import History
+from ..collectors import Collector
+from ..model import CellReport
+from ..tracker import CellTracker
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from IPython.core.interactiveshell import InteractiveShell
+
+CELL_LINE = re.compile(r"^%%gpumem(?:[ \t]+(?P<args>.*?))?[ \t]*\r?\n?$")
+
+
+class GpuMem(Configurable):
+    """Options, settable as ``c.GpuMem.<name>`` in an IPython/ipykernel config file."""
+
+    history_size = Int(1000, help="Cells kept in %gpumem history (oldest dropped).").tag(
+        config=True
+    )
+    auto = Bool(False, help="Start with auto mode on: a one-line report after every cell.").tag(
+        config=True
+    )
+    keep_peak = Bool(
+        False,
+        help="Never reset PyTorch's global peak counters; peaks are then exact only when a "
+        "cell sets a new process-wide peak.",
+    ).tag(config=True)
+
+
+@dataclass(slots=True)
+class CellOptions:
+    device: int | None = None
+    quiet: bool = False
+    output: str | None = None
+    keep_peak: bool = False
+    compact: bool = False  # auto mode
+
+
+class Session:
+    """Everything the extension holds for one shell; removed whole on unload."""
+
+    def __init__(self, shell: InteractiveShell, collector: Collector | None = None) -> None:
+        self.shell = shell
+        self.config = GpuMem(parent=shell)
+        self.collector = collector or Collector()
+        self.tracker = CellTracker(self.collector)
+        self.history = History(self.config.history_size)
+        self.auto = self.config.auto
+        self._pending: CellOptions | None = None
+        self.nested = False  # a cell run by the %%gpumem magic itself (fallback path)
+        self.parse_cell_line: Callable[[str], CellOptions] | None = None
+        self.report_listeners: list[Callable[[CellReport], None]] = []
+        self.last_report: CellReport | None = None
+
+    # -- input transformer ---------------------------------------------------------
+    def cell_options(self, raw_cell: str) -> CellOptions | None:
+        """Options of a ``%%gpumem`` first line, or None (not ours, or bad arguments: the
+        real magic then runs and raises the UsageError, and the cell body does not run)."""
+        lines = raw_cell.lstrip("\n").splitlines(keepends=True)
+        if not lines:
+            return None
+        m = CELL_LINE.match(lines[0])
+        if m is None or self.parse_cell_line is None:
+            return None
+        try:
+            return self.parse_cell_line(m.group("args") or "")
+        except Exception:
+            return None
+
+    def transform(self, lines: list[str]) -> list[str]:
+        """Blank the ``%%gpumem`` line. Pure: IPython also calls it for completeness checks."""
+        if lines and self.cell_options("".join(lines[:1])) is not None:
+            return ["\n", *lines[1:]]
+        return lines
+
+    # -- events --------------------------------------------------------------------
+    def pre_run_cell(self, info: Any) -> None:
+        if self.nested:
+            return
+        try:
+            self.tracker.cancel()
+            raw = getattr(info, "raw_cell", "") or ""
+            opts = self.cell_options(raw)
+            if opts is None and self.auto and not _is_own_command(raw):
+                opts = CellOptions(compact=True, keep_peak=self.config.keep_peak)
+            self._pending = opts
+            if opts is not None:
+                self.tracker.begin(keep_peak=opts.keep_peak or self.config.keep_peak)
+        except Exception as e:  # never break the user's cell
+            self._pending = None
+            self.tracker.cancel()
+            warn(f"could not take the reading before the cell: {e!r}")
+
+    def post_run_cell(self, result: Any) -> None:
+        if self.nested or self._pending is None or not self.tracker.active:
+            return
+        opts, self._pending = self._pending, None
+        raw = getattr(getattr(result, "info", None), "raw_cell", "") or ""
+        error = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
+        self.finish(opts, getattr(result, "execution_count", None), raw, error)
+
+    def finish(
+        self, opts: CellOptions, execution_count: int | None, raw: str, error: Any
+    ) -> CellReport | None:
+        try:
+            report = self.tracker.end(
+                execution_count=execution_count,
+                first_line=first_code_line(raw),
+                error=error if isinstance(error, BaseException) else None,
+                device=opts.device,
+            )
+        except Exception as e:
+            self.tracker.cancel()
+            warn(f"could not take the reading after the cell: {e!r}")
+            return None
+        self.history.add(report)
+        self.last_report = report
+        if opts.output:
+            self.shell.user_ns[opts.output] = report
+        for listener in list(self.report_listeners):
+            try:
+                listener(report)
+            except Exception as e:
+                warn(f"report listener failed: {e!r}")
+        if not opts.quiet:
+            show_report(report, compact=opts.compact)
+        return report
+
+
+def _is_own_command(raw: str) -> bool:
+    s = raw.lstrip()
+    return s.startswith(("%gpumem", "%load_ext", "%unload_ext", "%reload_ext"))
+
+
+def first_code_line(raw: str) -> str:
+    for line in raw.splitlines():
+        s = line.strip()
+        if s and not CELL_LINE.match(s):
+            return s
+    return ""
+
+
+def warn(msg: str) -> None:
+    print(f"gpumem: warning: {msg}", file=sys.stderr)
+
+
+def show_report(report: CellReport, compact: bool = False) -> None:
+    from IPython.display import display
+
+    from ..reporters import cell_report_html, cell_report_text, compact_line
+
+    if compact:
+        text = compact_line(report)
+        from html import escape
+
+        html = (
+            '<div class="jp-GpuMem-compact" style="font-family:var(--jp-code-font-family,'
+            'monospace);font-size:var(--jp-code-font-size,12px);opacity:0.75">'
+            f"{escape(text)}</div>"
+        )
+        display({"text/plain": text, "text/html": html}, raw=True)
+    else:
+        display(
+            {"text/plain": cell_report_text(report), "text/html": cell_report_html(report)},
+            raw=True,
+        )

@@ -1,0 +1,136 @@
+"""Things the user explicitly asks for: empty the cache, switch caching, cap memory, reset
+peaks. Shared by the ``%gpumem`` commands and the panel protocol, so both behave alike.
+
+Each action returns a typed result or raises :class:`ActionRefused` with a reason meant
+for the user. Only these may call ``gc.collect``/``empty_cache`` or initialise CUDA, and
+only because the user asked.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass
+
+from .collectors import Collector
+from .model import Measurement
+from .units import format_bytes as fb
+
+
+class ActionRefused(Exception):
+    """A valid request that cannot be done now; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class EmptyCacheResult:
+    released: dict[int, int]  # device -> bytes PyTorch handed back to the driver
+    gc_collected: int  # objects freed by gc.collect()
+    after: Measurement
+
+
+@dataclass(frozen=True, slots=True)
+class CachingResult:
+    caching: bool  # the real state afterwards
+    initialised_cuda: bool
+    after: Measurement
+
+
+@dataclass(frozen=True, slots=True)
+class LimitResult:
+    device: int
+    fraction: float | None  # None: no cap
+    bytes: int | None
+    initialised_cuda: bool
+    reserved_over_cap: int  # already reserved beyond the new cap (stays until freed)
+    after: Measurement
+
+
+def _require_torch(c: Collector) -> None:
+    if c.backend.replay:
+        return
+    from .collectors._torch import TorchBackend, _is_cuda_build
+
+    t = TorchBackend.torch()
+    if t is None:
+        raise ActionRefused("torch is not imported in this kernel: nothing to act on")
+    if not _is_cuda_build(t):
+        raise ActionRefused(f"torch {t.__version__} has no CUDA/ROCm allocator to act on")
+
+
+def check_device(c: Collector, device: int) -> None:
+    n = c.backend.device_count()
+    if not 0 <= device < n:
+        raise ActionRefused(
+            f"no device {device}: this kernel sees {n} device(s)" + (f" (0..{n - 1})" if n else "")
+        )
+
+
+def empty_cache(c: Collector) -> EmptyCacheResult:
+    """``gc.collect()`` then ``empty_cache()``; report what went back to the driver."""
+    _require_torch(c)
+    before = c.measure(with_process=False)
+    collected = gc.collect()
+    c.backend.empty_cache()
+    after = c.measure()
+    released = {}
+    for d in after.devices:
+        b = before.device(d.index)
+        if d.allocator is not None and b is not None and b.allocator is not None:
+            released[d.index] = b.allocator.reserved - d.allocator.reserved
+    return EmptyCacheResult(released, collected, after)
+
+
+def set_caching(c: Collector, enabled: bool) -> CachingResult:
+    _require_torch(c)
+    why_not = c.backend.caching_supported()
+    if why_not is not None:
+        raise ActionRefused(why_not)
+    was_ready = c.backend.cuda_ready()
+    state = c.backend.set_caching(enabled)
+    if state != enabled:
+        raise ActionRefused(
+            f"caching is still {'on' if state else 'off'}: PYTORCH_NO_CUDA_MEMORY_CACHING=1 "
+            "was read when CUDA started; restart the kernel without it"
+        )
+    return CachingResult(state, not was_ready, c.measure())
+
+
+def reset_peak(c: Collector, device: int | None = None) -> Measurement:
+    _require_torch(c)
+    if device is not None:
+        check_device(c, device)
+    ready = c.backend.initialized_devices()
+    if not ready:
+        raise ActionRefused("CUDA is not initialised in this kernel: there is no peak to reset")
+    c.backend.reset_peaks(ready if device is None else [d for d in ready if d == device])
+    return c.measure()
+
+
+def set_limit(
+    c: Collector, device: int, *, fraction: float | None = None, nbytes: int | None = None
+) -> LimitResult:
+    """Cap what PyTorch may reserve on ``device``; both None removes the cap.
+
+    ``set_per_process_memory_fraction`` caps bytes newly requested from cudaMalloc; it
+    frees nothing, so a cap below what is already reserved bites only once that is freed
+    and emptied.
+    """
+    _require_torch(c)
+    check_device(c, device)
+    was_ready = c.backend.cuda_ready()
+    total = c.backend.total_for_limit(device)  # initialises CUDA on that device if needed
+    if nbytes is not None:
+        if nbytes > total:
+            raise ActionRefused(
+                f"a cap of {fb(nbytes)} is more than device {device} has ({fb(total)})"
+            )
+        fraction = nbytes / total
+    if fraction is not None and not 0.0 < fraction <= 1.0:
+        raise ActionRefused(f"a fraction must be in (0, 1], got {fraction}")
+    c.backend.set_limit(device, 1.0 if fraction is None else fraction)
+    after = c.measure()
+    d = after.device(device)
+    cap = None if fraction is None else int(fraction * total)
+    over = 0
+    if cap is not None and d is not None and d.allocator is not None:
+        over = max(0, d.allocator.reserved - cap)
+    return LimitResult(device, fraction, cap, not was_ready, over, after)

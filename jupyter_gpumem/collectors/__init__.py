@@ -1,0 +1,80 @@
+"""Collectors: the only code that talks to torch, NVML and /proc.
+
+``Collector.measure()`` returns one :class:`~jupyter_gpumem.model.Measurement`; everything
+else in the package works from those records.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Protocol
+
+from ..model import Measurement, OomEvent
+from ._host import host_rss
+from ._torch import Reading, TorchBackend
+
+REPLAY_ENV = "JUPYTER_GPUMEM_REPLAY"
+
+
+class Backend(Protocol):
+    """What the collector and the actions need from a source of GPU figures."""
+
+    replay: bool
+
+    def read(self, with_process: bool = True) -> Reading: ...
+    def initialized_devices(self) -> list[int]: ...
+    def device_count(self) -> int: ...
+    def reset_peaks(self, devices: list[int] | None = None) -> None: ...
+    def attach_oom_observer(self, callback: Callable[[int, int, int, int], None]) -> None: ...
+    def cuda_ready(self) -> bool: ...
+    def empty_cache(self) -> None: ...
+    def caching_supported(self) -> str | None: ...
+    def set_caching(self, enabled: bool) -> bool: ...
+    def set_limit(self, device: int, fraction: float) -> None: ...
+    def total_for_limit(self, device: int) -> int: ...
+
+
+def make_backend() -> Backend:
+    """The real backend; the test-only replay backend when ``JUPYTER_GPUMEM_REPLAY`` names
+    a fixture (UI tests on machines without a GPU). Samples then say so."""
+    path = os.environ.get(REPLAY_ENV)
+    if path:
+        from ._replay import ReplayBackend
+
+        return ReplayBackend(path)
+    return TorchBackend()
+
+
+class Collector:
+    """Takes measurements; remembers the OOMs the allocator reported."""
+
+    def __init__(self, backend: Backend | None = None, max_ooms: int = 100) -> None:
+        self.backend: Backend = backend if backend is not None else make_backend()
+        self.ooms: deque[OomEvent] = deque(maxlen=max_ooms)
+        self.oom_count = 0  # total seen, also past maxlen
+        self._lock = threading.Lock()  # the panel's thread and the cell hooks both measure
+
+    def _on_oom(self, device: int, requested: int, allowed: int, free: int) -> None:
+        # Called by the allocator just before it raises OutOfMemoryError: keep it tiny.
+        self.ooms.append(OomEvent(int(device), int(requested), int(allowed), int(free)))
+        self.oom_count += 1
+
+    def measure(self, with_process: bool = True) -> Measurement:
+        with self._lock:
+            self.backend.attach_oom_observer(self._on_oom)
+            t, clock = time.time(), time.perf_counter()
+            r = self.backend.read(with_process)
+            return Measurement(
+                time=t,
+                clock=clock,
+                state=r.state,
+                message=r.message,
+                torch_version=r.torch_version,
+                host_rss=host_rss(),
+                caching=r.caching,
+                devices=r.devices,
+            )

@@ -1,0 +1,179 @@
+"""NVML: device-level figures that exist without a CUDA context.
+
+NVML numbers GPUs in PCI order and ignores ``CUDA_VISIBLE_DEVICES``; torch numbers them
+after it. :func:`parse_visible_devices` and :meth:`Nvml.nvml_index` map a torch index to an
+NVML index the way torch's own ``_get_nvml_device_index`` does (integers and ``GPU-`` UUID
+prefixes; MIG instances have no NVML memory figures of their own), without importing torch.
+NVML never creates a CUDA context, so reading it changes nothing in the user's program.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+
+def _strtoul(s: str) -> int:
+    """Leading unsigned integer of ``s`` as C's strtoul reads it, or -1."""
+    digits = ""
+    for i, c in enumerate(s):
+        if c.isdigit() or (i == 0 and c in "+-"):
+            digits += c
+        else:
+            break
+    try:
+        return int(digits)
+    except ValueError:
+        return -1
+
+
+def parse_visible_devices(value: str | None) -> list[int] | list[str]:
+    """Parse ``CUDA_VISIBLE_DEVICES`` like the CUDA runtime (and torch) does.
+
+    ``None`` (unset) means every device. An invalid entry ends the list; a repeated entry
+    makes it empty. Returns integers, or ``GPU-``/``MIG-`` prefixed UUID strings.
+    """
+    if value is None:
+        return list(range(64))
+    if value.startswith(("GPU-", "MIG-")):
+        prefix = value[:4]
+        uuids: list[str] = []
+        for elem in value.split(","):
+            if elem in uuids:
+                return []
+            if not elem.startswith(prefix):
+                break
+            uuids.append(elem)
+        return uuids
+    ordinals: list[int] = []
+    for elem in value.split(","):
+        x = _strtoul(elem.strip())
+        if x in ordinals:
+            return []
+        if x < 0:
+            break
+        ordinals.append(x)
+    return ordinals
+
+
+def uuids_to_ordinals(candidates: list[str], uuids: list[str]) -> list[int]:
+    """Resolve (possibly abbreviated) UUIDs to NVML indices; ambiguity ends the list."""
+    out: list[int] = []
+    for cand in candidates:
+        matches = [i for i, u in enumerate(uuids) if u.startswith(cand)]
+        if len(matches) != 1:
+            break
+        if matches[0] in out:
+            return []
+        out.append(matches[0])
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlDevice:
+    name: str
+    total: int
+    used: int  # all processes, as nvidia-smi shows it (includes driver-reserved memory)
+    process_used: int | None  # this process; None when NVML does not list it
+
+
+class Nvml:
+    """Lazy NVML session. Every failure becomes ``self.error`` (a reason), never a raise."""
+
+    def __init__(self, pid: int | None = None) -> None:
+        self.pid = os.getpid() if pid is None else pid
+        self._nvml: Any = None
+        self._handles: dict[int, Any] = {}
+        self._names: dict[int, str] = {}
+        self.error: str | None = None
+        self._started = False
+
+    def _start(self) -> bool:
+        if self._started:
+            return self._nvml is not None
+        self._started = True
+        try:
+            import pynvml  # from nvidia-ml-py
+
+            pynvml.nvmlInit()
+        except ImportError:
+            self.error = "NVML unavailable: the nvidia-ml-py package is not installed"
+            return False
+        except Exception as e:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+            self.error = f"NVML unavailable: {e}"
+            return False
+        self._nvml = pynvml
+        return True
+
+    @property
+    def available(self) -> bool:
+        return self._start()
+
+    def count(self) -> int:
+        if not self._start():
+            return 0
+        try:
+            return int(self._nvml.nvmlDeviceGetCount())
+        except Exception as e:
+            self.error = f"NVML: {e}"
+            return 0
+
+    def visible(self) -> list[int | None]:
+        """NVML index of each device the CUDA runtime shows this process, in torch order.
+
+        ``None`` for a device NVML can't give figures for (a MIG instance).
+        """
+        if not self._start():
+            return []
+        n = self.count()
+        parsed = parse_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"))
+        if parsed and isinstance(parsed[0], str):
+            strs = [str(p) for p in parsed]
+            if strs[0].startswith("MIG-"):
+                return [None] * len(strs)
+            uuids = [self._uuid(i) for i in range(n)]
+            return list(uuids_to_ordinals(strs, uuids))
+        out: list[int | None] = []
+        for p in parsed:
+            if not isinstance(p, int) or p >= n:
+                break
+            out.append(p)
+        return out
+
+    def nvml_index(self, torch_index: int) -> int | None:
+        vis = self.visible()
+        return vis[torch_index] if 0 <= torch_index < len(vis) else None
+
+    def _handle(self, nvml_index: int) -> Any:
+        h = self._handles.get(nvml_index)
+        if h is None:
+            h = self._nvml.nvmlDeviceGetHandleByIndex(nvml_index)
+            self._handles[nvml_index] = h
+        return h
+
+    def _uuid(self, nvml_index: int) -> str:
+        u = self._nvml.nvmlDeviceGetUUID(self._handle(nvml_index))
+        return u.decode() if isinstance(u, bytes) else str(u)
+
+    def read(self, nvml_index: int, with_process: bool = True) -> NvmlDevice | None:
+        if not self._start():
+            return None
+        try:
+            h = self._handle(nvml_index)
+            name = self._names.get(nvml_index)
+            if name is None:
+                raw = self._nvml.nvmlDeviceGetName(h)
+                name = raw.decode() if isinstance(raw, bytes) else str(raw)
+                self._names[nvml_index] = name
+            mem = self._nvml.nvmlDeviceGetMemoryInfo(h)
+            process_used = None
+            if with_process:
+                for p in self._nvml.nvmlDeviceGetComputeRunningProcesses(h):
+                    if p.pid == self.pid and p.usedGpuMemory is not None:
+                        process_used = int(p.usedGpuMemory)
+                        break
+            return NvmlDevice(name, int(mem.total), int(mem.used), process_used)
+        except Exception as e:
+            self.error = f"NVML: {e}"
+            return None

@@ -1,0 +1,149 @@
+"""Test-only backend: replays allocator readings recorded on a real GPU.
+
+Switched on only by ``JUPYTER_GPUMEM_REPLAY=<fixture.json>`` (the UI tests set it for the
+kernel on machines without a GPU); every sample then says it is a replay. The fixture is
+written by ``tests/gpu/record_fixtures.py``; its raw readings go through the same
+:func:`make_device_sample` as live ones. Actions are simulated on top of the recording
+(empty_cache drops the cached surplus, reset_peak, caching switch, caps), so every panel
+button can be exercised.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..model import AllocatorStats, DeviceSample
+from ._nvml import NvmlDevice
+from ._torch import Reading, make_device_sample, stats_from_flat
+
+
+def device_from_raw(raw: Mapping[str, Any]) -> DeviceSample:
+    """A recorded raw device reading -> :class:`DeviceSample`."""
+    nv = raw.get("nvml")
+    mgi = raw.get("mem_get_info")
+    stats = raw.get("memory_stats")
+    return make_device_sample(
+        index=int(raw["index"]),
+        name=str(raw.get("name", "")),
+        backend=raw.get("backend", "cuda"),
+        initialized=bool(raw["initialized"]),
+        stats=stats_from_flat(stats) if stats else None,
+        nvml=NvmlDevice(nv["name"], nv["total"], nv["used"], nv.get("process_used"))
+        if nv
+        else None,
+        mem_get_info=(int(mgi[0]), int(mgi[1])) if mgi else None,
+        fraction=raw.get("fraction"),
+    )
+
+
+def reading_from_raw(raw: Mapping[str, Any], message: str = "") -> Reading:
+    return Reading(
+        state=raw.get("state", "ok"),
+        message=message or raw.get("message", ""),
+        torch_version=raw.get("torch_version"),
+        caching=raw.get("caching"),
+        devices=tuple(device_from_raw(d) for d in raw["devices"]),
+    )
+
+
+class ReplayBackend:
+    replay = True
+
+    def __init__(self, path: str, clock: Callable[[], float] = time.monotonic) -> None:
+        with open(path) as f:
+            data = json.load(f)
+        self.timeline: list[dict[str, Any]] = data["timeline"]
+        self.period = float(data.get("period_s", 0.1))
+        self._clock = clock
+        self._t0 = clock()
+        self._freed: dict[int, int] = {}  # reserved bytes dropped by simulated empty_cache
+        self._peak_floor: dict[int, tuple[int, int]] = {}  # after reset_peak
+        self._caching = True
+        self._fraction: dict[int, float] = {}
+
+    def _frame(self) -> dict[str, Any]:
+        i = int((self._clock() - self._t0) / self.period) % len(self.timeline)
+        return self.timeline[i]
+
+    def read(self, with_process: bool = True) -> Reading:
+        r = reading_from_raw(self._frame(), "replaying recorded samples (test mode)")
+        devices = []
+        for d in r.devices:
+            a = d.allocator
+            if a is not None:
+                freed = min(self._freed.get(d.index, 0), a.reserved - a.allocated)
+                pa, pr = self._peak_floor.get(d.index, (a.peak_allocated, a.peak_reserved))
+                a = _replace_stats(
+                    a,
+                    reserved=a.reserved - freed,
+                    peak_allocated=max(pa, a.allocated),
+                    peak_reserved=max(pr, a.reserved - freed),
+                )
+                f = self._fraction.get(d.index)
+                limit = None
+                if f is not None and d.total:
+                    from ..model import Limit
+
+                    limit = Limit(f, int(f * d.total))
+                d = DeviceSample(
+                    d.index,
+                    d.name,
+                    d.backend,
+                    d.initialized,
+                    a,
+                    d.total,
+                    None if d.device_used is None else d.device_used - freed,
+                    None if d.process_used is None else d.process_used - freed,
+                    limit,
+                    d.error,
+                )
+            devices.append(d)
+        return Reading(r.state, r.message, r.torch_version, self._caching, tuple(devices))
+
+    def initialized_devices(self) -> list[int]:
+        return [d.index for d in self.read().devices if d.initialized]
+
+    def device_count(self) -> int:
+        return len(self._frame()["devices"])
+
+    def reset_peaks(self, devices: list[int] | None = None) -> None:
+        for d in self.read().devices:
+            if d.allocator is not None and (devices is None or d.index in devices):
+                self._peak_floor[d.index] = (d.allocator.allocated, d.allocator.reserved)
+
+    def attach_oom_observer(self, callback: Any) -> None:
+        return None
+
+    def cuda_ready(self) -> bool:
+        return True
+
+    def empty_cache(self) -> None:
+        for d in reading_from_raw(self._frame()).devices:
+            if d.allocator is not None:
+                self._freed[d.index] = d.allocator.reserved - d.allocator.allocated
+
+    def caching_supported(self) -> str | None:
+        return None
+
+    def set_caching(self, enabled: bool) -> bool:
+        self._caching = enabled
+        return enabled
+
+    def set_limit(self, device: int, fraction: float) -> None:
+        if fraction >= 1.0:
+            self._fraction.pop(device, None)
+        else:
+            self._fraction[device] = fraction
+
+    def total_for_limit(self, device: int) -> int:
+        d = self.read().devices[device]
+        return int(d.total or 0)
+
+
+def _replace_stats(a: AllocatorStats, **kw: int) -> AllocatorStats:
+    from dataclasses import replace
+
+    return replace(a, **kw)

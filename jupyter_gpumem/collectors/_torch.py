@@ -1,0 +1,400 @@
+"""PyTorch's allocator, read without changing what the user's program does.
+
+Rules this module keeps (see ../shared/REFERENCE.md, checked on an H200 with torch 2.11):
+- torch is never imported here: it is taken from ``sys.modules`` if the user imported it.
+- No CUDA context is ever created by a reading: allocator figures are read only when
+  ``torch.cuda.is_initialized()``, and per device only where a primary context exists
+  (``torch._C._cuda_hasPrimaryContext``, which asks the driver without creating one).
+  ``mem_get_info`` and ``set_per_process_memory_fraction`` would create one elsewhere.
+- ``torch._C._cuda_memoryStats`` (nested, 7.5 us) is read instead of ``memory_stats``
+  (flattened in Python, 45 us); both hold the same numbers.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..model import AllocatorStats, Backend, DeviceSample, Limit, State
+from ._nvml import Nvml, NvmlDevice
+
+_NO_CACHING_ENV = "PYTORCH_NO_CUDA_MEMORY_CACHING"
+
+
+def stats_from_nested(s: Mapping[str, Any]) -> AllocatorStats:
+    """From ``torch._C._cuda_memoryStats(device)`` (nested dicts)."""
+
+    def all_(stat: str, metric: str) -> int:
+        return int(s[stat]["all"][metric])
+
+    return AllocatorStats(
+        allocated=all_("allocated_bytes", "current"),
+        reserved=all_("reserved_bytes", "current"),
+        active=all_("active_bytes", "current"),
+        requested=all_("requested_bytes", "current"),
+        inactive_split=all_("inactive_split_bytes", "current"),
+        peak_allocated=all_("allocated_bytes", "peak"),
+        peak_reserved=all_("reserved_bytes", "peak"),
+        device_allocs=int(s.get("num_device_alloc", 0)),
+        device_frees=int(s.get("num_device_free", 0)),
+        alloc_retries=int(s.get("num_alloc_retries", 0)),
+        ooms=int(s.get("num_ooms", 0)),
+        segments=all_("segment", "current"),
+        blocks=all_("allocation", "current"),
+    )
+
+
+def stats_from_flat(s: Mapping[str, Any]) -> AllocatorStats:
+    """From ``torch.cuda.memory_stats(device)`` / ``torch.accelerator.memory_stats``."""
+
+    def g(key: str) -> int:
+        return int(s.get(key, 0))
+
+    return AllocatorStats(
+        allocated=g("allocated_bytes.all.current"),
+        reserved=g("reserved_bytes.all.current"),
+        active=g("active_bytes.all.current"),
+        requested=g("requested_bytes.all.current"),
+        inactive_split=g("inactive_split_bytes.all.current"),
+        peak_allocated=g("allocated_bytes.all.peak"),
+        peak_reserved=g("reserved_bytes.all.peak"),
+        device_allocs=g("num_device_alloc"),
+        device_frees=g("num_device_free"),
+        alloc_retries=g("num_alloc_retries"),
+        ooms=g("num_ooms"),
+        segments=g("segment.all.current"),
+        blocks=g("allocation.all.current"),
+    )
+
+
+def make_device_sample(
+    *,
+    index: int,
+    name: str,
+    backend: Backend,
+    initialized: bool,
+    stats: AllocatorStats | None,
+    nvml: NvmlDevice | None,
+    mem_get_info: tuple[int, int] | None,
+    fraction: float | None,
+    error: str | None = None,
+) -> DeviceSample:
+    """The one conversion from raw readings to a :class:`DeviceSample`.
+
+    Device totals and usage come from NVML when it is there, so they match ``nvidia-smi``
+    (NVML's ``used`` includes ~600 MB the driver reserves, which ``cudaMemGetInfo`` leaves
+    out of its total); otherwise from ``cudaMemGetInfo``. A cap is
+    ``fraction * cudaMemGetInfo total``, as the allocator computes it.
+    """
+    total = device_used = process_used = None
+    if nvml is not None:
+        total, device_used, process_used = nvml.total, nvml.used, nvml.process_used
+        name = name or nvml.name
+    elif mem_get_info is not None:
+        free, cuda_total = mem_get_info
+        total, device_used = cuda_total, cuda_total - free
+    limit = None
+    if fraction is not None and fraction < 1.0:
+        cap_base = mem_get_info[1] if mem_get_info is not None else total
+        if cap_base is not None:
+            limit = Limit(fraction=fraction, bytes=int(fraction * cap_base))
+    return DeviceSample(
+        index=index,
+        name=name,
+        backend=backend,
+        initialized=initialized,
+        allocator=stats,
+        total=total,
+        device_used=device_used,
+        process_used=process_used,
+        limit=limit,
+        error=error,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What a backend reads; the collector adds the clock and host figures."""
+
+    state: State
+    message: str
+    torch_version: str | None
+    caching: bool | None
+    devices: tuple[DeviceSample, ...]
+
+
+class TorchBackend:
+    """The real backend: torch (if the user imported it) plus NVML."""
+
+    replay = False
+
+    def __init__(self, nvml: Nvml | None = None) -> None:
+        self.nvml = nvml or Nvml()
+        self._cuda_totals: dict[int, tuple[int, int]] = {}
+        self._names: dict[int, str] = {}
+        self._oom_attached = False
+        self._caching_set: bool | None = None  # last switch we made (torch < 2.12 can't tell)
+
+    # -- reading -------------------------------------------------------------------
+    @staticmethod
+    def torch() -> Any:
+        return sys.modules.get("torch")
+
+    def cuda_ready(self) -> bool:
+        t = self.torch()
+        return bool(t is not None and _is_cuda_build(t) and t.cuda.is_initialized())
+
+    def initialized_devices(self) -> list[int]:
+        """Devices where this process has a CUDA context."""
+        t = self.torch()
+        if t is None or not _is_cuda_build(t) or not t.cuda.is_initialized():
+            return []
+        has_ctx = getattr(t._C, "_cuda_hasPrimaryContext", None)
+        n = t.cuda.device_count()
+        if has_ctx is None:
+            return [t.cuda.current_device()]
+        return [i for i in range(n) if has_ctx(i)]
+
+    def device_count(self) -> int:
+        t = self.torch()
+        if t is not None and _is_cuda_build(t) and t.cuda.is_initialized():
+            return int(t.cuda.device_count())
+        return len(self.nvml.visible())
+
+    def read(self, with_process: bool = True) -> Reading:
+        t = self.torch()
+        if t is None:
+            seen = self._nvml_devices(with_process)
+            return Reading("no_torch", self._no_torch_message(seen), None, None, seen)
+        version = str(getattr(t, "__version__", "?"))
+        if not _is_cuda_build(t):
+            other = _other_accelerator(t)
+            if other is not None:
+                return other
+            seen = self._nvml_devices(with_process)
+            return Reading(
+                "cpu_only",
+                f"torch {version} is a CPU-only build"
+                + (": GPU figures come from NVML only" if seen else ""),
+                version,
+                None,
+                seen,
+            )
+        if not t.cuda.is_initialized():
+            nvml_devices = self._nvml_devices(with_process)
+            found = bool(nvml_devices) or not self.nvml.available
+            return Reading(
+                "not_initialized" if found else "no_gpu",
+                "CUDA is not initialised in this kernel yet: NVML figures only"
+                if found
+                else "no GPU found",
+                version,
+                _caching_enabled(t, self._caching_set),
+                nvml_devices,
+            )
+        backend: Backend = "rocm" if getattr(t.version, "hip", None) else "cuda"
+        has_ctx = getattr(t._C, "_cuda_hasPrimaryContext", None)
+        get_fraction = getattr(t._C, "_cuda_getMemoryFraction", None)
+        n = t.cuda.device_count()
+        devices: list[DeviceSample] = []
+        for i in range(n):
+            nvml_index = self.nvml.nvml_index(i) if backend == "cuda" else None
+            nv = self.nvml.read(nvml_index, with_process) if nvml_index is not None else None
+            if has_ctx is not None and not has_ctx(i):
+                devices.append(
+                    make_device_sample(
+                        index=i,
+                        name=nv.name if nv else "",
+                        backend=backend,
+                        initialized=False,
+                        stats=None,
+                        nvml=nv,
+                        mem_get_info=None,
+                        fraction=None,
+                        error=None if nv else "no CUDA context on this device yet",
+                    )
+                )
+                continue
+            try:
+                stats = stats_from_nested(t._C._cuda_memoryStats(i))
+                mgi = self._cuda_totals.get(i)
+                if nv is None or mgi is None:
+                    mgi = tuple(t.cuda.mem_get_info(i))
+                    self._cuda_totals[i] = mgi
+                fraction = float(get_fraction(i)) if get_fraction is not None else None
+                name = self._names.get(i) or (nv.name if nv else t.cuda.get_device_name(i))
+                self._names[i] = name
+                devices.append(
+                    make_device_sample(
+                        index=i,
+                        name=name,
+                        backend=backend,
+                        initialized=True,
+                        stats=stats,
+                        nvml=nv,
+                        mem_get_info=mgi,
+                        fraction=fraction,
+                        error=None if nv or backend == "rocm" else self.nvml.error,
+                    )
+                )
+            except Exception as e:  # a reading must never break the user's cell
+                devices.append(
+                    DeviceSample(i, self._names.get(i, ""), backend, True, error=repr(e))
+                )
+        return Reading("ok", "", version, _caching_enabled(t, self._caching_set), tuple(devices))
+
+    def _no_torch_message(self, devices: tuple[DeviceSample, ...]) -> str:
+        msg = "torch is not imported in this kernel"
+        if devices:
+            return msg + ": GPU figures come from NVML only"
+        if self.nvml.error:
+            return f"{msg}; {self.nvml.error}"
+        return msg + "; NVML finds no GPU"
+
+    def _nvml_devices(self, with_process: bool) -> tuple[DeviceSample, ...]:
+        out = []
+        for i, nvml_index in enumerate(self.nvml.visible()):
+            nv = self.nvml.read(nvml_index, with_process) if nvml_index is not None else None
+            out.append(
+                make_device_sample(
+                    index=i,
+                    name=nv.name if nv else "",
+                    backend="nvml",
+                    initialized=False,
+                    stats=None,
+                    nvml=nv,
+                    mem_get_info=None,
+                    fraction=None,
+                    error=None if nv else "MIG instance: no NVML memory figures",
+                )
+            )
+        return tuple(out)
+
+    # -- peaks and OOMs ------------------------------------------------------------
+    def reset_peaks(self, devices: list[int] | None = None) -> None:
+        t = self.torch()
+        for i in self.initialized_devices() if devices is None else devices:
+            t._C._cuda_resetPeakMemoryStats(i)
+
+    def attach_oom_observer(self, callback: Callable[[int, int, int, int], None]) -> None:
+        """Attach once CUDA is up: before, the allocator has no devices to attach to."""
+        if self._oom_attached or not self.cuda_ready():
+            return
+        attach = getattr(self.torch()._C, "_cuda_attach_out_of_memory_observer", None)
+        if attach is not None:
+            attach(callback)
+        self._oom_attached = True
+
+    # -- actions (explicitly asked for by the user) --------------------------------
+    def empty_cache(self) -> None:
+        t = self.torch()
+        if self.cuda_ready():
+            t.cuda.empty_cache()
+
+    def caching_supported(self) -> str | None:
+        """None when caching can be switched at run time, else why not."""
+        t = self.torch()
+        if t is None:
+            return "torch is not imported in this kernel"
+        if not _is_cuda_build(t):
+            return "this torch has no CUDA caching allocator"
+        if not hasattr(t._C, "_cuda_cudaCachingAllocator_enable"):
+            return (
+                f"torch {t.__version__} cannot switch caching at run time (needs torch >= 2.6):"
+                f" restart the kernel with {_NO_CACHING_ENV}=1 in its environment instead"
+            )
+        if os.environ.get(_NO_CACHING_ENV) == "1" and t.cuda.is_initialized():
+            return (
+                f"{_NO_CACHING_ENV}=1 was set when CUDA started: caching stays off until the"
+                " kernel restarts without it"
+            )
+        return None
+
+    def set_caching(self, enabled: bool) -> bool:
+        t = self.torch()
+        if not t.cuda.is_initialized():
+            t.cuda.init()  # before CUDA init the switch does nothing
+        t._C._cuda_cudaCachingAllocator_enable(enabled)
+        self._caching_set = enabled
+        return bool(_caching_enabled(t, self._caching_set))
+
+    def set_limit(self, device: int, fraction: float) -> None:
+        self.torch().cuda.set_per_process_memory_fraction(float(fraction), device)
+
+    def total_for_limit(self, device: int) -> int:
+        """The total a fraction is taken of (cudaMemGetInfo's); creates the context."""
+        t = self.torch()
+        total = int(t.cuda.mem_get_info(device)[1])
+        return total
+
+
+def _is_cuda_build(t: Any) -> bool:
+    v = getattr(t, "version", None)
+    return bool(getattr(v, "cuda", None) or getattr(v, "hip", None))
+
+
+def _caching_enabled(t: Any, set_by_us: bool | None = None) -> bool | None:
+    """The caching switch. torch >= 2.12 can be asked; before, only what we set is known
+    (a call of ``caching_allocator_enable`` by the user's own code is then not seen)."""
+    f = getattr(t._C, "_cuda_cudaCachingAllocator_is_enabled", None)
+    if f is not None and t.cuda.is_initialized():
+        return bool(f())
+    if set_by_us is not None:
+        return set_by_us
+    return os.environ.get(_NO_CACHING_ENV) != "1"
+
+
+def _other_accelerator(t: Any) -> Reading | None:
+    """XPU and other non-CUDA accelerators through ``torch.accelerator`` (torch >= 2.9).
+
+    Read only where that backend reports itself initialised, so no device is started.
+    """
+    acc_mod = getattr(t, "accelerator", None)
+    if acc_mod is None or not hasattr(acc_mod, "memory_stats"):
+        return None
+    try:
+        acc = acc_mod.current_accelerator(check_available=False)
+    except Exception:
+        return None
+    if acc is None or acc.type not in ("xpu", "mps"):
+        return None
+    backend_mod = getattr(t, acc.type, None)
+    is_init = getattr(backend_mod, "is_initialized", None)
+    version = str(t.__version__)
+    if acc.type == "mps":
+        started = backend_mod is not None and bool(backend_mod.current_allocated_memory() or 0)
+    else:
+        started = bool(is_init()) if callable(is_init) else False
+    if not started:
+        return Reading(
+            "not_initialized",
+            f"{acc.type} is not initialised in this kernel yet",
+            version,
+            None,
+            (),
+        )
+    devices = []
+    for i in range(int(acc_mod.device_count())):
+        stats = stats_from_flat(acc_mod.memory_stats(i))
+        mgi = None
+        if hasattr(acc_mod, "get_memory_info"):
+            try:
+                mgi = tuple(acc_mod.get_memory_info(i))
+            except Exception:
+                mgi = None
+        devices.append(
+            make_device_sample(
+                index=i,
+                name=acc.type,
+                backend=acc.type,
+                initialized=True,
+                stats=stats,
+                nvml=None,
+                mem_get_info=mgi,
+                fraction=None,
+            )
+        )
+    return Reading("ok", "", version, None, tuple(devices))

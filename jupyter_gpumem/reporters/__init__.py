@@ -1,0 +1,17 @@
+"""Views of the model: pure functions from records to text, HTML or tables."""
+
+from __future__ import annotations
+
+from ._rows import compact_line
+from .html import cell_report_html, measurement_html, table_html
+from .text import cell_report_text, measurement_text, table_text
+
+__all__ = [
+    "cell_report_html",
+    "cell_report_text",
+    "compact_line",
+    "measurement_html",
+    "measurement_text",
+    "table_html",
+    "table_text",
+]

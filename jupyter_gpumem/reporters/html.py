@@ -1,0 +1,60 @@
+"""HTML views (``text/html``): self-contained, every value escaped, no scripts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from html import escape
+
+from ..model import CellReport, Measurement
+from ._rows import (
+    TABLE_COLUMNS,
+    cell_header,
+    cell_sections,
+    measurement_notes,
+    no_device_line,
+    table_rows,
+)
+
+_STYLE = (
+    "font-family:var(--jp-code-font-family,monospace);font-size:var(--jp-code-font-size,12px);"
+    "border-collapse:collapse"
+)
+_CELL = "padding:1px 8px;text-align:left"
+
+
+def _tr(cells: Sequence[str], tag: str = "td") -> str:
+    return "<tr>" + "".join(f'<{tag} style="{_CELL}">{escape(c)}</{tag}>' for c in cells) + "</tr>"
+
+
+def cell_report_html(r: CellReport) -> str:
+    color = "var(--jp-error-color1,#d32f2f)" if r.failed else "inherit"
+    out = [
+        f'<div class="jp-GpuMem-report"><div style="font-weight:bold;color:{color}">'
+        f"{escape(cell_header(r))}</div>"
+    ]
+    sections = cell_sections(r)
+    if not sections:
+        out.append(f"<div>{escape(no_device_line(r))}</div>")
+    for s in sections:
+        out.append(
+            f'<table style="{_STYLE}"><tr><th colspan="3" style="{_CELL}">'
+            f"{escape(s.title)}</th></tr>"
+        )
+        out += [_tr((row.label, row.value, row.note)) for row in s.rows]
+        out.append("</table>")
+    if r.hints:
+        out.append("<ul>" + "".join(f"<li>{escape(h)}</li>" for h in r.hints) + "</ul>")
+    out.append("</div>")
+    return "".join(out)
+
+
+def table_html(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    body = _tr(header, "th") + "".join(_tr([str(c) for c in r]) for r in rows)
+    return f'<table style="{_STYLE}">{body}</table>'
+
+
+def measurement_html(m: Measurement) -> str:
+    rows = table_rows(m)
+    parts = [table_html(TABLE_COLUMNS, rows) if rows else "<div>no GPU devices</div>"]
+    parts += [f"<div>{escape(n)}</div>" for n in measurement_notes(m)]
+    return '<div class="jp-GpuMem-now">' + "".join(parts) + "</div>"

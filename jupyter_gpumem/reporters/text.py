@@ -1,0 +1,46 @@
+"""Plain-text views (``text/plain``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..model import CellReport, Measurement
+from ._rows import (
+    TABLE_COLUMNS,
+    cell_header,
+    cell_sections,
+    measurement_notes,
+    no_device_line,
+    table_rows,
+)
+
+
+def cell_report_text(r: CellReport) -> str:
+    lines = [cell_header(r)]
+    sections = cell_sections(r)
+    if not sections:
+        lines.append("  " + no_device_line(r))
+    for s in sections:
+        lines.append(f"  {s.title}")
+        width = max(len(row.label) for row in s.rows)
+        for row in s.rows:
+            note = f"   [{row.note}]" if row.note else ""
+            lines.append(f"    {row.label:<{width}}  {row.value}{note}")
+    for h in r.hints:
+        lines.append(f"  hint: {h}")
+    return "\n".join(lines)
+
+
+def table_text(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    out = [fmt.format(*header), fmt.format(*("-" * w for w in widths))]
+    out += [fmt.format(*map(str, r)) for r in rows]
+    return "\n".join(line.rstrip() for line in out)
+
+
+def measurement_text(m: Measurement) -> str:
+    rows = table_rows(m)
+    parts = [table_text(TABLE_COLUMNS, rows)] if rows else ["no GPU devices"]
+    parts += measurement_notes(m)
+    return "\n".join(parts)

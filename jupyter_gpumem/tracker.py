@@ -1,0 +1,128 @@
+"""One cell's measurement: a reading before, a reading after, and the exact peaks between.
+
+Kernel-agnostic: the IPython hooks call :meth:`CellTracker.begin` and
+:meth:`CellTracker.end`; so can any other front end.
+
+Peaks. PyTorch keeps one peak counter per device for the whole process. By default
+``begin`` resets it (``reset_peak_memory_stats``, 0.2 us), so the peak read at ``end`` is
+exactly the highest point inside the cell, and the user's own ``max_memory_allocated()``
+afterwards also means "peak of the last measured cell". With ``keep_peak=True`` nothing
+is reset: the peak is exact when the cell set a new process-wide peak, and otherwise only
+an upper bound (``peak_exact=False``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .collectors import Collector
+from .hints import hints_for
+from .model import CellReport, DeviceCellReport, DeviceSample, Measurement
+
+
+@dataclass(slots=True)
+class _Open:
+    before: Measurement
+    keep_peak: bool
+    oom_mark: int
+
+
+class CellTracker:
+    def __init__(self, collector: Collector) -> None:
+        self.collector = collector
+        self._open: _Open | None = None
+
+    @property
+    def active(self) -> bool:
+        return self._open is not None
+
+    def begin(self, keep_peak: bool = False) -> Measurement:
+        before = self.collector.measure()
+        if not keep_peak:
+            self.collector.backend.reset_peaks(
+                [d.index for d in before.devices if d.allocator is not None]
+            )
+        self._open = _Open(before, keep_peak, self.collector.oom_count)
+        return before
+
+    def cancel(self) -> None:
+        self._open = None
+
+    def end(
+        self,
+        execution_count: int | None = None,
+        first_line: str = "",
+        error: BaseException | None = None,
+        device: int | None = None,
+    ) -> CellReport:
+        """Close the cell. ``device`` restricts the report to one device."""
+        if self._open is None:
+            raise RuntimeError("end() without begin()")
+        opened, self._open = self._open, None
+        after = self.collector.measure()
+        devices = []
+        for a in after.devices:
+            if device is not None and a.index != device:
+                continue
+            b = opened.before.device(a.index) or DeviceSample(a.index, a.name, a.backend, False)
+            d = _device_report(b, a, opened.keep_peak)
+            if device is not None or _touched(d):
+                devices.append(d)
+        new_ooms = self.collector.oom_count - opened.oom_mark
+        ooms = tuple(list(self.collector.ooms)[-new_ooms:]) if new_ooms else ()
+        report = CellReport(
+            execution_count=execution_count,
+            first_line=first_line,
+            before=opened.before,
+            after=after,
+            devices=tuple(devices),
+            wall_time=after.clock - opened.before.clock,
+            failed=error is not None,
+            error=_describe(error),
+            ooms=ooms,
+        )
+        return _with_hints(report)
+
+
+def _device_report(b: DeviceSample, a: DeviceSample, keep_peak: bool) -> DeviceCellReport:
+    if a.allocator is None:
+        return DeviceCellReport(b, a, None, None, True)
+    pa, pr = a.allocator.peak_allocated, a.allocator.peak_reserved
+    if b.allocator is None or not keep_peak:
+        # Reset at begin, or the allocator started inside this cell: counters are exact.
+        return DeviceCellReport(b, a, pa, pr, True)
+    exact = pa > b.allocator.peak_allocated
+    return DeviceCellReport(b, a, pa, pr, exact)
+
+
+def _touched(d: DeviceCellReport) -> bool:
+    if d.before.initialized != d.after.initialized:
+        return True
+    if d.after.allocator is not None:
+        a, b = d.after.allocator, d.before.allocator
+        if b is None or (a.allocated, a.reserved, a.device_allocs, a.ooms) != (
+            b.allocated,
+            b.reserved,
+            b.device_allocs,
+            b.ooms,
+        ):
+            return True
+        if (d.peak_above_start or 0) > 0:
+            return True
+    delta = d.process_used_delta
+    return bool(delta)
+
+
+def _describe(error: BaseException | None) -> str | None:
+    if error is None:
+        return None
+    msg = str(error).strip().splitlines()
+    first = msg[0] if msg else ""
+    name = type(error).__name__
+    return f"{name}: {first}" if first else name
+
+
+def _with_hints(r: CellReport) -> CellReport:
+    from dataclasses import replace
+
+    return replace(r, hints=hints_for(r))

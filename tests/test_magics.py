@@ -1,0 +1,236 @@
+"""%%gpumem and %gpumem through a real IPython InteractiveShell."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from jupyter_gpumem._ipython import current
+from tests.conftest import run
+from tests.fakes import ScriptedBackend, scenario
+
+
+@pytest.fixture
+def spike(ip):
+    before, after, _ = scenario("transient_spike")
+    backend = ScriptedBackend(before, after)
+    current().collector.backend = backend
+    return backend
+
+
+# -- loading ---------------------------------------------------------------------------
+def test_both_names_share_one_session_and_unload_removes_everything(shell):
+    n_cleanup = len(shell.input_transformers_cleanup)
+    n_pre = len(shell.events.callbacks["pre_run_cell"])
+    shell.run_line_magic("load_ext", "gpumem")
+    s = current()
+    shell.run_line_magic("load_ext", "jupyter_gpumem")
+    assert current() is s
+    assert "gpumem" in shell.magics_manager.magics["line"]
+    assert "gpumem" in shell.magics_manager.magics["cell"]
+    assert len(shell.input_transformers_cleanup) == n_cleanup + 1
+    shell.run_line_magic("unload_ext", "gpumem")
+    assert current() is None
+    assert "gpumem" not in shell.magics_manager.magics["line"]
+    assert "gpumem" not in shell.magics_manager.magics["cell"]
+    assert len(shell.input_transformers_cleanup) == n_cleanup
+    assert len(shell.events.callbacks["pre_run_cell"]) == n_pre
+    shell.run_line_magic("unload_ext", "jupyter_gpumem")  # a second unload is harmless
+
+
+def test_loaded_from_config():
+    script = textwrap.dedent(
+        """
+        from traitlets.config import Config
+        from IPython.terminal.ipapp import TerminalIPythonApp
+        c = Config()
+        c.InteractiveShellApp.extensions = ["gpumem"]
+        c.GpuMem.history_size = 7
+        c.GpuMem.auto = True
+        app = TerminalIPythonApp(config=c)
+        app.initialize([])
+        from jupyter_gpumem._ipython import current
+        s = current()
+        print(s.history.maxlen, s.auto)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "7 True"
+
+
+# -- the cell runs as a normal cell ------------------------------------------------------
+def test_cell_report_and_out(ip, spike):
+    res, texts, _ = run(ip, "%%gpumem -o rep\nx = 40\nx + 2")
+    assert res.success and res.result == 42
+    assert ip.user_ns["_"] == 42  # Out/_ as without the magic
+    assert len(texts) == 1 and "(+64.00 MiB)" in texts[0]
+    rep = ip.user_ns["rep"]
+    assert rep.first_line == "x = 40" and rep.device(0).allocated_delta == 64 << 20
+    assert spike.reads == 2
+
+
+def test_traceback_line_numbers_are_those_the_user_sees(ip, spike):
+    res, texts, _ = run(ip, "%%gpumem -o rep\na = 1\nb = 2\n1/0\n")
+    assert isinstance(res.error_in_exec, ZeroDivisionError)
+    tb = res.error_in_exec.__traceback__
+    while tb.tb_next:
+        tb = tb.tb_next
+    assert tb.tb_lineno == 4  # line 4 of the cell as typed, %%gpumem being line 1
+    assert ip.user_ns["rep"].failed
+    assert "FAILED (ZeroDivisionError: division by zero)" in texts[0]
+
+
+def test_keyboard_interrupt_propagates_and_report_marked(ip, spike):
+    res, texts, _ = run(ip, "%%gpumem -o rep\nraise KeyboardInterrupt")
+    assert isinstance(res.error_in_exec, KeyboardInterrupt)
+    assert ip.user_ns["rep"].error == "KeyboardInterrupt"
+    assert "FAILED (KeyboardInterrupt)" in texts[0]
+
+
+def test_top_level_await(ip, spike):
+    res, _, _ = run(ip, "%%gpumem -o rep\nimport asyncio\nawait asyncio.sleep(0)\nv = 5")
+    assert res.success and ip.user_ns["v"] == 5 and not ip.user_ns["rep"].failed
+
+
+def test_from_future_import_still_first(ip, spike):
+    res, _, _ = run(ip, "%%gpumem\nfrom __future__ import annotations\nw = 1")
+    assert res.success, res.error_in_exec
+
+
+def test_quiet_records_but_shows_nothing(ip, spike):
+    res, texts, _ = run(ip, "%%gpumem -q\nq = 1")
+    assert res.success and texts == []
+    assert len(current().history) == 1
+
+
+def test_peak_reset_only_without_keep_peak(ip, spike):
+    run(ip, "%%gpumem --keep-peak\nq = 1")
+    assert spike.resets == []
+    spike.reads = 0
+    run(ip, "%%gpumem\nq = 1")
+    assert spike.resets == [[0]]
+
+
+def test_device_option(ip, spike):
+    run(ip, "%%gpumem -d 0 -o rep\nq = 1")
+    assert [d.index for d in ip.user_ns["rep"].devices] == [0]
+
+
+# -- bad input: UsageError and the body does not run -------------------------------------
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("%%gpumem --bogus", "unrecognized arguments: --bogus"),
+        ("%%gpumem -d 5", "no device 5: this kernel sees 1 device(s) (0..0)"),
+        ("%%gpumem -d x", "not a whole number"),
+        ("%%gpumem -o 1bad", "-o needs a Python variable name"),
+    ],
+)
+def test_bad_cell_flags(ip, spike, line, message):
+    ip.user_ns.pop("ran", None)
+    res, texts, _ = run(ip, f"{line}\nran = True")
+    assert "ran" not in ip.user_ns
+    assert type(res.error_in_exec).__name__ == "UsageError"
+    assert message in str(res.error_in_exec)
+    assert texts == []
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("%gpumem frobnicate", "invalid choice: 'frobnicate'"),
+        ("%gpumem limit 12XB", "not a size: '12XB'"),
+        ("%gpumem limit 1.5", "a fraction must be in (0, 1]"),
+        ("%gpumem limit", "the following arguments are required: spec"),
+        ("%gpumem auto maybe", "invalid choice: 'maybe'"),
+        ("%gpumem history -n -1", "must not be negative"),
+        ("%gpumem -d 3", "no device 3"),
+        ("%gpumem panel --interval 10", "at least 100 ms"),
+    ],
+)
+def test_bad_line_commands(ip, spike, line, message):
+    res, _, _ = run(ip, line)
+    assert type(res.error_in_exec).__name__ == "UsageError"
+    assert message in str(res.error_in_exec)
+
+
+def test_help_is_real(ip):
+    doc = ip.find_line_magic("gpumem").__doc__
+    for text in ("%%gpumem [-d N] [-q] [-o VAR] [--keep-peak]", "max_memory_allocated",
+                 "%gpumem limit 24GiB|0.3|off", "%gpumem caching off|on"):  # fmt: skip
+        assert text in doc
+    assert ip.find_cell_magic("gpumem").__doc__ == doc
+
+
+# -- the tool's own failures never break the cell ----------------------------------------
+def test_tool_failure_is_a_warning(ip, capsys):
+    current().collector.backend = ScriptedBackend(scenario("keep_n_bytes")[0], fail=True)
+    res, texts, cap = run(ip, "%%gpumem\nz = 41 + 1\nz")
+    assert res.success and res.result == 42
+    assert texts == ["42"] or texts == []
+    assert "gpumem: warning: could not take the reading before the cell" in cap.stderr
+    assert len(cap.stderr.strip().splitlines()) == 1
+
+
+# -- line commands ---------------------------------------------------------------------
+def test_auto_mode_compact_line(ip, spike):
+    _, _, cap = run(ip, "%gpumem auto on")
+    assert "auto mode on" in cap.stdout
+    _res, texts, _ = run(ip, "k = 1")
+    assert len(texts) == 1 and texts[0].startswith("gpumem [")
+    assert "cuda:0 alloc +64.00 MiB (320.00 MiB)" in texts[0]
+    _, texts, _ = run(ip, "%gpumem history")  # own commands are not reported
+    assert not any(t.startswith("gpumem [") for t in texts)
+    run(ip, "%gpumem auto off")
+    _, texts, _ = run(ip, "k = 2")
+    assert texts == []
+
+
+def test_history_commands(ip, spike, tmp_path):
+    for i in range(3):
+        run(ip, f"%%gpumem -q\nh{i} = {i}")
+    _, texts, _ = run(ip, "%gpumem history -n 2")
+    table = texts[0].splitlines()
+    assert len(table) == 4  # header, rule, 2 rows
+    assert "h1 = 1" in table[2] and "h2 = 2" in table[3]
+    path = tmp_path / "hist.csv"
+    res, _, cap = run(ip, f"%gpumem history --csv {path}")
+    assert res.success and "wrote 3 rows" in cap.stdout
+    res, _, _ = run(ip, f"%gpumem history --csv {path}")
+    assert "exists: choose a new file name" in str(res.error_in_exec)
+    import jupyter_gpumem
+
+    df = jupyter_gpumem.history()
+    assert list(df["first_line"]) == ["h0 = 0", "h1 = 1", "h2 = 2"]
+    run(ip, "%gpumem history --clear")
+    assert len(current().history) == 0
+
+
+def test_history_size_from_config(ip):
+    assert current().history.maxlen == 1000
+
+
+def test_now_without_torch_reports_state(ip):
+    from jupyter_gpumem.collectors._torch import TorchBackend
+
+    current().collector.backend = TorchBackend()
+    res, texts, _ = run(ip, "%gpumem")
+    assert res.success
+    # on CI there is no GPU/NVML: a statement, not a traceback
+    assert texts and ("no GPU devices" in texts[0] or "cuda:" in texts[0])
+
+
+def test_actions_refused_without_torch(ip, monkeypatch):
+    from jupyter_gpumem.collectors._torch import TorchBackend
+
+    current().collector.backend = TorchBackend()
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    for cmd in ("%gpumem empty-cache", "%gpumem caching off", "%gpumem limit 0.5",
+                "%gpumem reset-peak"):  # fmt: skip
+        res, _, _ = run(ip, cmd)
+        assert "torch is not imported in this kernel" in str(res.error_in_exec), cmd

@@ -1,0 +1,151 @@
+"""Collector -> model -> cell report, on allocator readings recorded on an H200.
+
+Each scenario in tests/fixtures/gpu_readings.json was produced by real allocations of known
+size (tests/gpu/record_fixtures.py); the report must give back exactly those sizes.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from jupyter_gpumem.collectors import Collector
+from jupyter_gpumem.collectors._torch import stats_from_flat, stats_from_nested
+from jupyter_gpumem.tracker import CellTracker
+from tests.fakes import RECORDED, ScriptedBackend, scenario
+
+MiB = 1 << 20
+
+
+def report_for(name: str, **end_kw):
+    before, after, truth = scenario(name)
+    backend = ScriptedBackend(before, after)
+    t = CellTracker(Collector(backend))
+    t.begin()
+    return t.end(**end_kw), truth, backend
+
+
+def test_nested_and_flat_stats_agree():
+    nf = RECORDED["nested_vs_flat"]
+    assert stats_from_nested(nf["nested"]) == stats_from_flat(nf["flat"])
+
+
+def test_keep_n_bytes():
+    r, truth, backend = report_for("keep_n_bytes")
+    d = r.device(0)
+    assert d.allocated_delta == truth["n"] == 256 * MiB
+    assert d.reserved_delta == truth["n"]
+    assert d.peak_allocated == truth["n"]
+    assert d.peak_above_start == truth["n"]
+    assert d.device_allocs == 1 and d.device_frees == 0
+    assert backend.resets == [[0]]  # peak reset on the initialised device before the cell
+
+
+def test_transient_spike_peak_is_exact():
+    r, truth, _ = report_for("transient_spike")
+    d = r.device(0)
+    assert d.allocated_delta == truth["kept"]
+    assert d.peak_above_start == truth["kept"] + truth["spike"]
+    assert d.reserved_delta == truth["kept"] + truth["spike"]  # the spike stays cached
+    assert any(h.startswith("Reserved grew by") for h in r.hints)
+    assert any(h.startswith("Temporaries peaked 576.00 MiB") for h in r.hints)
+
+
+def test_empty_cache_released():
+    r, truth, _ = report_for("empty_cache")
+    d = r.device(0)
+    assert d.reserved_delta == -truth["released"]
+    assert d.allocated_delta == 0
+    assert d.device_frees >= 1
+    # NVML sees the same bytes leave this process
+    assert d.process_used_delta == -truth["released"]
+
+
+def test_fragmentation_non_releasable():
+    r, _, _ = report_for("fragmentation")
+    a = r.device(0).after.allocator
+    assert a.inactive_split > 0
+    assert a.inactive_split == r.after.device(0).allocator.inactive_split
+
+
+def test_caching_off_outside_torch_delta_is_exact():
+    r, truth, _ = report_for("caching_off")
+    d = r.device(0)
+    assert r.after.caching is False
+    assert d.allocated_delta == 0 and d.reserved_delta == 0  # counters miss it
+    assert d.outside_torch_delta == truth["n"]  # the device level does not
+    assert any(h.startswith("Caching is off: 128.00 MiB") for h in r.hints)
+
+
+def test_oom_at_cap():
+    r, truth, _ = report_for("oom_at_cap", error=MemoryError("CUDA out of memory"))
+    d = r.device(0)
+    assert d.ooms == 1
+    assert r.failed and r.error == "MemoryError: CUDA out of memory"
+    assert d.after.limit is not None
+    assert d.after.limit.bytes == truth["cap"]
+
+
+def test_context_created_in_cell():
+    r, _, _ = report_for("context_created")
+    d = r.device(0)
+    assert not d.before.initialized and d.after.initialized
+    assert d.allocated_delta == 0
+    ctx = d.after.process_used
+    assert d.after.outside_torch == ctx  # nothing reserved yet: all of it is the context
+    assert any(h.startswith("This cell started CUDA on cuda:0") for h in r.hints)
+
+
+def test_keep_peak_upper_bound_when_no_new_peak():
+    before, after, _ = scenario("empty_cache")  # peak 832 MiB set earlier, not exceeded
+    t = CellTracker(Collector(ScriptedBackend(before, after)))
+    t.begin(keep_peak=True)
+    d = t.end().device(0)
+    assert t.collector.backend.resets == []
+    assert not d.peak_exact
+
+
+def test_keep_peak_exact_when_new_peak():
+    before, after, _ = scenario("transient_spike")
+    t = CellTracker(Collector(ScriptedBackend(before, after)))
+    t.begin(keep_peak=True)
+    d = t.end().device(0)
+    assert d.peak_exact and d.peak_allocated == 832 * MiB
+
+
+def test_untouched_device_is_left_out_unless_asked():
+    before, _, _ = scenario("keep_n_bytes")
+    t = CellTracker(Collector(ScriptedBackend(before, before)))
+    t.begin()
+    assert t.end().devices == ()
+    t.begin()
+    assert [d.index for d in t.end(device=0).devices] == [0]
+
+
+def test_sample_dict_matches_model():
+    _, after, truth = scenario("keep_n_bytes")
+    m = Collector(ScriptedBackend(after)).measure()
+    s = m.to_dict()
+    dev = s["devices"][0]
+    assert dev["allocated"] == truth["n"]
+    assert dev["process_used"] == after["devices"][0]["nvml"]["process_used"]
+    assert dev["limit"] is None and s["state"] == "ok"
+
+
+def test_timeline_frames_are_consistent():
+    from jupyter_gpumem.collectors._replay import reading_from_raw
+
+    for raw in RECORDED["timeline"]:
+        d = reading_from_raw(raw).devices[0]
+        a = d.allocator
+        assert a.allocated <= a.reserved <= d.process_used <= d.device_used <= d.total
+        assert a.peak_allocated >= a.allocated
+
+
+@pytest.mark.parametrize("name", list(RECORDED["scenarios"]))
+def test_every_scenario_reports_without_error(name):
+    from jupyter_gpumem.reporters import cell_report_html, cell_report_text, compact_line
+
+    r, _, _ = report_for(name)
+    assert "gpumem: cell" in cell_report_text(r)
+    assert cell_report_html(r).startswith('<div class="jp-GpuMem-report">')
+    assert compact_line(r).startswith("gpumem ")
