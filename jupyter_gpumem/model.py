@@ -201,13 +201,21 @@ class DeviceCellReport:
 
     @property
     def device_used_delta(self) -> int | None:
+        # A device that got its context in the cell has NVML figures before and
+        # cudaMemGetInfo figures after: different definitions, not comparable.
         if self.after.device_used is None or self.before.device_used is None:
+            return None
+        if self.before.initialized != self.after.initialized:
             return None
         return self.after.device_used - self.before.device_used
 
     @property
     def process_used_delta(self) -> int | None:
-        if self.after.process_used is None or self.before.process_used is None:
+        if self.after.process_used is None:
+            return None
+        if not self.before.initialized:
+            return self.after.process_used  # no context before: this process used nothing
+        if self.before.process_used is None:
             return None
         return self.after.process_used - self.before.process_used
 

@@ -37,7 +37,7 @@ class CellTracker:
         return self._open is not None
 
     def begin(self, keep_peak: bool = False) -> Measurement:
-        before = self.collector.measure()
+        before = self.collector.measure(with_process=False, full=False)
         if not keep_peak:
             self.collector.backend.reset_peaks(
                 [d.index for d in before.devices if d.allocator is not None]
@@ -54,12 +54,15 @@ class CellTracker:
         first_line: str = "",
         error: BaseException | None = None,
         device: int | None = None,
+        with_process: bool = True,
     ) -> CellReport:
-        """Close the cell. ``device`` restricts the report to one device."""
+        """Close the cell. ``device`` restricts the report to one device;
+        ``with_process`` adds NVML's per-process figure (17-60 us a device), which only the
+        full report shows."""
         if self._open is None:
             raise RuntimeError("end() without begin()")
         opened, self._open = self._open, None
-        after = self.collector.measure()
+        after = self.collector.measure(with_process=with_process, full=False)
         devices = []
         for a in after.devices:
             if device is not None and a.index != device:
@@ -109,7 +112,10 @@ def _touched(d: DeviceCellReport) -> bool:
             return True
         if (d.peak_above_start or 0) > 0:
             return True
+    # Allocations made while caching is off show only at the device level.
     delta = d.process_used_delta
+    if delta is None:
+        delta = d.device_used_delta
     return bool(delta)
 
 

@@ -24,7 +24,7 @@ class ScriptedBackend:
         self.resets: list[list[int] | None] = []
         self.fail = fail
 
-    def read(self, with_process: bool = True) -> Reading:
+    def read(self, with_process: bool = True, full: bool = True) -> Reading:
         if self.fail:
             raise RuntimeError("driver exploded")
         raw = self.raws[min(self.reads, len(self.raws) - 1)]

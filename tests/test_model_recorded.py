@@ -149,3 +149,15 @@ def test_every_scenario_reports_without_error(name):
     assert "gpumem: cell" in cell_report_text(r)
     assert cell_report_html(r).startswith('<div class="jp-GpuMem-report">')
     assert compact_line(r).startswith("gpumem ")
+
+
+def test_caching_off_cell_touched_without_process_figures():
+    """The cheap bracket readings carry no NVML figure: the device-level change alone must
+    mark the device and give the uncached bytes."""
+    before, after, truth = scenario("caching_off")
+    strip = lambda raw: {**raw, "devices": [{**d, "nvml": None} for d in raw["devices"]]}  # noqa: E731
+    t = CellTracker(Collector(ScriptedBackend(strip(before), strip(after))))
+    t.begin()
+    d = t.end().device(0)
+    assert d is not None and d.process_used_delta is None
+    assert truth["n"] <= d.outside_torch_delta <= truth["n"] + 2 * MiB

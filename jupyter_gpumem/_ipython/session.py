@@ -48,7 +48,7 @@ class GpuMem(Configurable):
     ).tag(config=True)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class CellOptions:
     device: int | None = None
     quiet: bool = False
@@ -70,6 +70,7 @@ class Session:
         self._pending: CellOptions | None = None
         self.nested = False  # a cell run by the %%gpumem magic itself (fallback path)
         self.parse_cell_line: Callable[[str], CellOptions] | None = None
+        self._parsed: dict[str, CellOptions] = {}
         self.report_listeners: list[Callable[[CellReport], None]] = []
         self.last_report: CellReport | None = None
 
@@ -83,10 +84,19 @@ class Session:
         m = CELL_LINE.match(lines[0])
         if m is None or self.parse_cell_line is None:
             return None
+        args = m.group("args") or ""
+        # argparse costs tens of microseconds and this runs 2-3 times per cell (transform,
+        # kernel pre-transform, pre_run_cell): remember the few distinct flag strings.
+        cached = self._parsed.get(args)
+        if cached is not None:
+            return cached
         try:
-            return self.parse_cell_line(m.group("args") or "")
+            opts = self.parse_cell_line(args)
         except Exception:
             return None
+        if len(self._parsed) < 64:
+            self._parsed[args] = opts
+        return opts
 
     def transform(self, lines: list[str]) -> list[str]:
         """Blank the ``%%gpumem`` line. Pure: IPython also calls it for completeness checks."""
@@ -129,6 +139,7 @@ class Session:
                 first_line=first_code_line(raw),
                 error=error if isinstance(error, BaseException) else None,
                 device=opts.device,
+                with_process=opts.output is not None or not (opts.quiet or opts.compact),
             )
         except Exception as e:
             self.tracker.cancel()

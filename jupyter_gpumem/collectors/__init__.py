@@ -25,7 +25,7 @@ class Backend(Protocol):
 
     replay: bool
 
-    def read(self, with_process: bool = True) -> Reading: ...
+    def read(self, with_process: bool = True, full: bool = True) -> Reading: ...
     def initialized_devices(self) -> list[int]: ...
     def device_count(self) -> int: ...
     def reset_peaks(self, devices: list[int] | None = None) -> None: ...
@@ -63,11 +63,12 @@ class Collector:
         self.ooms.append(OomEvent(int(device), int(requested), int(allowed), int(free)))
         self.oom_count += 1
 
-    def measure(self, with_process: bool = True) -> Measurement:
+    def measure(self, with_process: bool = True, full: bool = True) -> Measurement:
+        """``full=False`` is the cheap reading that brackets a cell (see TorchBackend.read)."""
         with self._lock:
             self.backend.attach_oom_observer(self._on_oom)
             t, clock = time.time(), time.perf_counter()
-            r = self.backend.read(with_process)
+            r = self.backend.read(with_process, full)
             return Measurement(
                 time=t,
                 clock=clock,

@@ -88,6 +88,7 @@ class Nvml:
         self._names: dict[int, str] = {}
         self.error: str | None = None
         self._started = False
+        self._visible: tuple[str | None, list[int | None]] | None = None
 
     def _start(self) -> bool:
         if self._started:
@@ -126,6 +127,14 @@ class Nvml:
         """
         if not self._start():
             return []
+        env = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if self._visible is not None and self._visible[0] == env:
+            return self._visible[1]
+        vis = self._map_visible()
+        self._visible = (env, vis)
+        return vis
+
+    def _map_visible(self) -> list[int | None]:
         n = self.count()
         parsed = parse_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"))
         if parsed and isinstance(parsed[0], str):
@@ -156,6 +165,19 @@ class Nvml:
         u = self._nvml.nvmlDeviceGetUUID(self._handle(nvml_index))
         return u.decode() if isinstance(u, bytes) else str(u)
 
+    def process_used(self, nvml_index: int) -> int | None:
+        """This process's memory on one device (17-60 us), or None when NVML doesn't list it
+        (no context there, or a container whose PIDs NVML can't see)."""
+        if not self._start():
+            return None
+        try:
+            for p in self._nvml.nvmlDeviceGetComputeRunningProcesses(self._handle(nvml_index)):
+                if p.pid == self.pid and p.usedGpuMemory is not None:
+                    return int(p.usedGpuMemory)
+        except Exception as e:
+            self.error = f"NVML: {e}"
+        return None
+
     def read(self, nvml_index: int, with_process: bool = True) -> NvmlDevice | None:
         if not self._start():
             return None
@@ -167,12 +189,7 @@ class Nvml:
                 name = raw.decode() if isinstance(raw, bytes) else str(raw)
                 self._names[nvml_index] = name
             mem = self._nvml.nvmlDeviceGetMemoryInfo(h)
-            process_used = None
-            if with_process:
-                for p in self._nvml.nvmlDeviceGetComputeRunningProcesses(h):
-                    if p.pid == self.pid and p.usedGpuMemory is not None:
-                        process_used = int(p.usedGpuMemory)
-                        break
+            process_used = self.process_used(nvml_index) if with_process else None
             return NvmlDevice(name, int(mem.total), int(mem.used), process_used)
         except Exception as e:
             self.error = f"NVML: {e}"

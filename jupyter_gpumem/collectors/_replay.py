@@ -68,7 +68,7 @@ class ReplayBackend:
         i = int((self._clock() - self._t0) / self.period) % len(self.timeline)
         return self.timeline[i]
 
-    def read(self, with_process: bool = True) -> Reading:
+    def read(self, with_process: bool = True, full: bool = True) -> Reading:
         r = reading_from_raw(self._frame(), "replaying recorded samples (test mode)")
         devices = []
         for d in r.devices:

@@ -84,23 +84,25 @@ def make_device_sample(
 ) -> DeviceSample:
     """The one conversion from raw readings to a :class:`DeviceSample`.
 
-    Device totals and usage come from NVML when it is there, so they match ``nvidia-smi``
-    (NVML's ``used`` includes ~600 MB the driver reserves, which ``cudaMemGetInfo`` leaves
-    out of its total); otherwise from ``cudaMemGetInfo``. A cap is
-    ``fraction * cudaMemGetInfo total``, as the allocator computes it.
+    Where this process has a context, total and usage come from ``cudaMemGetInfo``, as
+    PyTorch sees them (10 us, no NVML needed); NVML's ``used`` is ~0.6 GB higher on an H200
+    because it also counts memory the driver reserves, so the two are never mixed within
+    one device's figures. Devices without a context have NVML's figures only. This
+    process's usage always comes from NVML. A cap is ``fraction * cudaMemGetInfo total``,
+    as the allocator computes it.
     """
     total = device_used = process_used = None
     if nvml is not None:
-        total, device_used, process_used = nvml.total, nvml.used, nvml.process_used
+        process_used = nvml.process_used
         name = name or nvml.name
-    elif mem_get_info is not None:
-        free, cuda_total = mem_get_info
-        total, device_used = cuda_total, cuda_total - free
+    if mem_get_info is not None:
+        free, total = mem_get_info
+        device_used = total - free
+    elif nvml is not None:
+        total, device_used = nvml.total, nvml.used
     limit = None
-    if fraction is not None and fraction < 1.0:
-        cap_base = mem_get_info[1] if mem_get_info is not None else total
-        if cap_base is not None:
-            limit = Limit(fraction=fraction, bytes=int(fraction * cap_base))
+    if fraction is not None and fraction < 1.0 and total is not None:
+        limit = Limit(fraction=fraction, bytes=int(fraction * total))
     return DeviceSample(
         index=index,
         name=name,
@@ -133,7 +135,6 @@ class TorchBackend:
 
     def __init__(self, nvml: Nvml | None = None) -> None:
         self.nvml = nvml or Nvml()
-        self._cuda_totals: dict[int, tuple[int, int]] = {}
         self._names: dict[int, str] = {}
         self._oom_attached = False
         self._caching_set: bool | None = None  # last switch we made (torch < 2.12 can't tell)
@@ -164,17 +165,20 @@ class TorchBackend:
             return int(t.cuda.device_count())
         return len(self.nvml.visible())
 
-    def read(self, with_process: bool = True) -> Reading:
+    def read(self, with_process: bool = True, full: bool = True) -> Reading:
+        """``full``: NVML figures for every device (``%gpumem``, the panel). Otherwise only
+        what a cell's before/after needs, from the allocator and ``cudaMemGetInfo``
+        (~10 us a device), plus NVML's per-process figure when ``with_process``."""
         t = self.torch()
         if t is None:
-            seen = self._nvml_devices(with_process)
+            seen = self._nvml_devices(with_process) if full else ()
             return Reading("no_torch", self._no_torch_message(seen), None, None, seen)
         version = str(getattr(t, "__version__", "?"))
         if not _is_cuda_build(t):
             other = _other_accelerator(t)
             if other is not None:
                 return other
-            seen = self._nvml_devices(with_process)
+            seen = self._nvml_devices(with_process) if full else ()
             return Reading(
                 "cpu_only",
                 f"torch {version} is a CPU-only build"
@@ -184,8 +188,8 @@ class TorchBackend:
                 seen,
             )
         if not t.cuda.is_initialized():
-            nvml_devices = self._nvml_devices(with_process)
-            found = bool(nvml_devices) or not self.nvml.available
+            nvml_devices = self._nvml_devices(with_process) if full else ()
+            found = bool(nvml_devices) or not full or not self.nvml.available
             return Reading(
                 "not_initialized" if found else "no_gpu",
                 "CUDA is not initialised in this kernel yet: NVML figures only"
@@ -201,31 +205,38 @@ class TorchBackend:
         n = t.cuda.device_count()
         devices: list[DeviceSample] = []
         for i in range(n):
-            nvml_index = self.nvml.nvml_index(i) if backend == "cuda" else None
-            nv = self.nvml.read(nvml_index, with_process) if nvml_index is not None else None
+            nvml_index = self.nvml.nvml_index(i) if backend == "cuda" and full else None
             if has_ctx is not None and not has_ctx(i):
+                # No context here: only NVML can say anything, and only full readings ask.
+                nv = self.nvml.read(nvml_index, with_process) if nvml_index is not None else None
                 devices.append(
                     make_device_sample(
                         index=i,
-                        name=nv.name if nv else "",
+                        name=nv.name if nv else self._names.get(i, ""),
                         backend=backend,
                         initialized=False,
                         stats=None,
                         nvml=nv,
                         mem_get_info=None,
                         fraction=None,
-                        error=None if nv else "no CUDA context on this device yet",
+                        error=None if nv or not full else "no CUDA context on this device yet",
                     )
                 )
                 continue
             try:
                 stats = stats_from_nested(t._C._cuda_memoryStats(i))
-                mgi = self._cuda_totals.get(i)
-                if nv is None or mgi is None:
-                    mgi = tuple(t.cuda.mem_get_info(i))
-                    self._cuda_totals[i] = mgi
+                mgi = tuple(t.cuda.mem_get_info(i))
                 fraction = float(get_fraction(i)) if get_fraction is not None else None
-                name = self._names.get(i) or (nv.name if nv else t.cuda.get_device_name(i))
+                nv = None
+                if full and nvml_index is not None:
+                    nv = self.nvml.read(nvml_index, with_process)
+                elif with_process and backend == "cuda":
+                    idx = self.nvml.nvml_index(i)
+                    used = self.nvml.process_used(idx) if idx is not None else None
+                    nv = NvmlDevice("", 0, 0, used) if used is not None else None
+                name = self._names.get(i) or (nv.name if nv and nv.name else "")
+                if not name:
+                    name = t.cuda.get_device_name(i)
                 self._names[i] = name
                 devices.append(
                     make_device_sample(
@@ -237,7 +248,9 @@ class TorchBackend:
                         nvml=nv,
                         mem_get_info=mgi,
                         fraction=fraction,
-                        error=None if nv or backend == "rocm" else self.nvml.error,
+                        error=self.nvml.error
+                        if full and nv is None and backend == "cuda"
+                        else None,
                     )
                 )
             except Exception as e:  # a reading must never break the user's cell

@@ -1,0 +1,198 @@
+"""Added time per cell: %%gpumem and auto mode vs a bare cell, beside peer tools.
+
+Runs every configuration in its own fresh process with a real IPython InteractiveShell,
+same machine, same run: a trivial cell and a small training step (forward, backward,
+optimizer step, synchronize). Prints a table; ``--json PATH`` writes the raw numbers.
+Also measures the history's memory per cell (tracemalloc over the history's own
+allocations, after N measured cells).
+
+    python3 benchmarks/bench_cell_overhead.py [--json out.json] [--n 300]
+
+Targets (issue: kernel core): at most 0.3 ms added per cell, at most 1 KiB history/cell.
+Peers are measured when importable (ipyexperiments, ipython_memory_usage).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+SETUP_TORCH = """
+import torch
+dev = "cuda" if torch.cuda.is_available() else "cpu"
+model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
+                            torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
+                            torch.nn.Linear(1024, 10)).to(dev)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+xb = torch.randn(256, 1024, device=dev)
+yb = torch.randint(0, 10, (256,), device=dev)
+def sync():
+    if dev == "cuda":
+        torch.cuda.synchronize()
+"""
+
+CELLS = {
+    "trivial": "a = 1",
+    "train step": (
+        "loss = torch.nn.functional.cross_entropy(model(xb), yb)\n"
+        "loss.backward()\nopt.step()\nopt.zero_grad(set_to_none=True)\nsync()"
+    ),
+}
+
+# Our configurations are measured interleaved with bare cells in the same process (the
+# extension loaded but idle for the bare ones), which removes process-to-process noise.
+OURS = {
+    "%%gpumem": "%%gpumem\n{cell}",
+    "%%gpumem -q": "%%gpumem -q\n{cell}",
+    "auto mode": "{cell}",  # with session.auto switched on for the measured runs
+}
+# Peers are switched on in a fresh process each and compared with a bare process.
+PEERS = {
+    "ipyexperiments CellLogger": (
+        "from ipyexperiments import IPyExperimentsPytorch\n"
+        "_exp = IPyExperimentsPytorch(exp_enable=False, cl_enable=True)"
+    ),
+    "ipython_memory_usage": (
+        "import ipython_memory_usage.ipython_memory_usage as imu\nimu.start_watching_memory()"
+    ),
+}
+
+OURS_CHILD = r"""
+import json, statistics, sys, time
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+ip = InteractiveShell.instance()
+setup_torch, template, cell, n, auto = json.loads(sys.argv[1])
+ip.run_cell(setup_torch)
+ip.run_line_magic("load_ext", "jupyter_gpumem")
+from jupyter_gpumem._ipython import current
+s = current()
+measured = template.format(cell=cell)
+bare, timed = [], []
+with capture_output():
+    for i in range(n + 20):
+        t0 = time.perf_counter()
+        ip.run_cell(cell)
+        t1 = time.perf_counter()
+        s.auto = auto
+        t2 = time.perf_counter()
+        ip.run_cell(measured)
+        t3 = time.perf_counter()
+        s.auto = False
+        if i >= 20:
+            bare.append(t1 - t0)
+            timed.append(t3 - t2)
+assert len(s.history) > 0
+med = statistics.median
+print(json.dumps({"bare_ms": med(bare) * 1e3, "median_ms": med(timed) * 1e3,
+                  "added_ms": (med(timed) - med(bare)) * 1e3,
+                  "added_mean_ms": (statistics.fmean(timed) - statistics.fmean(bare)) * 1e3}))
+"""
+
+PEER_CHILD = r"""
+import json, statistics, sys, time
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+ip = InteractiveShell.instance()
+setup_torch, enable, cell, n = json.loads(sys.argv[1])
+ip.run_cell(setup_torch)
+with capture_output():
+    r = ip.run_cell(enable)
+    if not r.success:
+        print(json.dumps({"error": repr(r.error_in_exec or r.error_before_exec)}))
+        sys.exit(0)
+    for _ in range(10):
+        ip.run_cell(cell)
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        ip.run_cell(cell)
+        times.append(time.perf_counter() - t0)
+print(json.dumps({"median_ms": statistics.median(times) * 1e3}))
+"""
+
+HISTORY_CHILD = r"""
+import json, sys, tracemalloc
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+ip = InteractiveShell.instance()
+ip.run_cell(json.loads(sys.argv[1])[0])
+ip.run_line_magic("load_ext", "jupyter_gpumem")
+n = 500
+with capture_output():
+    ip.run_cell("%%gpumem -q\nloss = torch.nn.functional.cross_entropy(model(xb), yb)")
+    tracemalloc.start()
+    for i in range(n):
+        ip.run_cell(f"%%gpumem -q\nloss = torch.nn.functional.cross_entropy(model(xb), yb)  # {i}")
+    snap = tracemalloc.take_snapshot()
+from jupyter_gpumem._ipython import current
+assert len(current().history) == n + 1
+flt = [tracemalloc.Filter(True, "*jupyter_gpumem/_history.py")]
+size = sum(s.size for s in snap.filter_traces(flt).statistics("filename"))
+row = current().history.last(1)[0]
+print(json.dumps({"bytes_per_cell": size / n, "devices": len(row.devices)}))
+"""
+
+
+def child(code: str, payload: list) -> dict:
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(payload)], capture_output=True,
+                         text=True, timeout=600)  # fmt: skip
+    # Peers print their own lines (also at exit): take the last line that is our JSON.
+    for line in reversed(out.stdout.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                continue
+    return {"error": (out.stderr or out.stdout).strip().splitlines()[-1:]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=300)
+    ap.add_argument("--peer-n", type=int, default=30)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    results: dict = {}
+    for cell_name, cell in CELLS.items():
+        res = results.setdefault(cell_name, {})
+        for cfg, template in OURS.items():
+            payload = [SETUP_TORCH, template, cell, args.n, cfg == "auto mode"]
+            res[cfg] = child(OURS_CHILD, payload)
+        res["bare process"] = child(PEER_CHILD, [SETUP_TORCH, "pass", cell, args.peer_n])
+        for cfg, enable in PEERS.items():
+            r = child(PEER_CHILD, [SETUP_TORCH, enable, cell, args.peer_n])
+            if "median_ms" in r and "median_ms" in res["bare process"]:
+                r["added_ms"] = r["median_ms"] - res["bare process"]["median_ms"]
+            res[cfg] = r
+    hist = child(HISTORY_CHILD, [SETUP_TORCH])
+    import torch  # only for the header line
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU (CPU)"
+    print(f"\nAdded time per cell (median), {gpu}, torch {torch.__version__}")
+    print(f"{'configuration':<28}" + "".join(f"{c + ' (ms)':>20}" for c in CELLS))
+    bare_row = f"{'bare cell (absolute)':<28}"
+    for cell_name in CELLS:
+        bare_row += f"{results[cell_name]['%%gpumem'].get('bare_ms', float('nan')):>20.3f}"
+    print(bare_row)
+    for cfg in [*OURS, *PEERS]:
+        row = f"{cfg:<28}"
+        for cell_name in CELLS:
+            r = results[cell_name][cfg]
+            row += f"{r['added_ms']:>+20.3f}" if "added_ms" in r else f"{'n/a':>20}"
+        print(row)
+    for cell_name in CELLS:
+        for cfg, r in results[cell_name].items():
+            if "error" in r:
+                print(f"  {cfg} / {cell_name}: not measured: {r['error']}")
+    print(f"\nhistory: {hist.get('bytes_per_cell', float('nan')):.0f} bytes per measured cell "
+          f"({hist.get('devices')} device(s) per row) {hist.get('error', '')}")  # fmt: skip
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"cells": results, "history": hist, "gpu": gpu}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
