@@ -69,6 +69,7 @@ class Session:
         self.auto = self.config.auto
         self._pending: CellOptions | None = None
         self.nested = False  # a cell run by the %%gpumem magic itself (fallback path)
+        self.busy = False  # a cell is running (heartbeats tell the panel)
         self.parse_cell_line: Callable[[str], CellOptions] | None = None
         self._parsed: dict[str, CellOptions] = {}
         self.report_listeners: list[Callable[[CellReport], None]] = []
@@ -106,6 +107,7 @@ class Session:
 
     # -- events --------------------------------------------------------------------
     def pre_run_cell(self, info: Any) -> None:
+        self.busy = True
         if self.nested:
             return
         try:
@@ -123,6 +125,8 @@ class Session:
             warn(f"could not take the reading before the cell: {e!r}")
 
     def post_run_cell(self, result: Any) -> None:
+        if not self.nested:
+            self.busy = False
         if self.nested or self._pending is None or not self.tracker.active:
             return
         opts, self._pending = self._pending, None

@@ -1,0 +1,181 @@
+"""The kernel side of the panel protocol: validate a request, run one of a fixed set of
+actions, build the reply. Transport (control channel, comm) lives in ``_kernel.py``.
+
+``schema.json`` beside this file is the single source of truth: request arguments are
+validated from it, and tests validate every reply and comm message against it. The kernel
+never evaluates code sent to it: an action is a name looked up in :data:`ACTIONS`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from functools import cache
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from .. import actions
+from .._version import __version__
+
+if TYPE_CHECKING:
+    from .._ipython.session import Session
+    from .stream import SampleStream
+
+PROTOCOL_VERSION = 1
+REQUEST = "gpumem_request"
+REPLY = "gpumem_reply"
+COMM_TARGET = "jupyter_gpumem"
+
+
+@cache
+def schema() -> dict[str, Any]:
+    text = resources.files(__package__).joinpath("schema.json").read_text()
+    return dict(json.loads(text))
+
+
+class ProtocolError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+_TYPES: dict[str, Callable[[Any], bool]] = {
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+}
+
+
+def validate_args(action: str, args: Any) -> dict[str, Any]:
+    """Check ``args`` against the action's schema (the subset the schema uses)."""
+    spec = schema()["actions"][action]
+    if not isinstance(args, dict):
+        raise ProtocolError("bad_request", f"{action}: args must be an object")
+    props: dict[str, Any] = spec.get("properties", {})
+    extra = sorted(set(args) - set(props))
+    if extra:
+        raise ProtocolError("bad_request", f"{action}: unknown argument(s) {', '.join(extra)}")
+    for name in spec.get("required", []):
+        if name not in args:
+            raise ProtocolError("bad_request", f"{action}: missing argument {name}")
+    for name, value in args.items():
+        p = props[name]
+        if not _TYPES[p["type"]](value):
+            raise ProtocolError("bad_request", f"{action}: {name} must be a {p['type']}")
+        if "minimum" in p and value < p["minimum"]:
+            raise ProtocolError("bad_request", f"{action}: {name} must be >= {p['minimum']}")
+        if "maximum" in p and value > p["maximum"]:
+            raise ProtocolError("bad_request", f"{action}: {name} must be <= {p['maximum']}")
+        if "exclusiveMinimum" in p and value <= p["exclusiveMinimum"]:
+            raise ProtocolError(
+                "bad_request", f"{action}: {name} must be > {p['exclusiveMinimum']}"
+            )
+    return dict(args)
+
+
+class Handler:
+    """Answers requests for one session. Runs on ipykernel's control thread: keep it fast."""
+
+    def __init__(self, session: Session, stream: SampleStream) -> None:
+        self.session = session
+        self.stream = stream
+
+    @property
+    def collector(self) -> Any:
+        return self.session.collector
+
+    def handle(self, content: Any) -> dict[str, Any]:
+        action = content.get("action") if isinstance(content, Mapping) else None
+        action = action if isinstance(action, str) else None
+        try:
+            if not isinstance(content, Mapping):
+                raise ProtocolError("bad_request", "the request content must be an object")
+            if content.get("protocol") != PROTOCOL_VERSION:
+                raise ProtocolError(
+                    "unsupported_protocol",
+                    f"this kernel speaks protocol {PROTOCOL_VERSION}, "
+                    f"got {content.get('protocol')!r}",
+                )
+            if action is None:
+                raise ProtocolError("bad_request", "missing action")
+            method = ACTIONS.get(action)
+            if method is None:
+                raise ProtocolError("unknown_action", f"unknown action {action!r}")
+            args = validate_args(action, content.get("args", {}))
+            result = method(self, **args)
+        except ProtocolError as e:
+            return _error(action, e.code, e.message)
+        except actions.ActionRefused as e:
+            return _error(action, "refused", str(e))
+        except Exception as e:  # the tool failed; the kernel must keep working
+            return _error(action, "failed", f"{type(e).__name__}: {e}")
+        return {"protocol": PROTOCOL_VERSION, "action": action, "status": "ok", "result": result}
+
+    # -- actions -------------------------------------------------------------------
+    def hello(self) -> dict[str, Any]:
+        return {
+            "protocol": PROTOCOL_VERSION,
+            "version": __version__,
+            "actions": list(ACTIONS),
+            "sample": self.collector.measure().to_dict(),
+            "stream": self.stream.state(),
+        }
+
+    def sample(self) -> dict[str, Any]:
+        return {"sample": self.collector.measure().to_dict()}
+
+    def empty_cache(self) -> dict[str, Any]:
+        r = actions.empty_cache(self.collector)
+        return {"released": {str(k): v for k, v in r.released.items()}, "sample": r.after.to_dict()}
+
+    def set_caching(self, enabled: bool) -> dict[str, Any]:
+        r = actions.set_caching(self.collector, enabled)
+        return {"caching": r.caching, "sample": r.after.to_dict()}
+
+    def reset_peak(self, device: int | None = None) -> dict[str, Any]:
+        return {"sample": actions.reset_peak(self.collector, device).to_dict()}
+
+    def set_limit(
+        self, device: int | None = None, bytes: int | None = None, fraction: float | None = None
+    ) -> dict[str, Any]:
+        if bytes is not None and fraction is not None:
+            raise ProtocolError("bad_request", "set_limit: give bytes or fraction, not both")
+        if device is None:
+            ready = self.collector.backend.initialized_devices()
+            device = ready[0] if ready else 0
+        r = actions.set_limit(
+            self.collector,
+            device,
+            fraction=None if fraction is None else float(fraction),
+            nbytes=bytes,
+        )
+        limit = None if r.fraction is None else {"fraction": r.fraction, "bytes": r.bytes}
+        return {"limit": limit, "sample": r.after.to_dict()}
+
+    def subscribe(self, interval_ms: int, heartbeat_ms: int = 2000) -> dict[str, Any]:
+        return {"stream": self.stream.subscribe(interval_ms, heartbeat_ms)}
+
+    def unsubscribe(self) -> dict[str, Any]:
+        return {"stream": self.stream.unsubscribe()}
+
+
+ACTIONS: dict[str, Callable[..., dict[str, Any]]] = {
+    "hello": Handler.hello,
+    "sample": Handler.sample,
+    "empty_cache": Handler.empty_cache,
+    "set_caching": Handler.set_caching,
+    "reset_peak": Handler.reset_peak,
+    "set_limit": Handler.set_limit,
+    "subscribe": Handler.subscribe,
+    "unsubscribe": Handler.unsubscribe,
+}
+
+
+def _error(action: str | None, code: str, message: str) -> dict[str, Any]:
+    return {
+        "protocol": PROTOCOL_VERSION,
+        "action": action,
+        "status": "error",
+        "error": {"code": code, "message": message},
+    }

@@ -1,0 +1,149 @@
+"""The panel protocol through a real ipykernel (jupyter_client), while a cell runs.
+
+The kernel replays allocator readings recorded on an H200 (JUPYTER_GPUMEM_REPLAY, a
+test-only switch); on a GPU machine tests/gpu/test_gpu_protocol.py does the same with real
+allocations.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+
+import pytest
+
+from tests.fakes import FIXTURES
+
+pytestmark = pytest.mark.kernel
+
+
+def start_kernel(extra_env):
+    from jupyter_client.manager import KernelManager
+
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel(env={**os.environ, **extra_env})
+    kc = km.client()
+    kc.start_channels()
+    kc.wait_for_ready(timeout=60)
+    return km, kc
+
+
+class Listener:
+    """Collects IOPub and control messages with their arrival times, on threads."""
+
+    def __init__(self, kc):
+        self.kc = kc
+        self.iopub: list[tuple[float, dict]] = []
+        self.control: queue.Queue = queue.Queue()
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._pump, args=(ch, sink), daemon=True)
+                        for ch, sink in ((kc.iopub_channel, self.iopub.append),
+                                         (kc.control_channel, self.control.put))]  # fmt: skip
+        for t in self.threads:
+            t.start()
+
+    def _pump(self, channel, sink):
+        while not self.stop.is_set():
+            try:
+                msg = channel.get_msg(timeout=0.1)
+            except queue.Empty:
+                continue
+            sink((time.monotonic(), msg))
+
+    def request(self, action, timeout=5.0, **args):
+        msg = self.kc.session.msg("gpumem_request", {"protocol": 1, "action": action,
+                                                     "args": args})  # fmt: skip
+        t0 = time.monotonic()
+        self.kc.control_channel.send(msg)
+        deadline = t0 + timeout
+        while time.monotonic() < deadline:
+            try:
+                t, reply = self.control.get(timeout=deadline - time.monotonic())
+            except queue.Empty:
+                break
+            if reply["parent_header"].get("msg_id") == msg["header"]["msg_id"]:
+                return reply["msg_type"], reply["content"], t - t0, t
+        return None, None, None, None
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    km, kc = start_kernel({"JUPYTER_GPUMEM_REPLAY": str(FIXTURES)})
+    listener = Listener(kc)
+    yield kc, listener
+    listener.stop.set()
+    for t in listener.threads:
+        t.join(timeout=2)
+    kc.stop_channels()
+    km.shutdown_kernel(now=True)
+
+
+def wait_execute(kc, code, timeout=30):
+    msg_id = kc.execute(code)
+    reply = kc.get_shell_msg(timeout=timeout)
+    assert reply["parent_header"]["msg_id"] == msg_id
+    return reply
+
+
+def test_no_reply_before_the_extension_is_loaded(kernel):
+    kc, listener = kernel
+    kind, content, _, _ = listener.request("hello", timeout=1.5)
+    assert kind is None  # a frontend reads this as "not loaded"
+    assert wait_execute(kc, "%load_ext jupyter_gpumem")["content"]["status"] == "ok"
+    kind, content, _, _ = listener.request("hello")
+    assert kind == "gpumem_reply" and content["status"] == "ok"
+    assert content["result"]["sample"]["devices"][0]["name"] == "NVIDIA H200"
+
+
+def test_actions_and_samples_while_a_cell_runs(kernel):
+    kc, listener = kernel
+    kind, content, _, _ = listener.request("subscribe", interval_ms=100)
+    comm_id = content["result"]["stream"]["comm_id"]
+    assert content["result"]["stream"]["active"] and comm_id
+    msg_id = kc.execute("import time; time.sleep(3)")
+    time.sleep(0.5)
+    t_start = time.monotonic()
+    kind, content, rtt, _ = listener.request("empty_cache")
+    assert kind == "gpumem_reply" and content["status"] == "ok"
+    assert content["result"]["released"]["0"] >= 0
+    assert rtt < 1.0
+    kind, content, _, _ = listener.request("set_caching", enabled=1)  # bad request
+    assert content["status"] == "error" and content["error"]["code"] == "bad_request"
+    kind, content, _, _ = listener.request("no_such_action")
+    assert content["error"]["code"] == "unknown_action"
+    reply = kc.get_shell_msg(timeout=10)
+    t_reply = time.monotonic()
+    assert reply["parent_header"]["msg_id"] == msg_id and reply["content"]["status"] == "ok"
+    pushed = [(t, m) for t, m in listener.iopub if m["msg_type"] == "comm_msg"
+              and m["content"]["comm_id"] == comm_id]  # fmt: skip
+    during = [m for t, m in pushed if t_start - 0.5 <= t < t_reply]
+    kinds = [m["content"]["data"]["type"] for m in during]
+    assert kinds.count("sample") >= 2, kinds  # live while busy
+    # the kernel keeps working after the bad requests
+    kind, content, _, _ = listener.request("sample")
+    assert content["status"] == "ok"
+    assert wait_execute(kc, "1 + 1")["content"]["status"] == "ok"
+
+
+def test_cell_marker_pushed(kernel):
+    kc, listener = kernel
+    _kind, content, _, _ = listener.request("subscribe", interval_ms=1000)
+    comm_id = content["result"]["stream"]["comm_id"]
+    wait_execute(kc, "%%gpumem -q\nq = 1")
+    time.sleep(0.3)
+    cells = [m["content"]["data"]["cell"] for _, m in listener.iopub
+             if m["msg_type"] == "comm_msg" and m["content"]["comm_id"] == comm_id
+             and m["content"]["data"]["type"] == "cell"]  # fmt: skip
+    assert cells and cells[-1]["first_line"] == "q = 1"
+    listener.request("unsubscribe")
+
+
+def test_unload_removes_the_handler(kernel):
+    kc, listener = kernel
+    wait_execute(kc, "%unload_ext jupyter_gpumem")
+    kind, _, _, _ = listener.request("hello", timeout=1.5)
+    assert kind is None
+    wait_execute(kc, "%load_ext jupyter_gpumem")
+    assert listener.request("hello")[0] == "gpumem_reply"
