@@ -64,11 +64,14 @@ def check_device(c: Collector, device: int) -> None:
         )
 
 
-def empty_cache(c: Collector) -> EmptyCacheResult:
-    """``gc.collect()`` then ``empty_cache()``; report what went back to the driver."""
+def empty_cache(c: Collector, collect_garbage: bool = True) -> EmptyCacheResult:
+    """``gc.collect()`` then ``empty_cache()``; report what went back to the driver.
+
+    A full collection takes ~100 ms with torch loaded (and holds the GIL, stalling a running
+    cell), so the panel's button skips it unless asked."""
     _require_torch(c)
     before = c.measure(with_process=False)
-    collected = gc.collect()
+    collected = gc.collect() if collect_garbage else 0
     c.backend.empty_cache()
     after = c.measure()
     released = {}

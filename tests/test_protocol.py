@@ -221,3 +221,14 @@ def test_stream_heartbeat_when_nothing_changes():
 def test_schema_file_is_valid_json_schema():
     jsonschema.Draft202012Validator.check_schema(S)
     assert json.loads((Path(protocol.__file__).parent / "schema.json").read_text()) == S
+
+
+def test_empty_cache_collects_garbage_only_when_asked(handler, monkeypatch):
+    import gc
+
+    calls = []
+    monkeypatch.setattr(gc, "collect", lambda *a: calls.append(a) or 0)
+    req(handler, "empty_cache")
+    assert calls == []
+    req(handler, "empty_cache", collect_garbage=True)
+    assert calls == [()]

@@ -125,8 +125,8 @@ class Handler:
     def sample(self) -> dict[str, Any]:
         return {"sample": self.collector.measure().to_dict()}
 
-    def empty_cache(self) -> dict[str, Any]:
-        r = actions.empty_cache(self.collector)
+    def empty_cache(self, collect_garbage: bool = False) -> dict[str, Any]:
+        r = actions.empty_cache(self.collector, collect_garbage=collect_garbage)
         return {"released": {str(k): v for k, v in r.released.items()}, "sample": r.after.to_dict()}
 
     def set_caching(self, enabled: bool) -> dict[str, Any]:

@@ -1,0 +1,81 @@
+"""The panel protocol in a real kernel with real allocations (GPU machine)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.test_kernel_protocol import Listener, start_kernel, wait_execute
+
+torch = pytest.importorskip("torch")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.kernel,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    km, kc = start_kernel({})
+    listener = Listener(kc)
+    wait_execute(kc, "%load_ext jupyter_gpumem\nimport torch\ntorch.empty(0, device='cuda')")
+    yield kc, listener
+    listener.stop.set()
+    for t in listener.threads:
+        t.join(timeout=2)
+    kc.stop_channels()
+    km.shutdown_kernel(now=True)
+
+
+def allocated(listener):
+    _, content, _, _ = listener.request("sample")
+    return content["result"]["sample"]["devices"][0]
+
+
+def test_sample_counts_exact_bytes(kernel):
+    kc, listener = kernel
+    base = allocated(listener)["allocated"]
+    wait_execute(kc, "x = torch.empty(256 << 20, dtype=torch.uint8, device='cuda')")
+    assert allocated(listener)["allocated"] - base == 256 * MiB
+    wait_execute(kc, "del x")
+    assert allocated(listener)["allocated"] == base
+
+
+def test_live_samples_and_empty_cache_during_a_cell(kernel):
+    kc, listener = kernel
+    _, content, _, _ = listener.request("subscribe", interval_ms=100)
+    comm_id = content["result"]["stream"]["comm_id"]
+    base = allocated(listener)
+    code = (
+        "import time\n"
+        "held = []\n"
+        "for i in range(4):\n"
+        "    held.append(torch.empty(128 << 20, dtype=torch.uint8, device='cuda'))\n"
+        "    time.sleep(0.5)\n"
+        "freed = torch.empty(512 << 20, dtype=torch.uint8, device='cuda'); del freed\n"
+        "time.sleep(1.5)\n"
+    )
+    msg_id = kc.execute(code)
+    time.sleep(2.6)  # all held, 512 MiB freed into the cache, cell still sleeping
+    t0 = time.monotonic()
+    _, content, rtt, _ = listener.request("empty_cache")
+    assert content["status"] == "ok" and rtt < 0.5
+    assert content["result"]["released"]["0"] >= 512 * MiB
+    after = content["result"]["sample"]["devices"][0]
+    assert after["allocated"] - base["allocated"] == 4 * 128 * MiB
+    reply = kc.get_shell_msg(timeout=20)
+    assert reply["parent_header"]["msg_id"] == msg_id
+    t_reply = time.monotonic()
+    samples = [m["content"]["data"]["sample"]["devices"][0]["allocated"]
+               for t, m in listener.iopub
+               if m["msg_type"] == "comm_msg" and m["content"]["comm_id"] == comm_id
+               and m["content"]["data"]["type"] == "sample" and t < t_reply]  # fmt: skip
+    grown = sorted({a - base["allocated"] for a in samples})
+    for k in range(1, 5):  # every step of the loop was seen while the cell ran
+        assert k * 128 * MiB in grown, grown
+    assert t0 < t_reply
+    listener.request("unsubscribe")
+    wait_execute(kc, "del held")
