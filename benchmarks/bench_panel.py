@@ -110,9 +110,12 @@ def main() -> None:
             for a, v in rtts.items()
         },
     }
-    print(f"training step: {med_off:.3f} ms without panel, {med_on:.3f} ms with panel "
-          f"streaming at 500 ms: {result['slowdown_percent']:+.2f} % (median of "
-          f"{len(paired)} paired rounds; spread {min(paired):+.1f} .. {max(paired):+.1f} %)")  # fmt: skip
+    spread = f"{min(paired):+.1f} .. {max(paired):+.1f} %"
+    print(
+        f"training step: {med_off:.3f} ms without panel, {med_on:.3f} ms with panel streaming "
+        f"at 500 ms: {result['slowdown_percent']:+.2f} % (median of {len(paired)} paired "
+        f"rounds; spread {spread})"
+    )
     for a, r in result["rtt_ms"].items():
         print(f"action {a!r} while a cell runs: p50 {r['p50']:.1f} ms, p95 {r['p95']:.1f} ms "
               f"(n={r['n']})")  # fmt: skip
