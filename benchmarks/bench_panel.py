@@ -69,11 +69,11 @@ def main() -> None:
         assert wait_execute(kc, SETUP, timeout=120)["content"]["status"] == "ok"
         off, on = [], []
         for _ in range(args.rounds):  # interleaved rounds, so drift hits both alike
-            listener.request("unsubscribe")
+            listener.request("unsubscribe", client="bench")
             off.append(step_ms(kc, listener, args.seconds))
-            listener.request("subscribe", interval_ms=500)
+            listener.request("subscribe", interval_ms=500, client="bench")
             on.append(step_ms(kc, listener, args.seconds))
-        listener.request("unsubscribe")
+        listener.request("unsubscribe", client="bench")
         # round trips while a cell runs
         msg_id = kc.execute("steps(12)")
         time.sleep(1)

@@ -9,12 +9,16 @@
   request. JupyterLab >= 4.5 ignores those when the request type is in the server's
   ``untracked_message_types`` (this package installs a jupyter_server config that adds it);
   older JupyterLab may show "Idle" briefly while a cell runs.
-- Live samples go through a kernel-opened comm: comm messages travel on IOPub, which a
-  daemon thread may publish to while a cell runs.
+- Live samples are ``comm_msg`` messages on IOPub (a daemon thread may publish there while
+  a cell runs) under one comm id that is stable for the kernel's life, and no
+  ``comm_open`` is ever sent: every JupyterLab connection to the kernel that has not
+  registered the target answers a ``comm_open`` with ``comm_close``, which would stop the
+  stream for the panel that asked. The panel attaches to the id from the subscribe reply.
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from .protocol import COMM_TARGET, REPLY, REQUEST, Handler
@@ -24,22 +28,21 @@ if TYPE_CHECKING:
     from ._ipython.session import Session
 
 
-class _CommChannel:
-    def __init__(self, data: dict[str, Any], on_close: Any) -> None:
-        from comm import create_comm
-
-        self.comm = create_comm(target_name=COMM_TARGET, data=data)
-        self.comm.on_close(lambda msg: on_close(self))
+class _IopubChannel:
+    def __init__(self, kernel: Any) -> None:
+        self.kernel = kernel
+        self._comm_id = f"{COMM_TARGET}-{uuid.uuid4().hex}"
 
     @property
     def comm_id(self) -> str | None:
-        return str(self.comm.comm_id)
+        return self._comm_id
 
     def send(self, data: dict[str, Any]) -> None:
-        self.comm.send(data)
-
-    def close(self) -> None:
-        self.comm.close()
+        k = self.kernel
+        content = {"comm_id": self._comm_id, "data": data}
+        # The same call ipykernel's own Comm.publish_msg makes; IOPub sends are thread-safe.
+        k.session.send(k.iopub_socket, "comm_msg", content, parent=k.get_parent(),
+                       ident=f"comm-{self._comm_id}".encode())  # fmt: skip
 
 
 class KernelBridge:
@@ -48,17 +51,8 @@ class KernelBridge:
     def __init__(self, session: Session, kernel: Any) -> None:
         self.session = session
         self.kernel = kernel
-        self.stream = SampleStream(session.collector, self._open_channel, lambda: session.busy)
+        self.stream = SampleStream(session.collector, _IopubChannel(kernel), lambda: session.busy)
         self.handler = Handler(session, self.stream)
-
-    def _open_channel(self, data: dict[str, Any]) -> _CommChannel:
-        channel = _CommChannel(data, self._closed_by_frontend)
-        data["stream"]["comm_id"] = channel.comm_id
-        return channel
-
-    def _closed_by_frontend(self, channel: _CommChannel) -> None:
-        if self.stream._channel is channel:
-            self.stream.unsubscribe()
 
     def on_request(self, stream: Any, idents: Any, msg: dict[str, Any]) -> None:
         content = self.handler.handle(msg.get("content"))
@@ -73,7 +67,7 @@ class KernelBridge:
             del self.kernel.control_handlers[REQUEST]
         if self.stream.push_cell in self.session.report_listeners:
             self.session.report_listeners.remove(self.stream.push_cell)
-        self.stream.unsubscribe()
+        self.stream.stop()
 
 
 _BRIDGES: dict[int, KernelBridge] = {}

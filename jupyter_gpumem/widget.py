@@ -39,9 +39,6 @@ class _WidgetChannel:
                 )
             )
 
-    def close(self) -> None:
-        return None
-
 
 class GpuMemWidget:
     """Owns the ipywidgets tree and its stream."""
@@ -75,8 +72,7 @@ class GpuMemWidget:
                 self.last_cell,
             ]
         )
-        self.stream = SampleStream(session.collector, lambda _: _WidgetChannel(self),
-                                   lambda: session.busy)  # fmt: skip
+        self.stream = SampleStream(session.collector, _WidgetChannel(self), lambda: session.busy)
         session.report_listeners.append(self.stream.push_cell)
         self.stream.subscribe(interval_ms)
 
@@ -90,7 +86,7 @@ class GpuMemWidget:
         return widget.box
 
     def close(self) -> None:
-        self.stream.unsubscribe()
+        self.stream.stop()
         if self.stream.push_cell in self.session.report_listeners:
             self.session.report_listeners.remove(self.stream.push_cell)
         self.box.close()

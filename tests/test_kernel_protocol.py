@@ -99,9 +99,10 @@ def test_no_reply_before_the_extension_is_loaded(kernel):
 
 def test_actions_and_samples_while_a_cell_runs(kernel):
     kc, listener = kernel
-    kind, content, _, _ = listener.request("subscribe", interval_ms=100)
+    kind, content, _, _ = listener.request("subscribe", interval_ms=100, client="t1")
     comm_id = content["result"]["stream"]["comm_id"]
     assert content["result"]["stream"]["active"] and comm_id
+    assert not [m for _, m in listener.iopub if m["msg_type"] == "comm_open"]  # never sent
     msg_id = kc.execute("import time; time.sleep(3)")
     time.sleep(0.5)
     t_start = time.monotonic()
@@ -129,7 +130,7 @@ def test_actions_and_samples_while_a_cell_runs(kernel):
 
 def test_cell_marker_pushed(kernel):
     kc, listener = kernel
-    _kind, content, _, _ = listener.request("subscribe", interval_ms=1000)
+    _kind, content, _, _ = listener.request("subscribe", interval_ms=1000, client="t1")
     comm_id = content["result"]["stream"]["comm_id"]
     wait_execute(kc, "%%gpumem -q\nq = 1")
     time.sleep(0.3)
@@ -137,7 +138,8 @@ def test_cell_marker_pushed(kernel):
              if m["msg_type"] == "comm_msg" and m["content"]["comm_id"] == comm_id
              and m["content"]["data"]["type"] == "cell"]  # fmt: skip
     assert cells and cells[-1]["first_line"] == "q = 1"
-    listener.request("unsubscribe")
+    _, content, _, _ = listener.request("unsubscribe", client="t1")
+    assert content["result"]["stream"]["active"] is False
 
 
 def test_unload_removes_the_handler(kernel):

@@ -26,15 +26,11 @@ def check(instance, ref):
 class ListChannel:
     comm_id = "test-comm"
 
-    def __init__(self, opening):
-        self.messages = [opening]
-        self.closed = False
+    def __init__(self):
+        self.messages = []
 
     def send(self, data):
         self.messages.append(data)
-
-    def close(self):
-        self.closed = True
 
 
 class FakeSession:
@@ -49,18 +45,12 @@ def handler(request):
     live = getattr(request, "param", False)
     clock = time.monotonic if live else (lambda: 0.0)
     c = Collector(ReplayBackend(str(FIXTURES), clock=clock))
-    channels = []
-
-    def open_channel(data):
-        ch = ListChannel(data)
-        channels.append(ch)
-        return ch
-
-    stream = SampleStream(c, open_channel)
+    channel = ListChannel()
+    stream = SampleStream(c, channel)
     h = Handler(FakeSession(c), stream)
-    h.channels = channels
+    h.channel = channel
     yield h
-    stream.unsubscribe()
+    stream.stop()
 
 
 def req(h, action, **args):
@@ -182,40 +172,73 @@ def test_tool_failure_is_a_failed_reply(handler):
 
 
 @pytest.mark.parametrize("handler", [True], indirect=True)
-def test_stream_pushes_changes_heartbeats_and_cells(handler):
-    r = req(handler, "subscribe", interval_ms=100, heartbeat_ms=500)
-    assert r["result"]["stream"]["active"] and r["result"]["stream"]["comm_id"] == "test-comm"
+def test_stream_pushes_changes_and_cells(handler):
+    r = req(handler, "subscribe", interval_ms=100, heartbeat_ms=500, client="tab-1")
+    st = r["result"]["stream"]
+    assert st["active"] and st["comm_id"] == "test-comm" and st["clients"] == 1
+    assert st["lease_s"] == 60
     time.sleep(1.2)
-    msgs = handler.channels[0].messages
-    check(msgs[0], "comm_message")
-    assert msgs[0]["type"] == "open"
+    from jupyter_gpumem.tracker import CellTracker
+    from tests.fakes import ScriptedBackend, scenario
+
+    t = CellTracker(Collector(ScriptedBackend(*scenario("keep_n_bytes")[:2])))
+    t.begin()
+    handler.stream.push_cell(t.end(execution_count=4, first_line="x = f()"))
+    msgs = handler.channel.messages
     for m in msgs:
         check(m, "comm_message")
+    assert msgs[0]["type"] == "open"
     kinds = [m["type"] for m in msgs[1:]]
     assert kinds[0] == "sample" and kinds.count("sample") >= 2  # the replay changes ~10 Hz
-    seqs = [m["seq"] for m in msgs[1:]]
+    cells = [m["cell"] for m in msgs if m["type"] == "cell"]
+    assert len(cells) == 1 and cells[0]["first_line"] == "x = f()"
+    assert cells[0]["devices"][0]["allocated_delta"] == 256 << 20
+    seqs = [m["seq"] for m in msgs]
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
-    r = req(handler, "unsubscribe")
-    assert r["result"]["stream"]["active"] is False and handler.channels[0].closed
+    r = req(handler, "unsubscribe", client="tab-1")
+    assert r["result"]["stream"]["active"] is False and r["result"]["stream"]["clients"] == 0
     n = len(msgs)
     time.sleep(0.3)
-    assert len(handler.channels[0].messages) == n  # nothing after unsubscribe
+    assert len(handler.channel.messages) == n  # nothing after the last client left
 
 
-def test_stream_heartbeat_when_nothing_changes():
+def _heartbeat_stream(clock=time.monotonic, lease_s=60):
     from tests.fakes import ScriptedBackend, scenario
 
     c = Collector(ScriptedBackend(scenario("keep_n_bytes")[1]))
-    chans = []
-    s = SampleStream(c, lambda d: chans.append(ListChannel(d)) or chans[-1], lambda: True)
+    ch = ListChannel()
+    return SampleStream(c, ch, lambda: True, clock=clock, lease_s=lease_s), ch
+
+
+def test_stream_heartbeat_when_nothing_changes():
+    s, ch = _heartbeat_stream()
     s.subscribe(100, 500)
     time.sleep(1.3)
-    s.unsubscribe()
-    kinds = [m["type"] for m in chans[0].messages[1:]]
-    assert kinds[0] == "sample" and kinds.count("sample") == 1
+    s.stop()
+    kinds = [m["type"] for m in ch.messages]
+    assert kinds[:2] == ["open", "sample"] and kinds.count("sample") == 1
     assert kinds.count("heartbeat") >= 1
-    hb = next(m for m in chans[0].messages if m["type"] == "heartbeat")
+    hb = next(m for m in ch.messages if m["type"] == "heartbeat")
     assert hb["busy"] is True
+
+
+def test_clients_share_the_stream_and_leases_expire():
+    now = [1000.0]
+    s, _ = _heartbeat_stream(clock=lambda: now[0], lease_s=60)
+    s.subscribe(1000, client="a")
+    s.subscribe(200, client="b")
+    st = s.state()
+    assert st["clients"] == 2 and st["interval_ms"] == 200  # the fastest asked for
+    assert s.unsubscribe(client="b")["active"] is True  # a still holds it
+    assert s.state()["interval_ms"] == 1000
+    now[0] += 30
+    s.subscribe(1000, client="a")  # renewal
+    now[0] += 45
+    assert s.state()["clients"] == 1
+    now[0] += 20  # 65 s after the renewal: lease gone
+    time.sleep(1.2)  # the thread sees it at its next wake-up and stops
+    st = s.state()
+    assert st["clients"] == 0 and st["active"] is False
 
 
 def test_schema_file_is_valid_json_schema():
@@ -232,3 +255,8 @@ def test_empty_cache_collects_garbage_only_when_asked(handler, monkeypatch):
     assert calls == []
     req(handler, "empty_cache", collect_garbage=True)
     assert calls == [()]
+
+
+def test_replay_empty_cache_keeps_figures_consistent(handler):
+    d = req(handler, "empty_cache")["result"]["sample"]["devices"][0]
+    assert d["inactive_split"] <= d["reserved"] - d["allocated"]

@@ -79,6 +79,8 @@ class ReplayBackend:
                 a = _replace_stats(
                     a,
                     reserved=a.reserved - freed,
+                    # free pieces of split blocks can't exceed what is cached but not in use
+                    inactive_split=min(a.inactive_split, a.reserved - freed - a.allocated),
                     peak_allocated=max(pa, a.allocated),
                     peak_reserved=max(pr, a.reserved - freed),
                 )

@@ -44,6 +44,7 @@ _TYPES: dict[str, Callable[[Any], bool]] = {
     "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
     "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
     "boolean": lambda v: isinstance(v, bool),
+    "string": lambda v: isinstance(v, str),
 }
 
 
@@ -63,6 +64,10 @@ def validate_args(action: str, args: Any) -> dict[str, Any]:
         p = props[name]
         if not _TYPES[p["type"]](value):
             raise ProtocolError("bad_request", f"{action}: {name} must be a {p['type']}")
+        if "minLength" in p and len(value) < p["minLength"]:
+            raise ProtocolError("bad_request", f"{action}: {name} is too short")
+        if "maxLength" in p and len(value) > p["maxLength"]:
+            raise ProtocolError("bad_request", f"{action}: {name} is too long")
         if "minimum" in p and value < p["minimum"]:
             raise ProtocolError("bad_request", f"{action}: {name} must be >= {p['minimum']}")
         if "maximum" in p and value > p["maximum"]:
@@ -153,11 +158,13 @@ class Handler:
         limit = None if r.fraction is None else {"fraction": r.fraction, "bytes": r.bytes}
         return {"limit": limit, "sample": r.after.to_dict()}
 
-    def subscribe(self, interval_ms: int, heartbeat_ms: int = 2000) -> dict[str, Any]:
-        return {"stream": self.stream.subscribe(interval_ms, heartbeat_ms)}
+    def subscribe(
+        self, interval_ms: int, heartbeat_ms: int = 2000, client: str = ""
+    ) -> dict[str, Any]:
+        return {"stream": self.stream.subscribe(interval_ms, heartbeat_ms, client)}
 
-    def unsubscribe(self) -> dict[str, Any]:
-        return {"stream": self.stream.unsubscribe()}
+    def unsubscribe(self, client: str = "") -> dict[str, Any]:
+        return {"stream": self.stream.unsubscribe(client)}
 
 
 ACTIONS: dict[str, Callable[..., dict[str, Any]]] = {

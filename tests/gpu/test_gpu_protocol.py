@@ -46,7 +46,7 @@ def test_sample_counts_exact_bytes(kernel):
 
 def test_live_samples_and_empty_cache_during_a_cell(kernel):
     kc, listener = kernel
-    _, content, _, _ = listener.request("subscribe", interval_ms=100)
+    _, content, _, _ = listener.request("subscribe", interval_ms=100, client="gpu")
     comm_id = content["result"]["stream"]["comm_id"]
     base = allocated(listener)
     code = (
@@ -77,5 +77,5 @@ def test_live_samples_and_empty_cache_during_a_cell(kernel):
     for k in range(1, 5):  # every step of the loop was seen while the cell ran
         assert k * 128 * MiB in grown, grown
     assert t0 < t_reply
-    listener.request("unsubscribe")
+    listener.request("unsubscribe", client="gpu")
     wait_execute(kc, "del held")
