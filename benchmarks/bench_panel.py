@@ -88,11 +88,7 @@ def main() -> None:
         kc.get_shell_msg(timeout=30)
         _ = msg_id
     finally:
-        listener.stop.set()
-        for t in listener.threads:
-            t.join(timeout=2)
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
+        stop_kernel(km, kc, listener)
     med_off, med_on = statistics.median(off), statistics.median(on)
     # Rounds drift by several percent; each panel round is compared with the round before it.
     paired = [(b / a - 1) * 100 for a, b in zip(off, on, strict=True)]

@@ -68,16 +68,20 @@ class Listener:
         return None, None, None, None
 
 
-@pytest.fixture(scope="module")
-def kernel():
-    km, kc = start_kernel({"JUPYTER_GPUMEM_REPLAY": str(FIXTURES)})
-    listener = Listener(kc)
-    yield kc, listener
+def stop_kernel(km, kc, listener):
     listener.stop.set()
     for t in listener.threads:
         t.join(timeout=2)
     kc.stop_channels()
     km.shutdown_kernel(now=True)
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    km, kc = start_kernel({"JUPYTER_GPUMEM_REPLAY": str(FIXTURES)})
+    listener = Listener(kc)
+    yield kc, listener
+    stop_kernel(km, kc, listener)
 
 
 def wait_execute(kc, code, timeout=30):

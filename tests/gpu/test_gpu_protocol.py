@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tests.test_kernel_protocol import Listener, start_kernel, wait_execute
+from tests.test_kernel_protocol import Listener, start_kernel, stop_kernel, wait_execute
 
 torch = pytest.importorskip("torch")
 pytestmark = [
@@ -23,11 +23,7 @@ def kernel():
     listener = Listener(kc)
     wait_execute(kc, "%load_ext jupyter_gpumem\nimport torch\ntorch.empty(0, device='cuda')")
     yield kc, listener
-    listener.stop.set()
-    for t in listener.threads:
-        t.join(timeout=2)
-    kc.stop_channels()
-    km.shutdown_kernel(now=True)
+    stop_kernel(km, kc, listener)
 
 
 def allocated(listener):
