@@ -20,7 +20,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tests.test_kernel_protocol import Listener, start_kernel, wait_execute
+from tests.test_kernel_protocol import Listener, start_kernel, stop_kernel, wait_execute
 
 SETUP = """
 %load_ext jupyter_gpumem
