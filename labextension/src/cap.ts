@@ -1,0 +1,117 @@
+/**
+ * Parsing of a memory cap typed by the user.
+ */
+import { formatBytes, Units } from './format';
+import { ITrans, plainTrans } from './trans';
+
+/**
+ * A cap as the `set_limit` action takes it; null removes the cap.
+ */
+export type CapValue = { bytes: number } | { fraction: number } | null;
+
+export type CapParse =
+  { ok: true; value: CapValue } | { ok: false; error: string };
+
+const OFF_WORDS = new Set(['off', 'none', 'no', 'clear', 'unlimited']);
+
+const UNIT_FACTORS: Record<string, number> = {
+  b: 1,
+  k: 1024,
+  kib: 1024,
+  kb: 1000,
+  m: 1024 ** 2,
+  mib: 1024 ** 2,
+  mb: 1000 ** 2,
+  g: 1024 ** 3,
+  gib: 1024 ** 3,
+  gb: 1000 ** 3,
+  t: 1024 ** 4,
+  tib: 1024 ** 4,
+  tb: 1000 ** 4
+};
+
+const PATTERN = /^([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z%]*)$/i;
+
+/**
+ * Parse "24GiB", "24 GB", "512M", "0.3", "30%" or "off".
+ *
+ * A bare number from 0 to 1 is a fraction of the device; a bare number above 1
+ * is refused (bytes or gigabytes?): the user must say. Single-letter units
+ * (K, M, G, T) are binary, as PyTorch's `max_split_size_mb` is. When `total`
+ * (the device capacity) is known, a cap above it is refused.
+ */
+export function parseCap(
+  text: string,
+  options: { total?: number | null; trans?: ITrans; units?: Units } = {}
+): CapParse {
+  const trans = options.trans ?? plainTrans;
+  const input = text.trim();
+  if (input === '') {
+    return {
+      ok: false,
+      error: trans.__('Type a cap such as 24 GiB or 0.3, or "off".')
+    };
+  }
+  if (OFF_WORDS.has(input.toLowerCase())) {
+    return { ok: true, value: null };
+  }
+  const match = PATTERN.exec(input);
+  if (!match) {
+    return {
+      ok: false,
+      error: trans.__(
+        '"%1" is not a cap: type a size such as 24 GiB, a fraction such as 0.3, or "off".',
+        input
+      )
+    };
+  }
+  const number = Number(match[1]);
+  const unit = match[2].toLowerCase();
+  if (unit === '' || unit === '%') {
+    const fraction = unit === '%' ? number / 100 : number;
+    if (unit === '' && fraction > 1) {
+      return {
+        ok: false,
+        error: trans.__(
+          '"%1" needs a unit: type 24 GiB for a size, or a fraction from 0 to 1.',
+          input
+        )
+      };
+    }
+    if (!(fraction > 0) || fraction > 1) {
+      return {
+        ok: false,
+        error: trans.__(
+          'A fraction of the device must be above 0 and at most 1 (100%).'
+        )
+      };
+    }
+    return { ok: true, value: { fraction } };
+  }
+  const factor = UNIT_FACTORS[unit];
+  if (factor === undefined) {
+    return {
+      ok: false,
+      error: trans.__(
+        '"%1" is not a unit: use B, KiB, MiB, GiB, TiB (or kB, MB, GB, TB).',
+        match[2]
+      )
+    };
+  }
+  const bytes = Math.round(number * factor);
+  if (!(bytes > 0)) {
+    return { ok: false, error: trans.__('A cap must be above 0 bytes.') };
+  }
+  const total = options.total;
+  if (typeof total === 'number' && total > 0 && bytes > total) {
+    return {
+      ok: false,
+      error: trans.__(
+        '%1 is more than the device has (%2).',
+        formatBytes(bytes, options.units),
+        formatBytes(total, options.units)
+      )
+    };
+  }
+  return { ok: true, value: { bytes } };
+}

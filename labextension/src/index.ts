@@ -1,0 +1,207 @@
+/**
+ * jupyter-gpumem: a JupyterLab panel showing what PyTorch's GPU caching
+ * allocator does in the kernel of the active notebook or console.
+ */
+import {
+  ILabShell,
+  ILayoutRestorer,
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
+import { ICommandPalette } from '@jupyterlab/apputils';
+import { IConsoleTracker } from '@jupyterlab/console';
+import { INotebookTracker } from '@jupyterlab/notebook';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { ITranslator, nullTranslator } from '@jupyterlab/translation';
+import { Token } from '@lumino/coreutils';
+
+import { Units } from './format';
+import { availability } from './messages';
+import {
+  ActiveKernelFollower,
+  DEFAULT_SETTINGS,
+  GpuMemModel,
+  ISettings,
+  ITrackerLike
+} from './model';
+import { GpuMemPanel, TRANSLATION_DOMAIN } from './panel';
+
+export { formatBytes } from './format';
+export { parseCap } from './cap';
+export { GpuMemModel } from './model';
+export type { IGpuMemState } from './reducer';
+
+const PLUGIN_ID = 'jupyter-gpumem:plugin';
+
+/**
+ * Command ids.
+ */
+export namespace CommandIDs {
+  export const open = 'jupyter-gpumem:open';
+  export const emptyCache = 'jupyter-gpumem:empty-cache';
+  export const toggleCaching = 'jupyter-gpumem:toggle-caching';
+  export const resetPeak = 'jupyter-gpumem:reset-peak';
+}
+
+/**
+ * The model of the panel, for other extensions (a status bar item, say).
+ */
+export const IGpuMemModel = new Token<GpuMemModel>(
+  'jupyter-gpumem:IGpuMemModel',
+  "The model of the GPU memory panel: the allocator state of the active notebook's kernel."
+);
+
+function readSettings(settings: ISettingRegistry.ISettings): ISettings {
+  const composite = settings.composite as Partial<
+    Record<keyof ISettings, unknown>
+  >;
+  const rate = Number(composite.refreshRateMs);
+  const minutes = Number(composite.trendMinutes);
+  const units: Units = composite.units === 'decimal' ? 'decimal' : 'binary';
+  return {
+    refreshRateMs: Number.isFinite(rate)
+      ? rate
+      : DEFAULT_SETTINGS.refreshRateMs,
+    units,
+    trendMinutes:
+      Number.isFinite(minutes) && minutes > 0
+        ? minutes
+        : DEFAULT_SETTINGS.trendMinutes
+  };
+}
+
+/**
+ * The GPU memory sidebar panel, its model and its commands.
+ */
+const plugin: JupyterFrontEndPlugin<GpuMemModel> = {
+  id: PLUGIN_ID,
+  description:
+    "Shows PyTorch's GPU caching allocator of the active kernel in the right sidebar.",
+  autoStart: true,
+  provides: IGpuMemModel,
+  optional: [
+    ILabShell,
+    INotebookTracker,
+    IConsoleTracker,
+    ISettingRegistry,
+    ITranslator,
+    ICommandPalette,
+    ILayoutRestorer
+  ],
+  activate: (
+    app: JupyterFrontEnd,
+    labShell: ILabShell | null,
+    notebookTracker: INotebookTracker | null,
+    consoleTracker: IConsoleTracker | null,
+    settingRegistry: ISettingRegistry | null,
+    translator: ITranslator | null,
+    palette: ICommandPalette | null,
+    restorer: ILayoutRestorer | null
+  ): GpuMemModel => {
+    const trans = (translator ?? nullTranslator).load(TRANSLATION_DOMAIN);
+    const model = new GpuMemModel();
+    const panel = new GpuMemPanel({
+      model,
+      translator: translator ?? undefined
+    });
+    app.shell.add(panel, 'right', { rank: 600 });
+    if (restorer) {
+      restorer.add(panel, 'jupyter-gpumem');
+    }
+
+    const follower = new ActiveKernelFollower({
+      model,
+      shell: labShell,
+      trackers: [
+        notebookTracker as unknown as ITrackerLike | null,
+        consoleTracker as unknown as ITrackerLike | null
+      ]
+    });
+    panel.disposed.connect(() => {
+      follower.dispose();
+      model.dispose();
+    });
+
+    if (settingRegistry) {
+      Promise.all([settingRegistry.load(PLUGIN_ID), app.restored])
+        .then(([settings]) => {
+          model.configure(readSettings(settings));
+          settings.changed.connect(() =>
+            model.configure(readSettings(settings))
+          );
+        })
+        .catch(reason => {
+          console.error('jupyter-gpumem: cannot load the settings', reason);
+        });
+    }
+
+    const { commands } = app;
+    const category = trans.__('GPU memory');
+    // Samples arrive every few hundred ms: refresh commands only when their
+    // availability can have changed.
+    let commandKey = '';
+    model.stateChanged.connect((_, state) => {
+      const key = JSON.stringify([
+        state.status.kind,
+        state.pending,
+        state.actions,
+        state.sample?.caching,
+        state.sample?.devices.map(d => d.initialized)
+      ]);
+      if (key !== commandKey) {
+        commandKey = key;
+        commands.notifyCommandChanged();
+      }
+    });
+
+    commands.addCommand(CommandIDs.open, {
+      label: trans.__('Show GPU Memory'),
+      caption: trans.__(
+        "Show the GPU memory panel of the active notebook's kernel"
+      ),
+      icon: args => (args.isPalette ? undefined : panel.title.icon),
+      execute: () => {
+        app.shell.activateById(panel.id);
+      }
+    });
+    commands.addCommand(CommandIDs.emptyCache, {
+      label: trans.__('Empty GPU Cache'),
+      caption: trans.__(
+        'Release cached free blocks of the kernel to the driver'
+      ),
+      isEnabled: () => availability(model.state, 'empty_cache', trans).enabled,
+      execute: () => model.emptyCache()
+    });
+    commands.addCommand(CommandIDs.toggleCaching, {
+      label: trans.__('GPU Caching Allocator'),
+      caption: trans.__(
+        "Switch PyTorch's caching allocator on or off in the kernel"
+      ),
+      isEnabled: () => availability(model.state, 'set_caching', trans).enabled,
+      isToggled: () => model.state.sample?.caching === true,
+      execute: () => model.setCaching(model.state.sample?.caching === false)
+    });
+    commands.addCommand(CommandIDs.resetPeak, {
+      label: trans.__('Reset GPU Memory Peak'),
+      caption: trans.__(
+        'Set the peak counters of the kernel to the current figures'
+      ),
+      isEnabled: () => availability(model.state, 'reset_peak', trans).enabled,
+      execute: () => model.resetPeak()
+    });
+
+    if (palette) {
+      for (const command of [
+        CommandIDs.open,
+        CommandIDs.emptyCache,
+        CommandIDs.toggleCaching,
+        CommandIDs.resetPeak
+      ]) {
+        palette.addItem({ command, category });
+      }
+    }
+    return model;
+  }
+};
+
+export default plugin;

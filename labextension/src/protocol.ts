@@ -1,0 +1,275 @@
+/**
+ * Types of the kernel <-> panel protocol, version 1.
+ *
+ * docs/protocol.md and jupyter_gpumem/protocol/schema.json are the contract;
+ * these types mirror them and must change with them.
+ */
+
+export const PROTOCOL_VERSION = 1;
+
+/** Message type of a request sent on the control channel. */
+export const REQUEST_MSG_TYPE = 'gpumem_request';
+
+/** Message type of the kernel's answer (same parent). */
+export const REPLY_MSG_TYPE = 'gpumem_reply';
+
+/**
+ * Target name of the kernel's comm. The kernel sends no `comm_open`: its
+ * samples come as `comm_msg` on a comm id that is stable for the kernel
+ * process and that `hello` and `subscribe` return (`stream.comm_id`).
+ */
+export const COMM_TARGET = 'jupyter_gpumem';
+
+export type SampleState =
+  'ok' | 'no_torch' | 'cpu_only' | 'not_initialized' | 'no_gpu';
+
+export type Backend = 'cuda' | 'rocm' | 'xpu' | 'mps' | 'nvml';
+
+export interface ILimit {
+  fraction: number;
+  bytes: number;
+}
+
+export interface IDevice {
+  index: number;
+  name: string;
+  backend: Backend;
+  /** This process has a context: allocator figures are valid. */
+  initialized: boolean;
+  allocated: number | null;
+  reserved: number | null;
+  active: number | null;
+  requested: number | null;
+  /** Non-releasable fragmentation. */
+  inactive_split: number | null;
+  peak_allocated: number | null;
+  peak_reserved: number | null;
+  device_allocs: number | null;
+  device_frees: number | null;
+  alloc_retries: number | null;
+  ooms: number | null;
+  total: number | null;
+  /** All processes (total - free). */
+  device_used: number | null;
+  /** This process (NVML), null when unknown. */
+  process_used: number | null;
+  limit: ILimit | null;
+  error: string | null;
+}
+
+export interface ISample {
+  /** Unix seconds. */
+  time: number;
+  state: SampleState;
+  message: string;
+  torch_version: string | null;
+  host_rss: number | null;
+  caching: boolean | null;
+  devices: IDevice[];
+}
+
+export interface IStreamState {
+  active: boolean;
+  /** The smallest interval any live client asked for. */
+  interval_ms: number;
+  heartbeat_ms: number;
+  /** The kernel's comm, stable for the process. */
+  comm_id: string | null;
+  /** A subscription lasts this long unless renewed. */
+  lease_s: number;
+  /** Clients with a live subscription. */
+  clients: number;
+}
+
+export interface ICellMarkerDevice {
+  index: number;
+  allocated_delta: number;
+  reserved_delta: number;
+  peak_allocated: number | null;
+}
+
+export interface ICellMarker {
+  execution_count: number | null;
+  /** Unix seconds when the cell ended. */
+  time: number;
+  wall_time: number;
+  failed: boolean;
+  first_line: string;
+  devices: ICellMarkerDevice[];
+}
+
+/** Every action the kernel accepts (test/protocol.spec.ts checks it against the schema). */
+export const ACTIONS = [
+  'hello',
+  'sample',
+  'empty_cache',
+  'set_caching',
+  'reset_peak',
+  'set_limit',
+  'subscribe',
+  'unsubscribe'
+] as const;
+
+export type Action = (typeof ACTIONS)[number];
+
+export interface IRequestContent {
+  protocol: number;
+  action: Action;
+  args: Record<string, unknown>;
+}
+
+export type ErrorCode =
+  | 'bad_request'
+  | 'unknown_action'
+  | 'unsupported_protocol'
+  | 'refused'
+  | 'failed';
+
+export interface IHelloResult {
+  protocol: number;
+  version: string;
+  actions: string[];
+  sample: ISample;
+  stream: IStreamState;
+}
+
+export interface ISampleResult {
+  sample: ISample;
+}
+
+export interface IEmptyCacheResult {
+  released: Record<string, number>;
+  sample: ISample;
+}
+
+export interface ISetCachingResult {
+  caching: boolean;
+  sample: ISample;
+}
+
+export interface ISetLimitResult {
+  limit: ILimit | null;
+  sample: ISample;
+}
+
+export interface IStreamResult {
+  stream: IStreamState;
+}
+
+export interface IReplyOk<R = Record<string, unknown>> {
+  protocol: number;
+  action: Action;
+  status: 'ok';
+  result: R;
+}
+
+export interface IReplyError {
+  protocol: number;
+  action: Action;
+  status: 'error';
+  error: { code: ErrorCode; message: string };
+}
+
+export type Reply<R = Record<string, unknown>> = IReplyOk<R> | IReplyError;
+
+/** The first message after the stream (re)starts. */
+export interface ICommOpenData {
+  protocol: number;
+  type: 'open';
+  /** Per kernel process, like the other messages' (absent before). */
+  seq?: number;
+  stream: IStreamState;
+}
+
+export interface ICommSampleData {
+  protocol: number;
+  type: 'sample';
+  seq: number;
+  sample: ISample;
+}
+
+export interface ICommHeartbeatData {
+  protocol: number;
+  type: 'heartbeat';
+  seq: number;
+  time: number;
+  busy: boolean;
+}
+
+export interface ICommCellData {
+  protocol: number;
+  type: 'cell';
+  seq: number;
+  cell: ICellMarker;
+}
+
+export type CommData =
+  ICommSampleData | ICommHeartbeatData | ICommCellData | ICommOpenData;
+
+/**
+ * Build the content of a `gpumem_request`.
+ */
+export function makeRequest(
+  action: Action,
+  args: Record<string, unknown> = {}
+): IRequestContent {
+  return { protocol: PROTOCOL_VERSION, action, args };
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/**
+ * Check the shape of a reply well enough to read it safely.
+ *
+ * Returns a reason string when the content is not a protocol reply.
+ */
+export function checkReply(content: unknown): Reply | string {
+  if (!isObject(content)) {
+    return 'reply is not an object';
+  }
+  if (content.protocol !== PROTOCOL_VERSION) {
+    return `unsupported protocol ${JSON.stringify(content.protocol)}`;
+  }
+  if (content.status === 'ok') {
+    if (!isObject(content.result)) {
+      return 'reply has no result';
+    }
+    return content as unknown as IReplyOk;
+  }
+  if (content.status === 'error') {
+    if (!isObject(content.error)) {
+      return 'error reply has no error';
+    }
+    return content as unknown as IReplyError;
+  }
+  return `unknown reply status ${JSON.stringify(content.status)}`;
+}
+
+/**
+ * Check the shape of a comm message's data; null when it is not ours.
+ */
+export function checkCommData(data: unknown): CommData | null {
+  if (!isObject(data) || data.protocol !== PROTOCOL_VERSION) {
+    return null;
+  }
+  switch (data.type) {
+    case 'open':
+      return isObject(data.stream) ? (data as unknown as ICommOpenData) : null;
+    case 'sample':
+      return typeof data.seq === 'number' && isObject(data.sample)
+        ? (data as unknown as ICommSampleData)
+        : null;
+    case 'heartbeat':
+      return typeof data.seq === 'number'
+        ? (data as unknown as ICommHeartbeatData)
+        : null;
+    case 'cell':
+      return typeof data.seq === 'number' && isObject(data.cell)
+        ? (data as unknown as ICommCellData)
+        : null;
+    default:
+      return null;
+  }
+}

@@ -1,0 +1,24 @@
+/**
+ * The part of a JupyterLab TranslationBundle the pure helpers need, so that they
+ * can be tested without JupyterLab.
+ */
+export interface ITrans {
+  __(msgid: string, ...args: unknown[]): string;
+  _n(msgid: string, msgidPlural: string, n: number, ...args: unknown[]): string;
+}
+
+function substitute(text: string, args: unknown[]): string {
+  return text.replace(/%(\d+)/g, (whole, index: string) => {
+    const i = Number(index) - 1;
+    return i >= 0 && i < args.length ? String(args[i]) : whole;
+  });
+}
+
+/**
+ * English strings with JupyterLab's `%1` placeholders filled in.
+ */
+export const plainTrans: ITrans = {
+  __: (msgid, ...args) => substitute(msgid, args),
+  _n: (msgid, msgidPlural, n, ...args) =>
+    substitute(n === 1 ? msgid : msgidPlural, [n, ...args])
+};

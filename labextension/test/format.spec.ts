@@ -1,0 +1,45 @@
+import { describe, expect, it } from 'vitest';
+
+import { formatBytes, formatDelta, formatPercent } from '../src/format';
+
+describe('formatBytes', () => {
+  it('shows 1.5 GiB in binary and decimal units', () => {
+    const bytes = 1.5 * 1024 ** 3;
+    expect(formatBytes(bytes, 'binary')).toBe('1.50 GiB');
+    expect(formatBytes(bytes, 'decimal')).toBe('1.61 GB');
+  });
+
+  it('keeps three significant figures', () => {
+    expect(formatBytes(12.345 * 1024 ** 2)).toBe('12.3 MiB');
+    expect(formatBytes(123.45 * 1024 ** 2)).toBe('123 MiB');
+    expect(formatBytes(141 * 1000 ** 3, 'decimal')).toBe('141 GB');
+  });
+
+  it('shows small counts as bytes', () => {
+    expect(formatBytes(0)).toBe('0 B');
+    expect(formatBytes(512)).toBe('512 B');
+    expect(formatBytes(1023)).toBe('1023 B');
+    expect(formatBytes(999, 'decimal')).toBe('999 B');
+  });
+
+  it('moves to the next unit instead of showing 1024 of one', () => {
+    expect(formatBytes(1024)).toBe('1.00 KiB');
+    expect(formatBytes(1024 * 1024 - 1)).toBe('1.00 MiB');
+    expect(formatBytes(999_999, 'decimal')).toBe('1.00 MB');
+  });
+
+  it('keeps the sign of a negative count', () => {
+    expect(formatBytes(-2 * 1024 ** 3)).toBe('-2.00 GiB');
+  });
+
+  it('formats deltas with a sign', () => {
+    expect(formatDelta(1024 ** 3)).toBe('+1.00 GiB');
+    expect(formatDelta(-512)).toBe('-512 B');
+    expect(formatDelta(0)).toBe('0 B');
+  });
+
+  it('formats fractions as percentages', () => {
+    expect(formatPercent(0.3)).toBe('30%');
+    expect(formatPercent(0.125)).toBe('12.5%');
+  });
+});

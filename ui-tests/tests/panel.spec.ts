@@ -1,0 +1,521 @@
+/**
+ * The GPU memory panel in a real JupyterLab, against the real kernel side
+ * (the jupyter_gpumem package the kernel imports).
+ *
+ * Registration (sidebar tab, palette), the "No kernel" and "not loaded"
+ * states, Attach, then with figures: allocate, watch the bars move during a
+ * long cell, press every button; a kernel restart, following the active
+ * notebook. GPUMEM_UI_MODE says where the figures come from: a real GPU, the
+ * replay backend (JUPYTER_GPUMEM_REPLAY), or neither (then only the attach is
+ * checked).
+ */
+import { Browser, expect, Page, test } from '@playwright/test';
+
+import {
+  BODY,
+  checkEnvironment,
+  MODE,
+  openNotebook,
+  openPanel,
+  PANEL,
+  panelScreenshot,
+  panelState,
+  runCell,
+  runCellAndWait,
+  screenshot,
+  statusLine,
+  TOKEN,
+  waitForKernelIdle,
+  writeNotebook
+} from './lab';
+
+const NOTEBOOK = 'gpumem-ui.ipynb';
+
+test.describe.configure({ mode: 'serial' });
+
+let page: Page;
+
+test.beforeAll(async ({ browser }: { browser: Browser }) => {
+  checkEnvironment();
+  writeNotebook(NOTEBOOK);
+  page = await browser.newPage();
+  page.on('pageerror', error => console.log(`[page error] ${error.message}`));
+  page.on('console', message => {
+    if (message.type() === 'error' && /gpumem/i.test(message.text())) {
+      console.log(`[console] ${message.text()}`);
+    }
+  });
+});
+
+test.afterAll(async () => {
+  await page?.close();
+});
+
+/** Record every data-state the panel goes through, from now on. */
+async function recordStates(): Promise<void> {
+  await page.evaluate((selector: string) => {
+    const w = window as any;
+    w.__gpumemStates = [];
+    const body = () => document.querySelector(selector);
+    const note = () => {
+      const state = body()?.getAttribute('data-state');
+      const states: string[] = w.__gpumemStates;
+      if (state && states[states.length - 1] !== state) {
+        states.push(state);
+      }
+    };
+    note();
+    w.__gpumemObserver?.disconnect();
+    w.__gpumemObserver = new MutationObserver(note);
+    w.__gpumemObserver.observe(document.body, {
+      subtree: true,
+      attributes: true,
+      attributeFilter: ['data-state'],
+      childList: true
+    });
+    clearInterval(w.__gpumemPoll);
+    w.__gpumemPoll = setInterval(note, 10);
+    // Diagnostics only: the model's own states and the kernel's statuses.
+    w.__gpumemDebug = [];
+    const t0 = performance.now();
+    const model = w.jupyterapp.pluginRegistry?._plugins?.get(
+      'jupyter-gpumem:plugin'
+    )?.service;
+    model?.stateChanged.connect((_: any, s: any) =>
+      w.__gpumemDebug.push(
+        `${Math.round(performance.now() - t0)} model:${s.status.kind}`
+      )
+    );
+    const kernel =
+      w.jupyterapp.shell.currentWidget?.sessionContext?.session?.kernel;
+    kernel?.statusChanged.connect((_: any, s: string) =>
+      w.__gpumemDebug.push(`${Math.round(performance.now() - t0)} kernel:${s}`)
+    );
+  }, BODY);
+}
+
+async function recordedStates(): Promise<string[]> {
+  return page.evaluate(() => (window as any).__gpumemStates ?? []);
+}
+
+test('the panel is in the right sidebar and its commands in the palette', async () => {
+  await page.goto(`lab?token=${TOKEN}`);
+  await page.waitForFunction(() => !!(window as any).jupyterapp, null, {
+    timeout: 60_000
+  });
+  await page.locator('#jp-main-dock-panel').waitFor();
+  const tab = page.locator(
+    '.jp-SideBar.jp-mod-right .lm-TabBar-tab[title="GPU memory"]'
+  );
+  await expect(tab).toHaveCount(1);
+
+  await page.evaluate(() =>
+    (window as any).jupyterapp.commands.execute(
+      'apputils:activate-command-palette'
+    )
+  );
+  const input = page.locator('.lm-CommandPalette-input');
+  await expect(input).toBeVisible();
+  await input.fill('GPU');
+  const palette = page.locator('#command-palette');
+  await expect(
+    palette.locator('.lm-CommandPalette-header', { hasText: /gpu memory/i })
+  ).toHaveCount(1);
+  for (const label of [
+    'Show GPU Memory',
+    'Empty GPU Cache',
+    'GPU Caching Allocator',
+    'Reset GPU Memory Peak'
+  ]) {
+    await expect(
+      palette.locator('.lm-CommandPalette-item', { hasText: label })
+    ).toHaveCount(1);
+  }
+  await page.keyboard.press('Escape');
+
+  // With no notebook open the panel still says something.
+  await tab.click();
+  await expect(page.locator(PANEL)).toBeVisible();
+  await expect(page.locator(BODY)).toHaveAttribute('data-state', 'no_kernel');
+  await expect(page.locator(`${PANEL} .jp-GpuMem-messageTitle`)).toHaveText(
+    'No kernel'
+  );
+  await screenshot(page, 'no-kernel');
+});
+
+test('a kernel without the extension shows "not loaded" and Attach', async () => {
+  await openNotebook(page, NOTEBOOK);
+  await openPanel(page);
+  await expect(page.locator(`${PANEL} .jp-GpuMem-source`)).toContainText(
+    NOTEBOOK
+  );
+  // No reply to hello within ~1.5 s.
+  await expect(page.locator(BODY)).toHaveAttribute('data-state', 'not_loaded', {
+    timeout: 15_000
+  });
+  await expect(page.locator(`${PANEL} .jp-GpuMem-messageTitle`)).toHaveText(
+    'The gpumem extension is not loaded in this kernel'
+  );
+  const attach = page.getByRole('button', { name: /^Attach/ });
+  await expect(attach).toBeVisible();
+  await expect(attach).toHaveAttribute('aria-disabled', 'false');
+  await screenshot(page, 'not-loaded');
+});
+
+/**
+ * How a test makes the kernel allocate: real tensors on a GPU, or nothing (the
+ * replay backend moves by itself).
+ */
+interface IAllocator {
+  mode: 'gpu' | 'replay';
+  /** Code that allocates 1 GiB and keeps it in `x`. */
+  allocate: string;
+  /** Code that runs ~5 s, allocating as it goes. */
+  longCell: string;
+  /** Code that frees what the two above allocated. */
+  free: string;
+}
+
+const ALLOCATORS: Record<IAllocator['mode'], IAllocator> = {
+  gpu: {
+    mode: 'gpu',
+    allocate:
+      "import torch, time\nx = torch.empty(2**30, dtype=torch.uint8, device='cuda')",
+    longCell: [
+      'xs = []',
+      'for i in range(10):',
+      "    xs.append(torch.empty(128 * 2**20, dtype=torch.uint8, device='cuda'))",
+      '    time.sleep(0.5)'
+    ].join('\n'),
+    free: 'del x, xs'
+  },
+  replay: {
+    mode: 'replay',
+    allocate: 'import time',
+    longCell: 'time.sleep(6)',
+    free: 'pass'
+  }
+};
+
+async function press(name: RegExp | string): Promise<string> {
+  await page.getByRole('button', { name }).first().click();
+  await expect(statusLine(page)).not.toHaveText(/^$|Waiting/, {
+    timeout: 15_000
+  });
+  return (await statusLine(page).textContent()) ?? '';
+}
+
+function figureTests(allocator: IAllocator): void {
+  const { mode } = allocator;
+
+  test(`${mode}: an allocation shows on the bar and the trend`, async () => {
+    await runCellAndWait(page, allocator.allocate);
+    await expect(page.locator(BODY)).toHaveAttribute('data-state', 'ok', {
+      timeout: 30_000
+    });
+    const allocated = page
+      .locator(`${PANEL} .jp-GpuMem-segment-allocated`)
+      .first();
+    await expect(allocated).toBeVisible();
+    if (mode !== 'replay') {
+      await expect
+        .poll(async () => Number(await allocated.getAttribute('data-bytes')))
+        .toBeGreaterThanOrEqual(2 ** 30);
+    }
+    await expect(
+      page.locator(`${PANEL} [data-figure="allocated"]`).first()
+    ).toContainText(/B$/);
+    await expect(
+      page.locator(`${PANEL} .jp-GpuMem-trend svg`).first()
+    ).toBeVisible();
+    await screenshot(page, `${mode}-allocated`);
+  });
+
+  test(`${mode}: the bars move while a long cell runs`, async () => {
+    await runCell(page, allocator.longCell);
+    await expect(page.locator(`${PANEL} .jp-GpuMem-busy`)).toBeVisible({
+      timeout: 10_000
+    });
+    const seen = new Set<string>();
+    const segments = page
+      .locator(`${PANEL} .jp-GpuMem-device`)
+      .first()
+      .locator('.jp-GpuMem-segment');
+    for (let i = 0; i < 16; i++) {
+      seen.add(
+        await segments.evaluateAll(nodes =>
+          nodes.map(n => n.getAttribute('data-bytes')).join(',')
+        )
+      );
+      if (i === 8) {
+        await screenshot(page, `${mode}-long-cell`);
+      }
+      await page.waitForTimeout(250);
+    }
+    // Still running while we looked: the figures came over the comm.
+    await expect(page.locator(`${PANEL} .jp-GpuMem-busy`)).toBeVisible();
+    expect(seen.size).toBeGreaterThanOrEqual(2);
+    await waitForKernelIdle(page);
+  });
+
+  test(`${mode}: the whole panel with figures (panel-${mode}.png)`, async () => {
+    // The picture of the README: light theme, bars, trend, buttons, no
+    // leftover message; before the buttons change the figures.
+    await expect(page.locator('body')).toHaveAttribute(
+      'data-jp-theme-light',
+      'true'
+    );
+    await expect(page.locator(BODY)).toHaveAttribute('data-state', 'ok');
+    const dismiss = page.getByRole('button', { name: 'Dismiss the message' });
+    if ((await dismiss.count()) > 0) {
+      await dismiss.click();
+    }
+    await expect(statusLine(page)).toHaveText('');
+    // Count the panel's requests from now on.
+    await page.evaluate(() => {
+      const w = window as any;
+      const kernel =
+        w.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+      w.__gpumemSent = [];
+      kernel.anyMessage.connect((_: any, args: any) => {
+        if (
+          args.direction === 'send' &&
+          args.msg.header.msg_type === 'gpumem_request'
+        ) {
+          w.__gpumemSent.push(args.msg.content.action);
+        }
+      });
+    });
+    const t0 = Date.now();
+    // A trend longer than the lease of a subscription (60 s): the panel
+    // renewed it, or the stream would have stopped.
+    const span = () =>
+      page.evaluate(() => {
+        const model = (window as any).jupyterapp.pluginRegistry?._plugins?.get(
+          'jupyter-gpumem:plugin'
+        )?.service;
+        const points = model?.state.history[0] ?? [];
+        return points.length > 1
+          ? points[points.length - 1].time - points[0].time
+          : -1;
+      });
+    await expect
+      .poll(span, { timeout: 90_000, intervals: [1000] })
+      .toBeGreaterThanOrEqual(65);
+    // Renewed every 20 s, with no re-subscribe loop (a comm closed under
+    // the stream made one).
+    const sent: string[] = await page.evaluate(
+      () => (window as any).__gpumemSent
+    );
+    const subscribes = sent.filter(action => action === 'subscribe').length;
+    const renewals = (Date.now() - t0) / 20_000;
+    expect(subscribes).toBeGreaterThanOrEqual(Math.floor(renewals) - 1);
+    expect(subscribes).toBeLessThanOrEqual(Math.ceil(renewals) + 1);
+    expect(sent.filter(action => action !== 'subscribe')).toEqual([]);
+    for (const selector of [
+      '.jp-GpuMem-segment-allocated',
+      '.jp-GpuMem-trend svg polyline',
+      '.jp-GpuMem-controls button'
+    ]) {
+      await expect(page.locator(`${PANEL} ${selector}`).first()).toBeVisible();
+    }
+    await panelScreenshot(page, `panel-${mode}`);
+  });
+
+  test(`${mode}: every button answers in the status line`, async () => {
+    await runCellAndWait(page, allocator.free);
+    expect(await press(/^Empty the cache/)).toMatch(
+      mode === 'replay'
+        ? /Released .* to the driver|Nothing to release|refused/
+        : /Released .* to the driver/
+    );
+    await screenshot(page, `${mode}-emptied`);
+
+    const off = page.getByRole('button', {
+      name: 'Switch the caching allocator off'
+    });
+    if ((await off.getAttribute('aria-disabled')) === 'false') {
+      expect(await press('Switch the caching allocator off')).toMatch(
+        /Caching is off|Caching is still on|refused/
+      );
+      const on = page.getByRole('button', {
+        name: 'Switch the caching allocator on'
+      });
+      if ((await on.count()) > 0) {
+        await screenshot(page, `${mode}-caching-off`);
+        expect(await press('Switch the caching allocator on')).toMatch(
+          /Caching is on|Caching is still off|refused/
+        );
+      }
+    }
+
+    expect(
+      await press('Reset the peak counters to the current figures')
+    ).toMatch(/Peak reset|refused/);
+
+    const input = page.getByRole('textbox', { name: 'Memory cap for GPU 0' });
+    await input.fill('12XB');
+    await input.press('Enter');
+    await expect(statusLine(page)).toContainText('"XB" is not a unit');
+    await screenshot(page, `${mode}-bad-cap`);
+
+    await input.fill('0.5');
+    await input.press('Enter');
+    await expect(statusLine(page)).toHaveText(
+      /Capped GPU 0 at .* \(50% of the device\)|refused/,
+      {
+        timeout: 15_000
+      }
+    );
+    if (/Capped/.test((await statusLine(page).textContent()) ?? '')) {
+      await expect(
+        page.locator(`${PANEL} .jp-GpuMem-limit`).first()
+      ).toBeVisible();
+      await screenshot(page, `${mode}-capped`);
+      expect(await press('Clear the memory cap of GPU 0')).toMatch(
+        /Cap removed on GPU 0|refused/
+      );
+      await expect(page.locator(`${PANEL} .jp-GpuMem-limit`)).toHaveCount(0);
+    }
+    await screenshot(page, `${mode}-after-actions`);
+  });
+
+  test(`${mode}: the units setting switches to decimal units`, async () => {
+    // The setting registry through the plugin registry (test-only access).
+    const set = (units: string) =>
+      page.evaluate(async (value: string) => {
+        const app = (window as any).jupyterapp;
+        const plugins = app.pluginRegistry?._plugins;
+        const registry = plugins?.get(
+          '@jupyterlab/apputils-extension:settings'
+        )?.service;
+        if (!registry) {
+          return false;
+        }
+        await registry.set('jupyter-gpumem:plugin', 'units', value);
+        return true;
+      }, units);
+    test.skip(!(await set('decimal')), 'no access to the setting registry');
+    await expect(
+      page.locator(`${PANEL} [data-figure="total"]`).first()
+    ).toHaveText(/ GB$/);
+    await set('binary');
+    await expect(
+      page.locator(`${PANEL} [data-figure="total"]`).first()
+    ).toHaveText(/ GiB$/);
+  });
+
+  test(`${mode}: the panel follows the dark theme`, async () => {
+    const setTheme = (theme: string) =>
+      page.evaluate(
+        (name: string) =>
+          (window as any).jupyterapp.commands.execute('apputils:change-theme', {
+            theme: name
+          }),
+        theme
+      );
+    await setTheme('JupyterLab Dark');
+    await expect(page.locator('body')).toHaveAttribute(
+      'data-jp-theme-light',
+      'false'
+    );
+    await page.waitForTimeout(500);
+    await screenshot(page, `${mode}-dark`);
+    await setTheme('JupyterLab Light');
+    await expect(page.locator('body')).toHaveAttribute(
+      'data-jp-theme-light',
+      'true'
+    );
+  });
+}
+
+test.describe('with the kernel side', () => {
+  test('Attach loads the extension and the panel shows figures', async () => {
+    expect(await panelState(page)).toBe('not_loaded');
+    // Keyboard-reachable: focus and press Enter.
+    await page.getByRole('button', { name: /^Attach/ }).focus();
+    await page.keyboard.press('Enter');
+    await expect(page.locator(BODY)).not.toHaveAttribute(
+      'data-state',
+      /not_loaded|loading/,
+      {
+        timeout: 30_000
+      }
+    );
+    const state = await panelState(page);
+    expect([
+      'ok',
+      'no_torch',
+      'cpu_only',
+      'no_gpu',
+      'not_initialized'
+    ]).toContain(state);
+    await screenshot(page, 'attached');
+  });
+
+  test.describe('with figures', () => {
+    test.skip(MODE === 'none', 'no GPU and no replay fixture');
+    figureTests(ALLOCATORS[MODE === 'gpu' ? 'gpu' : 'replay']);
+  });
+});
+
+test('a kernel restart shows "restarting", then the panel reconnects', async () => {
+  await recordStates();
+  await page.evaluate(() =>
+    (
+      window as any
+    ).jupyterapp.shell.currentWidget.sessionContext.session.kernel.restart()
+  );
+  await waitForKernelIdle(page);
+  await expect(page.locator(BODY)).not.toHaveAttribute(
+    'data-state',
+    /restarting|loading/,
+    {
+      timeout: 15_000
+    }
+  );
+  const states = await recordedStates();
+  if (!states.includes('restarting')) {
+    console.log(
+      (await page.evaluate(() => (window as any).__gpumemDebug ?? [])).join(
+        ' | '
+      )
+    );
+  }
+  expect(states).toContain('restarting');
+  // Nothing loads the extension at start: the new process does not have it.
+  expect(states[states.length - 1]).toBe('not_loaded');
+  await screenshot(page, 'after-restart');
+});
+
+test('the panel follows the active notebook', async () => {
+  writeNotebook('second.ipynb');
+  await openNotebook(page, 'second.ipynb');
+  await expect(page.locator(`${PANEL} .jp-GpuMem-source`)).toContainText(
+    'second.ipynb'
+  );
+  await expect(page.locator(BODY)).toHaveAttribute('data-state', 'not_loaded', {
+    timeout: 15_000
+  });
+  await page.evaluate((name: string) => {
+    const shell = (window as any).jupyterapp.shell;
+    for (const widget of shell.widgets('main')) {
+      if (widget.context?.path === name) {
+        shell.activateById(widget.id);
+      }
+    }
+  }, NOTEBOOK);
+  await expect(page.locator(`${PANEL} .jp-GpuMem-source`)).toContainText(
+    NOTEBOOK
+  );
+  // Close both notebooks without the save prompts.
+  await page.evaluate(() => {
+    const shell = (window as any).jupyterapp.shell;
+    for (const widget of Array.from(shell.widgets('main')) as any[]) {
+      if (widget.context) {
+        widget.dispose();
+      }
+    }
+  });
+  await expect(page.locator(BODY)).toHaveAttribute('data-state', 'no_kernel');
+});
