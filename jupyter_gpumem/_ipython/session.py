@@ -196,7 +196,13 @@ def show_report(report: CellReport, compact: bool = False) -> None:
         )
         display({"text/plain": text, "text/html": html}, raw=True)
     else:
+        from ..reporters._rows import cell_sections
+
+        sections = cell_sections(report)  # laid out twice, built once
         display(
-            {"text/plain": cell_report_text(report), "text/html": cell_report_html(report)},
+            {
+                "text/plain": cell_report_text(report, sections),
+                "text/html": cell_report_html(report, sections),
+            },
             raw=True,
         )

@@ -8,6 +8,7 @@ from html import escape
 from ..model import CellReport, Measurement
 from ._rows import (
     TABLE_COLUMNS,
+    Section,
     cell_header,
     cell_sections,
     measurement_notes,
@@ -26,13 +27,13 @@ def _tr(cells: Sequence[str], tag: str = "td") -> str:
     return "<tr>" + "".join(f'<{tag} style="{_CELL}">{escape(c)}</{tag}>' for c in cells) + "</tr>"
 
 
-def cell_report_html(r: CellReport) -> str:
+def cell_report_html(r: CellReport, sections: list[Section] | None = None) -> str:
     color = "var(--jp-error-color1,#d32f2f)" if r.failed else "inherit"
     out = [
         f'<div class="jp-GpuMem-report"><div style="font-weight:bold;color:{color}">'
         f"{escape(cell_header(r))}</div>"
     ]
-    sections = cell_sections(r)
+    sections = cell_sections(r) if sections is None else sections
     if not sections:
         out.append(f"<div>{escape(no_device_line(r))}</div>")
     for s in sections:

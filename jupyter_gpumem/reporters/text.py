@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from ..model import CellReport, Measurement
 from ._rows import (
     TABLE_COLUMNS,
+    Section,
     cell_header,
     cell_sections,
     measurement_notes,
@@ -15,9 +16,9 @@ from ._rows import (
 )
 
 
-def cell_report_text(r: CellReport) -> str:
+def cell_report_text(r: CellReport, sections: list[Section] | None = None) -> str:
     lines = [cell_header(r)]
-    sections = cell_sections(r)
+    sections = cell_sections(r) if sections is None else sections
     if not sections:
         lines.append("  " + no_device_line(r))
     for s in sections:
