@@ -21,7 +21,7 @@ $(BIN)/python:
 # Build tools first, so that the editable install needs no isolated build environment.
 $(VENV)/.tools: $(BIN)/python
 	$(BIN)/pip install -q "$(TORCH)"
-	$(BIN)/pip install -q hatchling "hatch-jupyter-builder>=0.9" "jupyterlab>=4.4,<5"
+	$(BIN)/pip install -q hatchling editables "hatch-jupyter-builder>=0.9" "jupyterlab>=4.4,<5"
 	touch $@
 
 labextension/node_modules/.package-lock.json: labextension/package-lock.json
