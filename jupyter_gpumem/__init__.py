@@ -34,6 +34,16 @@ def history(n: int | None = None) -> Any:
     return session.history.dataframe(n)
 
 
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    return [{"module": "jupyter_gpumem"}]
+
+
+def _load_jupyter_server_extension(serverapp: Any) -> None:
+    from ._server import load
+
+    load(serverapp)
+
+
 def _jupyter_labextension_paths() -> list[dict[str, str]]:
     return [{"src": "labextension", "dest": "jupyter-gpumem"}]
 

@@ -7,7 +7,8 @@
   tells "not loaded".
 - Each control request makes ipykernel publish busy/idle statuses whose parent is the
   request. JupyterLab >= 4.5 ignores those when the request type is in the server's
-  ``untracked_message_types`` (this package installs a jupyter_server config that adds it);
+  ``untracked_message_types`` (this package's jupyter_server extension, ``_server.py``,
+  adds it);
   older JupyterLab may show "Idle" briefly while a cell runs.
 - Live samples are ``comm_msg`` messages on IOPub (a daemon thread may publish there while
   a cell runs) under one comm id that is stable for the kernel's life, and no

@@ -1,0 +1,30 @@
+"""jupyter_server extension: keep the panel's control requests from looking like activity.
+
+Each ``gpumem_request`` makes ipykernel publish busy/idle statuses. jupyter_server would
+count them as user activity (defeating idle culling), and JupyterLab would show the notebook
+as idle for a moment while a cell runs. Both read ``MappingKernelManager.
+untracked_message_types``; JupyterLab gets it through the page config (JupyterLab >= 4.5).
+Files in ``jupyter_server_config.d`` only enable extensions, so the list is extended here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .protocol import REPLY, REQUEST
+
+OURS = (REQUEST, REPLY)
+
+
+def load(serverapp: Any) -> None:
+    km = serverapp.kernel_manager
+    current = list(getattr(km, "untracked_message_types", []) or [])
+    if hasattr(km, "untracked_message_types"):
+        km.untracked_message_types = current + [t for t in OURS if t not in current]
+    # jupyterlab_server copies the list into the page config when it loads; set it too, in
+    # case it loaded before us.
+    settings = serverapp.web_app.settings
+    page = settings.setdefault("page_config_data", {})
+    if "untracked_message_types" in page:
+        page["untracked_message_types"] = list(km.untracked_message_types)
+    serverapp.log.info("jupyter_gpumem: %s not tracked as kernel activity", ", ".join(OURS))
