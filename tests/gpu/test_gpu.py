@@ -154,6 +154,25 @@ def test_now_table_matches_torch(gip):
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_measuring_creates_no_context_on_other_devices(gip):
+    """Readings touch only devices this process already uses: cuda:1 stays context-free
+    (NVML figures only) through %gpumem, auto mode and measured cells on cuda:0."""
+    assert not torch._C._cuda_hasPrimaryContext(1)
+    run(gip, "%gpumem auto on")
+    run(gip, "%%gpumem -o rep\nx = torch.empty(1 << 20, device='cuda:0')")
+    _, texts, _ = run(gip, "%gpumem")
+    run(gip, "%gpumem reset-peak")
+    run(gip, "%gpumem auto off")
+    assert not torch._C._cuda_hasPrimaryContext(1)
+    from jupyter_gpumem._ipython import current
+
+    d1 = current().collector.measure().device(1)
+    assert d1 is not None and not d1.initialized and d1.allocator is None
+    assert d1.device_used is not None  # NVML still reports it
+    assert "cuda:1" in texts[0]
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_two_devices(gip):
     code = (
         "%%gpumem -o rep\n"
