@@ -85,10 +85,14 @@ def kernel():
 
 
 def wait_execute(kc, code, timeout=30):
+    """Run code and return its execute_reply (skipping leftover replies, e.g. to the
+    kernel_info requests of wait_for_ready)."""
     msg_id = kc.execute(code)
-    reply = kc.get_shell_msg(timeout=timeout)
-    assert reply["parent_header"]["msg_id"] == msg_id
-    return reply
+    deadline = time.monotonic() + timeout
+    while True:
+        reply = kc.get_shell_msg(timeout=max(0.1, deadline - time.monotonic()))
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return reply
 
 
 def test_no_reply_before_the_extension_is_loaded(kernel):
