@@ -1,7 +1,7 @@
 /**
  * Protocol records for tests, with the figures of a small, known allocation.
  */
-import { IDevice, ISample } from '../src/protocol';
+import { ACTIONS, IDevice, ISample } from '../src/protocol';
 
 export const GiB = 1024 ** 3;
 export const MiB = 1024 ** 2;
@@ -90,16 +90,7 @@ export function helloResult(s: ISample = sample()) {
   return {
     protocol: 1,
     version: '0.1.0',
-    actions: [
-      'hello',
-      'sample',
-      'empty_cache',
-      'set_caching',
-      'reset_peak',
-      'set_limit',
-      'subscribe',
-      'unsubscribe'
-    ],
+    actions: [...ACTIONS],
     sample: s,
     stream: { ...STREAM, active: false, clients: 0 }
   };
