@@ -1,7 +1,7 @@
 /**
  * Protocol records for tests, with the figures of a small, known allocation.
  */
-import { ACTIONS, IDevice, IHelloResult, ISample } from '../src/protocol';
+import { ACTIONS, IDevice, ISample } from '../src/protocol';
 
 export const GiB = 1024 ** 3;
 export const MiB = 1024 ** 2;
@@ -86,11 +86,11 @@ export function errorReply(action: string, code: string, message: string) {
   } as any;
 }
 
-export function helloResult(s: ISample = sample()): IHelloResult {
+export function helloResult(s: ISample = sample()) {
   return {
     protocol: 1,
     version: '0.1.0',
-    actions: [...ACTIONS],
+    actions: [...ACTIONS] as string[],
     sample: s,
     stream: { ...STREAM, active: false, clients: 0 }
   };
