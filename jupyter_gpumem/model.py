@@ -7,8 +7,9 @@ them. A :class:`Measurement` is the state of the process at one instant; a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 State = Literal["ok", "no_torch", "cpu_only", "not_initialized", "no_gpu"]
 Backend = Literal["cuda", "rocm", "xpu", "mps", "nvml"]
@@ -249,6 +250,12 @@ class CellReport:
     error: str | None  # "KeyboardInterrupt", "OutOfMemoryError: CUDA out of memory...", ...
     ooms: tuple[OomEvent, ...] = ()
     hints: tuple[str, ...] = field(default=())
+    # With allocation tracking on: where the memory this cell kept was allocated.
+    attribution: tuple[DeviceAttribution, ...] = ()
+    # When the cell raised OutOfMemoryError: what filled the device and which fix fits.
+    postmortems: tuple[PostMortem, ...] = ()
+    # When the cell failed: tensors that the kept traceback's frames hold.
+    traceback: TracebackHoldings | None = None
 
     @property
     def host_rss_delta(self) -> int | None:
@@ -262,21 +269,340 @@ class CellReport:
                 return d
         return None
 
+    def device_attribution(self, index: int) -> DeviceAttribution | None:
+        for a in self.attribution:
+            if a.device == index:
+                return a
+        return None
+
     def marker(self) -> dict[str, Any]:
         """The protocol's ``CellMarker``."""
-        return {
+        out: dict[str, Any] = {
             "execution_count": self.execution_count,
             "time": self.after.time,
             "wall_time": self.wall_time,
             "failed": self.failed,
             "first_line": self.first_line,
-            "devices": [
-                {
-                    "index": d.index,
-                    "allocated_delta": d.allocated_delta or 0,
-                    "reserved_delta": d.reserved_delta or 0,
-                    "peak_allocated": d.peak_allocated,
-                }
-                for d in self.devices
+            "devices": [],
+        }
+        for d in self.devices:
+            row: dict[str, Any] = {
+                "index": d.index,
+                "allocated_delta": d.allocated_delta or 0,
+                "reserved_delta": d.reserved_delta or 0,
+                "peak_allocated": d.peak_allocated,
+            }
+            attribution = self.device_attribution(d.index)
+            if attribution is not None:
+                row["kept_at"] = [s.to_dict() for s in attribution.lines[:3]]
+            out["devices"].append(row)
+        if self.postmortems:
+            out["postmortems"] = [p.to_dict() for p in self.postmortems]
+        return out
+
+
+# -- the allocator's own snapshot (torch.cuda.memory._snapshot) ---------------------------
+# Kept in PyTorch's own shape (dicts), typed here: converting tens of thousands of blocks
+# into objects would cost more than the snapshot itself, and recorded snapshots (JSON,
+# memory_viz pickles) then feed the analyses unchanged.
+
+
+class Frame(TypedDict):
+    filename: str
+    line: int
+    name: str
+
+
+class Block(TypedDict):
+    address: int
+    size: int  # what the allocator counts (rounded)
+    requested_size: int  # what the program asked for
+    state: str  # "active_allocated", "active_pending_free" / "active_awaiting_free", "inactive"
+    frames: list[Frame]  # innermost first; empty when nothing was recorded
+
+
+class Segment(TypedDict, total=False):
+    device: int
+    address: int
+    total_size: int
+    allocated_size: int
+    active_size: int
+    requested_size: int
+    stream: int
+    segment_type: str  # "small" (2 MiB segments for <= 1 MiB blocks) or "large"
+    is_expandable: bool
+    blocks: list[Block]
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatorSnapshot:
+    """Every segment the caching allocator holds, with its blocks, at one instant."""
+
+    time: float
+    segments: Sequence[Segment]
+    tracking: bool  # allocation sites were being recorded (blocks may carry frames)
+    settings: dict[str, Any] = field(default_factory=dict)  # allocator_settings
+
+    def device_segments(self, device: int) -> list[Segment]:
+        return [s for s in self.segments if s.get("device", 0) == device]
+
+
+ACTIVE = "active_allocated"
+
+
+# -- where memory was allocated ----------------------------------------------------------
+SiteKind = Literal["cell", "file", "library", "no_stack", "before_tracking"]
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    """Where a block was allocated, in the user's words.
+
+    ``cell``: ``In[7] line 3``; ``file``: the user's own module, ``train.py:42``;
+    ``library``: no user frame at all (the outermost library frame); ``no_stack``: the
+    block has no Python frames (allocated by autograd's backward thread or C++ code);
+    ``before_tracking``: alive since before tracking began.
+    """
+
+    kind: SiteKind
+    filename: str = ""
+    line: int = 0
+    function: str = ""
+    execution_count: int | None = None  # for cells
+    text: str = ""  # the source line, stripped
+    # the library frame this user line called into: "torch/nn/functional.py:2380 linear"
+    library: str = ""
+
+    @property
+    def label(self) -> str:
+        if self.kind == "cell":
+            return f"In[{self.execution_count}] line {self.line}"
+        if self.kind in ("file", "library"):
+            return f"{short_path(self.filename)}:{self.line}"
+        if self.kind == "before_tracking":
+            return "allocated before tracking began"
+        return "no Python stack (backward pass or C++)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "label": self.label,
+            "execution_count": self.execution_count,
+            "filename": self.filename,
+            "line": self.line,
+            "function": self.function,
+            "text": self.text,
+            "library": self.library,
+        }
+
+
+def short_path(path: str, parts: int = 2) -> str:
+    """The last ``parts`` components of a path: ``torch/nn/functional.py``."""
+    pieces = path.replace("\\", "/").split("/")
+    return "/".join(pieces[-parts:]) if len(pieces) > parts else path
+
+
+@dataclass(frozen=True, slots=True)
+class LineShare:
+    """Bytes alive at the end of a cell that one of its lines allocated."""
+
+    line: int
+    text: str
+    bytes: int
+    blocks: int
+    site: Site  # the innermost user frame (may be a function defined elsewhere)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"line": self.line, "text": self.text, "bytes": self.bytes, "blocks": self.blocks}
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceAttribution:
+    """Where the blocks a cell allocated and left alive on one device come from."""
+
+    device: int
+    new_bytes: int  # bytes in blocks allocated during the cell and still alive
+    lines: tuple[LineShare, ...]  # by line of the cell, largest first
+    elsewhere: int  # new blocks whose stack does not pass through this cell's code
+    no_stack: int  # new blocks without Python frames (backward pass, C++)
+
+
+# -- who holds the memory -----------------------------------------------------------------
+# How an owner reaches a storage; lower ranks win when several owners reach the same one.
+VIA_RANK: dict[str, int] = {
+    "tensor": 0,
+    "parameters": 1,
+    "buffers": 1,
+    "attribute": 1,
+    "container": 1,
+    "gradients": 2,
+    "optimizer state": 2,
+    "autograd graph": 3,
+    "optimizer params": 4,
+    "output history": 5,
+    "traceback": 6,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """One path from a name in the user's namespace to a tensor's storage."""
+
+    device: int
+    address: int  # untyped_storage().data_ptr()
+    nbytes: int  # storage size (the allocator's block may be larger)
+    owner: str  # "acts", "Out[7]", "traceback: f() h"
+    via: str  # a key of VIA_RANK
+    path: str  # "acts[3]", "model.fc1.weight.grad", "total.grad_fn._saved_self"
+    order: int  # position of the owner's root in the walk (ties between equal ranks)
+
+    @property
+    def rank(self) -> tuple[int, int]:
+        return (VIA_RANK.get(self.via, 9), self.order)
+
+
+@dataclass(frozen=True, slots=True)
+class WhoRow:
+    key: str  # a variable ("acts"), a line ("In[7] line 3"), a cell ("In[7]")
+    detail: str  # how it holds the memory, the line's text, ...
+    bytes: int
+    blocks: int
+    example: str = ""  # a path to one of the tensors, or the top holder of a line
+    kind: str = ""  # "owner", "site", "cell", "unreachable", "untracked", "outside"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "detail": self.detail,
+            "bytes": self.bytes,
+            "blocks": self.blocks,
+            "example": self.example,
+            "kind": self.kind,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class WhoReport:
+    """Live GPU memory of one device, split by owner, allocation line or cell.
+
+    The rows add up to ``allocated`` (the allocator's live blocks): what no name reaches,
+    or what has no recorded site, is a row of its own.
+    """
+
+    device: int
+    by: Literal["variable", "line", "cell"]
+    allocated: int
+    explained: int  # bytes of the rows that name an owner / a site
+    rows: tuple[WhoRow, ...]
+    tracking: bool
+    notes: tuple[str, ...] = ()
+    outside_allocator: int = 0  # reachable tensors whose memory the allocator doesn't own
+    elapsed: float = 0.0  # seconds it took
+
+    @property
+    def explained_share(self) -> float:
+        return self.explained / self.allocated if self.allocated else 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "by": self.by,
+            "allocated": self.allocated,
+            "explained": self.explained,
+            "rows": [r.to_dict() for r in self.rows],
+            "tracking": self.tracking,
+            "notes": list(self.notes),
+            "outside_allocator": self.outside_allocator,
+            "elapsed_ms": round(self.elapsed * 1000, 3),
+        }
+
+
+# -- after a failure ----------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class TracebackHolding:
+    frame: str  # "f() at In[9] line 4"
+    name: str  # the local variable
+    bytes: int
+    blocks: int
+
+
+@dataclass(frozen=True, slots=True)
+class TracebackHoldings:
+    """Tensors that the frames of the kept traceback (sys.last_traceback) hold."""
+
+    holdings: tuple[TracebackHolding, ...]
+
+    @property
+    def bytes(self) -> int:
+        return sum(h.bytes for h in self.holdings)
+
+
+FixKind = Literal[
+    "fragmentation", "cap", "traceback", "output_history", "graph", "other_process",
+    "delete", "empty_cache", "smaller",
+]  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Fix:
+    kind: FixKind
+    text: str  # the whole sentence, numbers included
+    frees: int | None  # bytes it would make available (None: not a matter of bytes)
+    fits: bool | None  # whether the failed request would then fit (None: can't tell)
+    command: str = ""  # what to run, when there is one
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "text": self.text,
+            "frees": self.frees,
+            "fits": self.fits,
+            "command": self.command,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PostMortem:
+    """Why an allocation failed, with numbers, and the fixes ranked by whether the failed
+    request would fit after them."""
+
+    device: int
+    requested: int
+    free: int  # free device memory (all processes) when it failed
+    total: int | None
+    cap: int | None  # the per-process cap, when one is set
+    reserved: int
+    allocated: int
+    cached_free: int  # reserved - allocated
+    releasable: int  # what empty_cache would return now (fully free segments)
+    free_pieces: int  # free blocks inside segments that also hold live blocks
+    free_pieces_bytes: int
+    largest_free_block: int
+    outside_torch: int | None  # this process beyond PyTorch (context, libraries)
+    other_processes: tuple[tuple[int, str, int], ...]  # (pid, name, bytes)
+    owners: tuple[WhoRow, ...]  # allocated by owner (top rows)
+    lines: tuple[WhoRow, ...]  # allocated by line (top rows; empty without tracking)
+    fixes: tuple[Fix, ...]  # best first
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "requested": self.requested,
+            "free": self.free,
+            "total": self.total,
+            "cap": self.cap,
+            "reserved": self.reserved,
+            "allocated": self.allocated,
+            "cached_free": self.cached_free,
+            "releasable": self.releasable,
+            "free_pieces": self.free_pieces,
+            "free_pieces_bytes": self.free_pieces_bytes,
+            "largest_free_block": self.largest_free_block,
+            "outside_torch": self.outside_torch,
+            "other_processes": [
+                {"pid": p, "name": n, "bytes": b} for p, n, b in self.other_processes
             ],
+            "owners": [r.to_dict() for r in self.owners],
+            "lines": [r.to_dict() for r in self.lines],
+            "fixes": [f.to_dict() for f in self.fixes],
         }

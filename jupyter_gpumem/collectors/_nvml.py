@@ -178,6 +178,22 @@ class Nvml:
             self.error = f"NVML: {e}"
         return None
 
+    def processes(self, nvml_index: int) -> list[tuple[int, int]]:
+        """(pid, bytes) of every compute process NVML lists on one device; empty when NVML
+        can't tell. PIDs are those of NVML's PID namespace (the host's, in containers
+        that hide it)."""
+        if not self._start():
+            return []
+        out: dict[int, int] = {}
+        try:
+            h = self._handle(nvml_index)
+            for p in self._nvml.nvmlDeviceGetComputeRunningProcesses(h):
+                if p.usedGpuMemory is not None:
+                    out[int(p.pid)] = out.get(int(p.pid), 0) + int(p.usedGpuMemory)
+        except Exception as e:
+            self.error = f"NVML: {e}"
+        return sorted(out.items())
+
     def read(self, nvml_index: int, with_process: bool = True) -> NvmlDevice | None:
         if not self._start():
             return None

@@ -1,0 +1,401 @@
+"""Which names hold GPU tensors: a bounded walk from roots (the user's variables, ``Out``,
+the kept traceback's frames) to tensor storages.
+
+It follows what users keep memory in: tensors, ``nn.Module`` parameters, buffers and
+gradients, optimizer state, lists/tuples/dicts/sets and plain objects a few levels deep,
+and the autograd graph a tensor keeps alive (``grad_fn``, ``next_functions`` and the saved
+tensors each node exposes as ``_saved_*``: the classic ``total = total + loss`` leak keeps
+every step's activations). It returns plain :class:`~jupyter_gpumem.model.Reference`
+records; matching them with the allocator's blocks is ``analysis/who.py``'s job.
+
+Bounded: each object is walked once, at most ``Limits.max_objects`` objects and
+``max_graph_nodes`` autograd nodes, ``max_depth`` levels, and ``time_budget`` seconds; a
+walk that stops early says why (``Walk.truncated``). Attribute access that raises, odd
+``__getattr__``s and huge containers never break it. torch is never imported here: the
+caller passes the module the user imported.
+"""
+
+from __future__ import annotations
+
+import time
+import types
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..model import Reference
+
+# Kinds of objects, decided once per type.
+_SKIP, _TENSOR, _MODULE, _OPTIMIZER, _SEQ, _MAP, _OBJECT = range(7)
+
+ATOMIC: frozenset[type] = frozenset(
+    {int, float, complex, str, bytes, bytearray, bool, type(None), range, slice, memoryview,
+     type(Ellipsis), type(NotImplemented)}
+)  # fmt: skip
+
+# Objects of these top-level packages are never walked into: they hold no user tensors, or
+# hold the whole kernel (IPython's shell, its history), or are huge (numpy/pandas data).
+SKIP_PACKAGES: frozenset[str] = frozenset(
+    {"numpy", "pandas", "IPython", "ipykernel", "ipywidgets", "traitlets", "zmq", "tornado",
+     "asyncio", "threading", "logging", "jupyter_client", "jupyter_core", "jupyter_gpumem",
+     "matplotlib", "comm", "prompt_toolkit", "concurrent", "queue", "socket", "ssl", "io",
+     "_io", "weakref", "abc", "typing", "enum", "re", "sre_constants"}
+)  # fmt: skip
+
+_FIXED_VIAS = ("output history", "traceback")
+
+_SKIP_TYPES: tuple[type, ...] = (
+    types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+    types.GeneratorType, types.CoroutineType, types.FrameType, types.TracebackType,
+    types.CodeType, property, staticmethod, classmethod,
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Root:
+    """Where a walk starts: a name and the object it is bound to."""
+
+    owner: str  # how rows name it: "acts", "Out[7]", "traceback: f() h"
+    obj: Any
+    via: str | None = None  # fixed for everything under it ("output history", "traceback")
+    path: str | None = None  # the first path component (default: owner)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_objects: int = 200_000
+    max_graph_nodes: int = 100_000
+    max_depth: int = 12
+    time_budget: float = 2.0  # seconds
+
+
+@dataclass
+class Walk:
+    refs: list[Reference] = field(default_factory=list)
+    visited: int = 0  # objects looked at
+    graph_nodes: int = 0
+    truncated: list[str] = field(default_factory=list)  # why the walk stopped early
+    errors: int = 0  # objects whose attributes raised
+    elapsed: float = 0.0
+
+
+class TorchTensors:
+    """What the walk needs to know about torch objects.
+
+    ``include`` picks the tensors that count (default: on a CUDA/ROCm device); tests on
+    machines without a GPU pass ``lambda t: True`` and get CPU tensors as device 0.
+    """
+
+    def __init__(self, torch: Any, include: Callable[[Any], bool] | None = None) -> None:
+        self.torch = torch
+        self.Tensor = torch.Tensor
+        self.Module = torch.nn.Module
+        self.Optimizer = torch.optim.Optimizer
+        function = getattr(getattr(torch, "autograd", None), "function", None)
+        self.BackwardCFunction = getattr(function, "BackwardCFunction", ())
+        self.include = include if include is not None else _on_gpu
+        self.cpu_as_device0 = include is not None
+
+    def storages(self, t: Any) -> Iterator[tuple[int, int, int]]:
+        """(device, address, nbytes) of each storage a tensor uses (sparse ones have two or
+        three); nothing for tensors without memory of their own (meta, fake, empty)."""
+        try:
+            s = t.untyped_storage()
+        except Exception:
+            for part in _sparse_parts(t):
+                yield from self.storages(part)
+            return
+        address, nbytes = int(s.data_ptr()), int(s.nbytes())
+        if address == 0 or nbytes == 0:
+            return
+        index = t.get_device()
+        yield (index if index >= 0 else 0, address, nbytes)
+
+
+def _on_gpu(t: Any) -> bool:
+    try:
+        return bool(t.is_cuda)
+    except Exception:
+        return False
+
+
+def _sparse_parts(t: Any) -> list[Any]:
+    for names in (("_indices", "_values"), ("crow_indices", "col_indices", "values"),
+                  ("ccol_indices", "row_indices", "values")):  # fmt: skip
+        try:
+            return [getattr(t, n)() for n in names]
+        except Exception:
+            continue
+    return []
+
+
+class NamespaceWalker:
+    def __init__(self, tensors: TorchTensors, limits: Limits | None = None) -> None:
+        self.t = tensors
+        self.limits = limits or Limits()
+        self._kinds: dict[type, int] = {}
+        self._saved_names: dict[type, tuple[str, ...]] = {}
+
+    # -- classification -----------------------------------------------------------------
+    def kind(self, tp: type) -> int:
+        k = self._kinds.get(tp)
+        if k is None:
+            k = self._classify(tp)
+            self._kinds[tp] = k
+        return k
+
+    def _classify(self, tp: type) -> int:
+        t = self.t
+        if tp in ATOMIC or issubclass(tp, _SKIP_TYPES):
+            return _SKIP
+        if issubclass(tp, t.Tensor):
+            return _TENSOR
+        if issubclass(tp, t.Module):
+            return _MODULE
+        if issubclass(tp, t.Optimizer):
+            return _OPTIMIZER
+        if issubclass(tp, dict):
+            return _MAP
+        if issubclass(tp, (list, tuple, set, frozenset, deque)):
+            return _SEQ
+        package = (getattr(tp, "__module__", "") or "").partition(".")[0]
+        if package in SKIP_PACKAGES:
+            return _SKIP
+        if hasattr(tp, "__dict__") and "__dict__" in dir(tp):
+            return _OBJECT
+        return _SKIP
+
+    # -- the walk -----------------------------------------------------------------------
+    def walk(self, roots: Iterable[Root]) -> Walk:
+        out = Walk()
+        start = time.perf_counter()
+        deadline = start + self.limits.time_budget
+        seen: set[int] = set()
+        keep: list[Any] = []  # holds autograd node wrappers so their ids stay unique
+        for order, root in enumerate(roots):
+            if self._out_of_budget(out, deadline):
+                break
+            self._walk_root(root, order, out, seen, keep, deadline)
+        out.elapsed = time.perf_counter() - start
+        return out
+
+    def _out_of_budget(self, out: Walk, deadline: float) -> bool:
+        if out.visited >= self.limits.max_objects:
+            _once(out, f"stopped after {self.limits.max_objects} objects")
+            return True
+        if time.perf_counter() > deadline:
+            _once(out, f"stopped after {self.limits.time_budget:g} s")
+            return True
+        return False
+
+    def _walk_root(
+        self, root: Root, order: int, out: Walk, seen: set[int], keep: list[Any], deadline: float
+    ) -> None:
+        limits = self.limits
+        # (object, path, depth, via)
+        stack: list[tuple[Any, str, int, str]] = [
+            (root.obj, root.path or root.owner, 0, root.via or "tensor")
+        ]
+        fixed_via = root.via
+        while stack:
+            obj, path, depth, via = stack.pop()
+            out.visited += 1
+            if out.visited % 1024 == 0 and self._out_of_budget(out, deadline):
+                return
+            tp = type(obj)
+            kind = self.kind(tp)
+            if kind == _SKIP:
+                continue
+            if kind == _TENSOR:
+                self._tensor(obj, path, via, root.owner, order, out, seen, keep, deadline)
+                continue
+            oid = id(obj)
+            if oid in seen:
+                continue
+            seen.add(oid)
+            if depth >= limits.max_depth:
+                _once(out, f"did not look deeper than {limits.max_depth} levels")
+                continue
+            d = depth + 1
+            try:
+                if kind == _MODULE:
+                    self._module(obj, path, d, fixed_via, stack)
+                elif kind == _OPTIMIZER:
+                    self._optimizer(obj, path, d, fixed_via, stack)
+                elif kind == _SEQ:
+                    # How the owner holds it: the first hop decides (acts[3] is "in a
+                    # container", trainer.cache['a'] an "object attribute"), unless a special
+                    # hop (parameters, optimizer state, ...) came first.
+                    child_via = fixed_via or (via if via != "tensor" else "container")
+                    indexed = isinstance(obj, (list, tuple, deque))
+                    for i, item in enumerate(obj):
+                        if type(item) in ATOMIC:
+                            continue
+                        stack.append((item, f"{path}[{i}]" if indexed else f"{path}{{…}}",
+                                      d, child_via))  # fmt: skip
+                elif kind == _MAP:
+                    child_via = fixed_via or (via if via != "tensor" else "container")
+                    for k, v in obj.items():
+                        if type(v) not in ATOMIC:
+                            stack.append((v, f"{path}[{_key(k)}]", d, child_via))
+                        if type(k) not in ATOMIC:
+                            stack.append((k, f"{path}.keys()", d, child_via))
+                else:  # _OBJECT
+                    attrs = vars(obj)
+                    child_via = fixed_via or (via if via != "tensor" else "attribute")
+                    for name, v in attrs.items():
+                        if type(v) not in ATOMIC:
+                            stack.append((v, f"{path}.{name}", d, child_via))
+            except Exception:
+                out.errors += 1  # a container or attribute that raises: skip it
+
+    def _module(self, m: Any, path: str, d: int, fixed: str | None, stack: list) -> None:
+        attrs = vars(m)
+        for name, p in (attrs.get("_parameters") or {}).items():
+            if p is not None:
+                stack.append((p, f"{path}.{name}", d, fixed or "parameters"))
+        for name, b in (attrs.get("_buffers") or {}).items():
+            if b is not None:
+                stack.append((b, f"{path}.{name}", d, fixed or "buffers"))
+        for name, child in (attrs.get("_modules") or {}).items():
+            if child is not None:
+                stack.append((child, f"{path}.{name}", d, fixed))
+        for name, v in attrs.items():
+            # Plain attributes (cached masks, stored activations); not torch's own bookkeeping.
+            if name.startswith("_") or type(v) in ATOMIC:
+                continue
+            stack.append((v, f"{path}.{name}", d, fixed or "attribute"))
+
+    def _optimizer(self, opt: Any, path: str, d: int, fixed: str | None, stack: list) -> None:
+        state = getattr(opt, "state", None) or {}
+        for i, (param, st) in enumerate(state.items()):
+            if isinstance(st, dict):
+                for k, v in st.items():
+                    if type(v) not in ATOMIC:
+                        stack.append((v, f"{path}.state[{i}][{_key(k)}]", d,
+                                      fixed or "optimizer state"))  # fmt: skip
+            stack.append((param, f"{path}.state[{i}].param", d, fixed or "optimizer params"))
+        for g, group in enumerate(getattr(opt, "param_groups", None) or ()):
+            for i, p in enumerate(group.get("params", ()) if isinstance(group, dict) else ()):
+                stack.append((p, f"{path}.param_groups[{g}]['params'][{i}]", d,
+                              fixed or "optimizer params"))  # fmt: skip
+
+    def _tensor(
+        self, t: Any, path: str, via: str, owner: str, order: int, out: Walk,
+        seen: set[int], keep: list[Any], deadline: float, nodes: list[Any] | None = None,
+    ) -> None:  # fmt: skip
+        """Record a tensor's storages; then its gradient and the autograd graph it keeps.
+        Inside a graph walk (``nodes`` given) its ``grad_fn`` joins that walk."""
+        tensors = self.t
+        try:
+            if tensors.include(t):
+                for device, address, nbytes in tensors.storages(t):
+                    out.refs.append(Reference(device, address, nbytes, owner, via, path, order))
+            oid = id(t)
+            if oid in seen:
+                return
+            seen.add(oid)
+            grad = t.grad if t.is_leaf else None
+            if grad is not None:
+                gvia = via if via in _FIXED_VIAS or nodes is not None else "gradients"
+                self._tensor(grad, f"{path}.grad", gvia, owner, order, out, seen, keep, deadline)
+            fn = t.grad_fn
+        except Exception:
+            out.errors += 1
+            return
+        if fn is None:
+            return
+        if nodes is not None:
+            nodes.append(fn)
+            return
+        gvia = via if via in _FIXED_VIAS else "autograd graph"
+        self._graph(fn, f"{path}.grad_fn", gvia, owner, order, out, seen, keep, deadline)
+
+    def _graph(
+        self, fn: Any, path: str, via: str, owner: str, order: int, out: Walk,
+        seen: set[int], keep: list[Any], deadline: float,
+    ) -> None:  # fmt: skip
+        nodes = [fn]
+        while nodes:
+            node = nodes.pop()
+            nid = id(node)
+            if nid in seen:
+                continue
+            seen.add(nid)
+            keep.append(node)
+            out.graph_nodes += 1
+            if out.graph_nodes > self.limits.max_graph_nodes:
+                _once(out, f"stopped after {self.limits.max_graph_nodes} autograd nodes")
+                return
+            if out.graph_nodes % 256 == 0 and time.perf_counter() > deadline:
+                _once(out, f"stopped after {self.limits.time_budget:g} s")
+                return
+            where = f"{path}…{type(node).__name__}"
+            for attr, saved in self._saved(node):
+                self._tensor(saved, f"{where}.{attr}", via, owner, order, out, seen, keep,
+                             deadline, nodes)  # fmt: skip
+            try:
+                nxt = node.next_functions
+            except Exception:
+                nxt = ()
+            for child, _ in nxt:
+                if child is None:
+                    continue
+                variable = getattr(child, "variable", None)  # AccumulateGrad: a leaf
+                if variable is not None:
+                    self._tensor(variable, f"{where}…leaf", via, owner, order, out, seen, keep,
+                                 deadline, nodes)  # fmt: skip
+                nodes.append(child)
+
+    def _saved(self, node: Any) -> Iterator[tuple[str, Any]]:
+        """(attribute, tensor) for each tensor an autograd node saved for backward."""
+        tp = type(node)
+        names = self._saved_names.get(tp)
+        if names is None:
+            try:
+                names = tuple(n for n in dir(node) if n.startswith("_saved_"))
+            except Exception:
+                names = ()
+            self._saved_names[tp] = names
+        for n in names:
+            try:
+                v = getattr(node, n)
+            except Exception:  # freed after backward(), or not a tensor we can unpack
+                continue
+            for t in self._tensors_in(v):
+                yield n, t
+        if self.t.BackwardCFunction and isinstance(node, self.t.BackwardCFunction):
+            # custom autograd.Function: ctx.save_for_backward(...) and ctx.<attr> = tensor
+            try:
+                for t in self._tensors_in(node.saved_tensors):
+                    yield "saved_tensors", t
+            except Exception:
+                pass
+            try:
+                for name, v in vars(node).items():
+                    for t in self._tensors_in(v):
+                        yield name, t
+            except Exception:
+                pass
+
+    def _tensors_in(self, v: Any) -> Iterator[Any]:
+        if isinstance(v, self.t.Tensor):
+            yield v
+        elif isinstance(v, (tuple, list)):
+            for item in v:
+                if isinstance(item, self.t.Tensor):
+                    yield item
+
+
+def _key(k: Any) -> str:
+    if isinstance(k, str):
+        return repr(k) if len(k) <= 40 else repr(k[:37] + "...")
+    if isinstance(k, (int, float, bool)) or k is None:
+        return repr(k)
+    return f"<{type(k).__name__}>"
+
+
+def _once(out: Walk, reason: str) -> None:
+    if reason not in out.truncated:
+        out.truncated.append(reason)
