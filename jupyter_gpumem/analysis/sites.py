@@ -1,0 +1,142 @@
+"""From the frames PyTorch recorded for a block to what the user sees.
+
+``In[7] line 3: out = model(x)`` for notebook cells, ``train.py:42`` for the user's own
+modules, and for calls into torch or another library the first user frame with the
+library frame beside it. Which file is a cell is asked of a :class:`CellNames` (IPython
+maps its generated cell file names to execution counts: ``_ipython/cells.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import site
+import sys
+import sysconfig
+from collections.abc import Iterable, Sequence
+from typing import Literal, Protocol
+
+from ..model import Frame, Site
+
+FileKind = Literal["cell", "file", "library"]
+
+
+class CellNames(Protocol):
+    """Maps the file names IPython compiles cells under back to cells."""
+
+    def execution_count(self, filename: str) -> int | None: ...
+    def line_text(self, filename: str, line: int) -> str: ...
+
+
+class NoCells:
+    def execution_count(self, filename: str) -> int | None:
+        return None
+
+    def line_text(self, filename: str, line: int) -> str:
+        import linecache
+
+        return linecache.getline(filename, line).strip()
+
+
+def default_library_dirs() -> tuple[str, ...]:
+    """Directories whose code is not the user's: the standard library, site-packages, and
+    this package (also when installed editable)."""
+    dirs: set[str] = set()
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        p = sysconfig.get_paths().get(key)
+        if p:
+            dirs.add(p)
+    try:
+        dirs.update(site.getsitepackages())
+    except AttributeError:  # virtualenv's old site.py
+        pass
+    user = getattr(site, "getusersitepackages", lambda: "")()
+    if user:
+        dirs.add(user)
+    for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix}:
+        dirs.add(os.path.join(prefix, "lib"))
+    dirs.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return tuple(sorted(os.path.realpath(d).rstrip(os.sep) + os.sep for d in dirs if d))
+
+
+class SiteResolver:
+    """Classifies frames (cached per file name) and builds :class:`Site` records."""
+
+    def __init__(
+        self, cells: CellNames | None = None, library_dirs: Iterable[str] | None = None
+    ) -> None:
+        self.cells: CellNames = cells if cells is not None else NoCells()
+        self.library_dirs = (
+            tuple(library_dirs) if library_dirs is not None else default_library_dirs()
+        )
+        self._kinds: dict[str, FileKind] = {}
+
+    def file_kind(self, filename: str) -> FileKind:
+        kind = self._kinds.get(filename)
+        if kind is None:
+            kind = self._classify(filename)
+            if kind != "cell":  # cells can be re-run under a new count: ask each time
+                self._kinds[filename] = kind
+        return kind
+
+    def _classify(self, filename: str) -> FileKind:
+        if self.cells.execution_count(filename) is not None:
+            return "cell"
+        if filename.startswith("<frozen") or filename.startswith("<built-in"):
+            return "library"
+        if filename.startswith("<"):
+            return "file"  # <string>, <stdin>: code the user ran
+        real = os.path.realpath(filename)
+        for d in self.library_dirs:
+            if real.startswith(d):
+                return "library"
+        return "file"
+
+    def site(self, frames: Sequence[Frame], before_tracking: bool = False) -> Site:
+        """The innermost user frame, with the innermost library frame beside it."""
+        if not frames:
+            return Site("before_tracking" if before_tracking else "no_stack")
+        innermost_library: Frame | None = None
+        for f in frames:
+            kind = self.file_kind(f["filename"])
+            if kind == "library":
+                if innermost_library is None:
+                    innermost_library = f
+                continue
+            return self._make(f, kind, innermost_library)
+        outer = frames[-1]
+        return Site(
+            "library",
+            filename=outer["filename"],
+            line=int(outer["line"]),
+            function=outer["name"],
+            text=self.cells.line_text(outer["filename"], int(outer["line"])),
+            library=_describe(innermost_library)
+            if innermost_library is not None and innermost_library is not outer
+            else "",
+        )
+
+    def _make(self, f: Frame, kind: FileKind, library: Frame | None) -> Site:
+        filename, line = f["filename"], int(f["line"])
+        count = self.cells.execution_count(filename) if kind == "cell" else None
+        return Site(
+            "cell" if count is not None else "file",
+            filename=filename,
+            line=line,
+            function=f["name"],
+            execution_count=count,
+            text=self.cells.line_text(filename, line),
+            library=_describe(library) if library is not None else "",
+        )
+
+    def cell_line(self, frames: Sequence[Frame], cell_files: frozenset[str]) -> Frame | None:
+        """The innermost frame that runs code of the given cell files, or None."""
+        for f in frames:
+            if f["filename"] in cell_files:
+                return f
+        return None
+
+
+def _describe(f: Frame) -> str:
+    from ..model import short_path
+
+    return f"{short_path(f['filename'], 3)}:{f['line']} {f['name']}"

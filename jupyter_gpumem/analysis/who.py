@@ -1,0 +1,283 @@
+"""Who holds the live GPU memory of a device: owners in the namespace, allocation lines,
+cells. Fed with plain records (an :class:`AllocatorSnapshot`, the walk's
+:class:`Reference` list), so it runs unchanged on recorded data.
+
+Every byte is counted once: a storage reached by several names (a view and its base, a
+parameter held by a model and its optimizer) goes to the strongest owner (``VIA_RANK``,
+then the first name), and a block that no name reaches is a row of its own, so the rows
+add up to the allocator's ``allocated``.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..model import ACTIVE, AllocatorSnapshot, Block, Reference, Site, WhoReport, WhoRow
+from ..units import format_bytes as fb
+from .sites import SiteResolver
+
+By = Literal["variable", "line", "cell"]
+
+VIA_WORDS = {
+    "tensor": "tensor",
+    "parameters": "module parameters",
+    "buffers": "module buffers",
+    "attribute": "object attribute",
+    "container": "in a container",
+    "gradients": "gradients",
+    "optimizer state": "optimizer state",
+    "autograd graph": "autograd graph (saved tensors)",
+    "optimizer params": "parameters the optimizer holds",
+    "output history": "output history",
+    "traceback": "kept traceback",
+}
+
+UNREACHABLE = "not reachable from the namespace"
+
+
+@dataclass
+class DeviceHoldings:
+    """The live blocks of one device with their owner and, lazily, their site."""
+
+    device: int
+    tracking: bool
+    blocks: dict[int, Block]  # address -> live block
+    owners: dict[int, Reference]  # block address -> strongest reference
+    outside: int  # bytes of reachable tensors whose memory the allocator doesn't own
+    resolver: SiteResolver
+    before: frozenset[tuple[int, int, int]] = frozenset()
+    notes: list[str] = field(default_factory=list)
+    walked: bool = True  # the namespace was read
+    elapsed: float = 0.0
+    _sites: dict[int, Site] | None = None
+
+    @property
+    def allocated(self) -> int:
+        return sum(b["size"] for b in self.blocks.values())
+
+    def site(self, address: int) -> Site:
+        if self._sites is None:
+            self._sites = {}
+        s = self._sites.get(address)
+        if s is None:
+            b = self.blocks[address]
+            s = self.resolver.site(b["frames"], (self.device, address, b["size"]) in self.before)
+            self._sites[address] = s
+        return s
+
+    def owned_by(self, owner: str) -> list[int]:
+        return [a for a, r in self.owners.items() if r.owner == owner]
+
+    # -- views -------------------------------------------------------------------------
+    def report(self, by: By = "variable", n: int | None = 20) -> WhoReport:
+        if by == "variable":
+            rows, explained = self._by_variable(n)
+        elif by == "line":
+            rows, explained = self._by_site(n, cells=False)
+        else:
+            rows, explained = self._by_site(n, cells=True)
+        notes = list(self.notes)
+        if by != "variable" and not self.tracking:
+            notes.append(
+                "allocation sites are not recorded: `%gpumem track on` records where each "
+                "block is allocated from then on"
+            )
+        return WhoReport(
+            device=self.device,
+            by=by,
+            allocated=self.allocated,
+            explained=explained,
+            rows=tuple(rows),
+            tracking=self.tracking,
+            notes=tuple(notes),
+            outside_allocator=self.outside,
+            elapsed=self.elapsed,
+        )
+
+    def _by_variable(self, n: int | None) -> tuple[list[WhoRow], int]:
+        groups: dict[tuple[str, str], list[int]] = {}
+        for address, ref in self.owners.items():
+            groups.setdefault((ref.owner, ref.via), []).append(address)
+        rows = []
+        for (owner, via), addresses in groups.items():
+            size = sum(self.blocks[a]["size"] for a in addresses)
+            top = max(addresses, key=lambda a: self.blocks[a]["size"])
+            detail = VIA_WORDS.get(via, via)
+            if self.tracking:
+                site = self._top_site(addresses)
+                if site is not None:
+                    detail += f"; allocated at {site}"
+            rows.append(WhoRow(owner, detail, size, len(addresses), self.owners[top].path, "owner"))
+        rows.sort(key=lambda r: (-r.bytes, r.key))
+        explained = sum(r.bytes for r in rows)
+        rows = _top(rows, n, "owners")
+        unreached = [a for a in self.blocks if a not in self.owners]
+        if unreached or not rows:
+            detail = "temporaries of a running computation, objects this walk does not open"
+            if not self.walked:
+                detail = "the namespace was not read"
+            rows.append(
+                WhoRow(
+                    UNREACHABLE,
+                    detail,
+                    sum(self.blocks[a]["size"] for a in unreached),
+                    len(unreached),
+                    self._top_site(unreached) or "",
+                    "unreachable",
+                )
+            )
+        return rows, explained
+
+    def _top_site(self, addresses: Iterable[int]) -> str | None:
+        by_site: dict[str, int] = {}
+        for a in addresses:
+            s = self.site(a)
+            if s.kind in ("cell", "file", "library"):
+                key = s.label + (f" `{s.text}`" if s.text else "")
+                by_site[key] = by_site.get(key, 0) + self.blocks[a]["size"]
+        if not by_site:
+            return None
+        return max(by_site.items(), key=lambda kv: kv[1])[0]
+
+    def _by_site(self, n: int | None, cells: bool) -> tuple[list[WhoRow], int]:
+        groups: dict[tuple, list[int]] = {}
+        labels: dict[tuple, tuple[str, str, str]] = {}
+        for address, b in self.blocks.items():
+            site = self.site(address)
+            if cells:
+                count = self._cell_of(b) if site.kind != "no_stack" else None
+                if count is not None:
+                    key: tuple = ("cell", count)
+                    labels[key] = (f"In[{count}]", self._cell_first_line(b, count), "cell")
+                elif site.kind in ("no_stack", "before_tracking"):
+                    key = (site.kind,)
+                    labels[key] = (site.label, "", "untracked")
+                else:
+                    key = ("not_cell",)
+                    labels[key] = ("not from a cell", "scripts, imported modules", "site")
+            else:
+                key = (site.kind, site.filename, site.line)
+                if site.kind in ("no_stack", "before_tracking"):
+                    labels[key] = (site.label, "", "untracked")
+                else:
+                    detail = f"{site.function}(): " if site.function not in ("<module>", "") else ""
+                    detail += f"`{site.text}`" if site.text else ""
+                    if site.library:
+                        detail += f" -> {site.library}"
+                    labels[key] = (site.label, detail, "site")
+            groups.setdefault(key, []).append(address)
+        rows = []
+        explained = 0
+        for key, addresses in groups.items():
+            label, detail, kind = labels[key]
+            size = sum(self.blocks[a]["size"] for a in addresses)
+            holders: dict[str, int] = {}
+            for a in addresses:
+                r = self.owners.get(a)
+                if r is not None:
+                    holders[r.owner] = holders.get(r.owner, 0) + self.blocks[a]["size"]
+            example = ""
+            if holders:
+                top_owner, top_bytes = max(holders.items(), key=lambda kv: kv[1])
+                example = f"held by {top_owner}" + (
+                    f" ({fb(top_bytes)})" if top_bytes != size else ""
+                )
+            rows.append(WhoRow(label, detail, size, len(addresses), example, kind))
+            if kind != "untracked":
+                explained += size
+        rows.sort(key=lambda r: (r.kind == "untracked", -r.bytes, r.key))
+        untracked = [r for r in rows if r.kind == "untracked"]
+        tracked = _top([r for r in rows if r.kind != "untracked"], n, "lines")
+        return tracked + untracked, explained
+
+    def _cell_of(self, b: Block) -> int | None:
+        """The cell whose run allocated the block: its outermost cell frame."""
+        for f in reversed(b["frames"]):
+            if self.resolver.file_kind(f["filename"]) == "cell":
+                return self.resolver.cells.execution_count(f["filename"])
+        return None
+
+    def _cell_first_line(self, b: Block, count: int) -> str:
+        for f in reversed(b["frames"]):
+            if self.resolver.cells.execution_count(f["filename"]) == count:
+                for line in range(1, 50):
+                    text = self.resolver.cells.line_text(f["filename"], line)
+                    if text and not text.startswith(("%%gpumem", "#")):
+                        return text
+                return ""
+        return ""
+
+
+def _top(rows: list[WhoRow], n: int | None, what: str) -> list[WhoRow]:
+    if n is None or len(rows) <= n:
+        return rows
+    rest = rows[n:]
+    more = WhoRow(
+        f"{len(rest)} more {what}",
+        "",
+        sum(r.bytes for r in rest),
+        sum(r.blocks for r in rest),
+        "",
+        rows[0].kind,
+    )
+    return [*rows[:n], more]
+
+
+def live_blocks(snapshot: AllocatorSnapshot, device: int) -> dict[int, Block]:
+    return {
+        b["address"]: b
+        for s in snapshot.device_segments(device)
+        for b in s.get("blocks", ())
+        if b["state"] == ACTIVE
+    }
+
+
+def holdings(
+    snapshot: AllocatorSnapshot,
+    device: int,
+    refs: Sequence[Reference] | None,
+    resolver: SiteResolver,
+    before: frozenset[tuple[int, int, int]] = frozenset(),
+    notes: Sequence[str] = (),
+    elapsed: float = 0.0,
+) -> DeviceHoldings:
+    """Match references with the live blocks of ``device``. ``refs=None``: the namespace
+    was not read (every block is then unreachable)."""
+    blocks = live_blocks(snapshot, device)
+    starts = sorted(blocks)
+    owners: dict[int, Reference] = {}
+    outside: dict[int, int] = {}
+    for ref in refs or ():
+        if ref.device != device:
+            continue
+        address = ref.address if ref.address in blocks else _containing(starts, blocks, ref.address)
+        if address is None:
+            outside[ref.address] = max(outside.get(ref.address, 0), ref.nbytes)
+            continue
+        best = owners.get(address)
+        if best is None or ref.rank < best.rank:
+            owners[address] = ref
+    return DeviceHoldings(
+        device=device,
+        tracking=snapshot.tracking,
+        blocks=blocks,
+        owners=owners,
+        outside=sum(outside.values()),
+        resolver=resolver,
+        before=before,
+        notes=list(notes),
+        walked=refs is not None,
+        elapsed=elapsed,
+    )
+
+
+def _containing(starts: list[int], blocks: dict[int, Block], address: int) -> int | None:
+    i = bisect.bisect_right(starts, address) - 1
+    if i >= 0:
+        start = starts[i]
+        if address < start + blocks[start]["size"]:
+            return start
+    return None
