@@ -5,4 +5,5 @@ from jupyter_gpumem import (  # noqa: F401
     history,
     load_ipython_extension,
     unload_ipython_extension,
+    who,
 )

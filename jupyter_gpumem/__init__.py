@@ -34,6 +34,33 @@ def history(n: int | None = None) -> Any:
     return session.history.dataframe(n)
 
 
+def who(device: int | None = None, by: str = "variable", n: int | None = None) -> Any:
+    """Who holds the live GPU memory of this kernel, as ``%gpumem who`` shows it: one row per
+    owner (``by="variable"``), allocation line (``"line"``, needs ``%gpumem track on``) or
+    cell (``"cell"``); the rows of a device add up to its ``allocated``.
+
+    Returns a pandas DataFrame (columns ``device, by, key, detail, bytes, blocks, example,
+    kind``) when pandas is installed, else the list of
+    :class:`~jupyter_gpumem.model.WhoReport` records. Call it between cells, not from a
+    thread while a cell runs.
+    """
+    from ._ipython import current
+
+    session = current()
+    if session is None:
+        raise RuntimeError("the gpumem extension is not loaded: run %load_ext jupyter_gpumem")
+    if by not in ("variable", "line", "cell"):
+        raise ValueError(f"by must be 'variable', 'line' or 'cell', not {by!r}")
+    reports = session.attributor.who(device, by, n)  # type: ignore[arg-type]
+    try:
+        import pandas as pd
+    except ImportError:
+        return reports
+    records = [{"device": r.device, "by": r.by, **row.to_dict()} for r in reports for row in r.rows]
+    columns = ["device", "by", "key", "detail", "bytes", "blocks", "example", "kind"]
+    return pd.DataFrame.from_records(records, columns=columns)
+
+
 def _jupyter_server_extension_points() -> list[dict[str, str]]:
     return [{"module": "jupyter_gpumem"}]
 
@@ -48,4 +75,10 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
     return [{"src": "labextension", "dest": "jupyter-gpumem"}]
 
 
-__all__ = ["__version__", "history", "load_ipython_extension", "unload_ipython_extension"]
+__all__ = [
+    "__version__",
+    "history",
+    "load_ipython_extension",
+    "unload_ipython_extension",
+    "who",
+]

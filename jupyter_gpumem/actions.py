@@ -20,6 +20,10 @@ class ActionRefused(Exception):
     """A valid request that cannot be done now; the message says why."""
 
 
+class Busy(Exception):
+    """The request needs the shell thread between cells, and a cell is running."""
+
+
 @dataclass(frozen=True, slots=True)
 class EmptyCacheResult:
     released: dict[int, int]  # device -> bytes PyTorch handed back to the driver

@@ -13,7 +13,14 @@ def hints_for(r: CellReport) -> tuple[str, ...]:
     out: list[str] = []
     for d in r.devices:
         out.extend(_device_hints(r, d))
-    if r.failed and any((d.allocated_delta or 0) > 0 for d in r.devices):
+    if r.traceback is not None and r.traceback.bytes:
+        top = r.traceback.holdings[0]
+        out.append(
+            f"The kept traceback holds {fb(r.traceback.bytes)} of GPU memory ({top.name} in "
+            f"{top.frame}: {fb(top.bytes)}): IPython keeps the failed cell's frames until the "
+            "next error. `%gpumem release-traceback` drops them."
+        )
+    elif r.failed and r.traceback is None and any((d.allocated_delta or 0) > 0 for d in r.devices):
         out.append(
             "The cell failed while tensors were alive: IPython keeps the traceback "
             "(sys.last_traceback), and its frames keep their tensors until the next error. "
@@ -40,8 +47,9 @@ def _device_hints(r: CellReport, d: DeviceCellReport) -> list[str]:
                 else "."
             )
         )
+    explained = {p.device for p in r.postmortems}
     for o in r.ooms:
-        if o.device == d.index:
+        if o.device == d.index and o.device not in explained:
             out.append(
                 f"Out of memory on {dev}: an allocation of {fb(o.requested)} failed with "
                 f"{fb(o.free)} free (allowed: {fb(o.allowed)}). Free tensors with `del`, then "

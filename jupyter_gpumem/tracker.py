@@ -84,7 +84,7 @@ class CellTracker:
             error=_describe(error),
             ooms=ooms,
         )
-        return _with_hints(report)
+        return with_hints(report)
 
 
 def _device_report(b: DeviceSample, a: DeviceSample, keep_peak: bool) -> DeviceCellReport:
@@ -128,7 +128,9 @@ def _describe(error: BaseException | None) -> str | None:
     return f"{name}: {first}" if first else name
 
 
-def _with_hints(r: CellReport) -> CellReport:
-    from dataclasses import replace
-
-    return replace(r, hints=hints_for(r))
+def with_hints(r: CellReport) -> CellReport:
+    """Set the report's hints, which are derived from the report itself. Set in place, once,
+    while the report is being made: a copy (dataclasses.replace) would cost more than the
+    readings of a cell."""
+    object.__setattr__(r, "hints", hints_for(r))
+    return r

@@ -54,6 +54,9 @@ def unload(shell: Any) -> None:
     registry = shell.magics_manager.registry
     registry.pop("GpuMemMagics", None)
     session.tracker.cancel()
+    import sys
+
+    session.attributor.recording.stop(sys.modules.get("torch"))  # only if we started it
 
 
 def current() -> Session | None:

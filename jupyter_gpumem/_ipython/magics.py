@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -23,6 +24,13 @@ def _nonneg_int(text: str) -> int:
         raise UsageError(f"not a whole number: {text!r}") from None
     if v < 0:
         raise UsageError(f"must not be negative: {text!r}")
+    return v
+
+
+def _positive_int(text: str) -> int:
+    v = _nonneg_int(text)
+    if v == 0:
+        raise UsageError(f"must be at least 1: {text!r}")
     return v
 
 
@@ -58,6 +66,13 @@ def _line_parser() -> MagicArgumentParser:
     lim.add_argument("-d", "--device", dest="sub_device", type=_nonneg_int)
     r = sub.add_parser("reset-peak", help="reset PyTorch's peak counters")
     r.add_argument("-d", "--device", dest="sub_device", type=_nonneg_int)
+    w = sub.add_parser("who", help="who holds the live GPU memory: owners, lines, cells")
+    w.add_argument("-d", "--device", dest="sub_device", type=_nonneg_int)
+    w.add_argument("-n", type=_positive_int, default=20, help="rows per device (default 20)")
+    w.add_argument("--by", choices=["variable", "line", "cell"], default="variable")
+    t = sub.add_parser("track", help="on|off: record where each live GPU block was allocated")
+    t.add_argument("state", choices=["on", "off"])
+    sub.add_parser("release-traceback", help="drop the frames the last error's traceback keeps")
     pn = sub.add_parser("panel", help="live bars and buttons as an ipywidgets widget")
     pn.add_argument("--interval", type=_nonneg_int, default=500, help="milliseconds (>= 100)")
     return p
@@ -103,6 +118,15 @@ Line commands::
                                  cap PyTorch's memory (set_per_process_memory_fraction),
                                  to try a smaller GPU
   %gpumem reset-peak [-d N]      reset PyTorch's peak counters
+  %gpumem who [-d N] [-n 20] [--by variable|line|cell]
+                                 who holds the live GPU memory: the names in your
+                                 namespace (tensors, modules, optimizers, containers,
+                                 Out[N], autograd graphs, the kept traceback), the lines
+                                 that allocated it, or the cells; rows add up to
+                                 `allocated` (also jupyter_gpumem.who())
+  %gpumem track on|off           record where each live block is allocated (PyTorch's
+                                 allocator history, stacks of live blocks only)
+  %gpumem release-traceback      drop the frames the last error's traceback keeps alive
   %gpumem panel [--interval MS]  live bars and buttons as a widget (any frontend)
 
 Nothing here imports torch or creates a CUDA context except `caching` and `limit`, which
@@ -288,6 +312,38 @@ class GpuMemMagics(Magics):
         device = args.sub_device if args.sub_device is not None else args.device
         actions.reset_peak(self.session.collector, device)
         print("gpumem: peak counters reset" + (f" on cuda:{device}" if device is not None else ""))
+
+    def _cmd_who(self, args: Any) -> None:
+        from IPython.display import display
+
+        from ..reporters.who import who_html, who_text
+
+        device = args.sub_device if args.sub_device is not None else args.device
+        self._check_device(device)
+        try:
+            reports = self.session.attributor.who(device, args.by, args.n)
+        except actions.ActionRefused as e:
+            print(f"gpumem: {e}")
+            return
+        display({"text/plain": who_text(reports), "text/html": who_html(reports)}, raw=True)
+
+    def _cmd_track(self, args: Any) -> None:
+        print("gpumem: " + self.session.attributor.set_tracking(args.state == "on"))
+
+    def _cmd_release_traceback(self, args: Any) -> None:
+        if sys.modules.get("torch") is not None:
+            held = self.session.attributor.traceback_holdings()
+        else:
+            held = None
+        r = self.session.attributor.release_traceback()
+        if not r.frames:
+            print("gpumem: no kept traceback with frames of its own: nothing to release")
+            return
+        freed = {d: b for d, b in r.freed.items() if b}
+        what = ", ".join(f"cuda:{d} {fb(b)}" for d, b in sorted(freed.items())) or "no GPU memory"
+        expected = f" (it held {fb(held.bytes)})" if held is not None and held.bytes else ""
+        print(f"gpumem: released the kept traceback ({r.frames} frame(s)): freed {what}{expected}."
+              " %tb and %debug no longer show that error.")  # fmt: skip
 
     def _cmd_panel(self, args: Any) -> Any:
         if args.interval < 100:

@@ -46,6 +46,11 @@ class GpuMem(Configurable):
         help="Never reset PyTorch's global peak counters; peaks are then exact only when a "
         "cell sets a new process-wide peak.",
     ).tag(config=True)
+    track = Bool(
+        False,
+        help="Record where each live GPU block was allocated (PyTorch's allocator history in "
+        "its cheapest mode) from the moment torch is imported; same as `%gpumem track on`.",
+    ).tag(config=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,15 +79,20 @@ class Session:
         self._parsed: dict[str, CellOptions] = {}
         self.report_listeners: list[Callable[[CellReport], None]] = []
         self.last_report: CellReport | None = None
+        from .attribution import Attributor
+
+        self.attributor = Attributor(shell, self.collector, track=self.config.track)
 
     # -- input transformer ---------------------------------------------------------
     def cell_options(self, raw_cell: str) -> CellOptions | None:
         """Options of a ``%%gpumem`` first line, or None (not ours, or bad arguments: the
         real magic then runs and raises the UsageError, and the cell body does not run)."""
-        lines = raw_cell.lstrip("\n").splitlines(keepends=True)
-        if not lines:
+        # Only the first line matters: don't split (or copy) a long cell.
+        start = len(raw_cell) - len(raw_cell.lstrip("\n")) if raw_cell[:1] == "\n" else 0
+        if not raw_cell.startswith("%%gpumem", start):
             return None
-        m = CELL_LINE.match(lines[0])
+        end = raw_cell.find("\n", start)
+        m = CELL_LINE.match(raw_cell[start : None if end < 0 else end + 1])
         if m is None or self.parse_cell_line is None:
             return None
         args = m.group("args") or ""
@@ -110,6 +120,13 @@ class Session:
         self.busy = True
         if self.nested:
             return
+        rec = self.attributor.recording
+        if rec.wanted and not rec.ours:
+            try:
+                self.attributor.before_cell()
+            except Exception as e:
+                rec.error = repr(e)
+                warn(f"could not start allocation tracking: {e!r}")
         try:
             self.tracker.cancel()
             raw = getattr(info, "raw_cell", "") or ""
@@ -149,6 +166,13 @@ class Session:
             self.tracker.cancel()
             warn(f"could not take the reading after the cell: {e!r}")
             return None
+        try:
+            self.attributor.collector = self.collector
+            report = self.attributor.enrich(
+                report, error if isinstance(error, BaseException) else None
+            )
+        except Exception as e:  # attribution must never cost the user the report
+            warn(f"could not attribute the cell's memory: {e!r}")
         self.history.add(report)
         self.last_report = report
         if opts.output:
@@ -163,16 +187,24 @@ class Session:
         return report
 
 
+_OWN_COMMAND = re.compile(r"\s*%(?:gpumem|load_ext|unload_ext|reload_ext)")
+
+
 def _is_own_command(raw: str) -> bool:
-    s = raw.lstrip()
-    return s.startswith(("%gpumem", "%load_ext", "%unload_ext", "%reload_ext"))
+    return _OWN_COMMAND.match(raw) is not None
 
 
 def first_code_line(raw: str) -> str:
-    for line in raw.splitlines():
-        s = line.strip()
+    start = 0
+    n = len(raw)
+    while start < n:  # line by line, without splitting a long cell whole
+        end = raw.find("\n", start)
+        if end < 0:
+            end = n
+        s = raw[start:end].strip()
         if s and not CELL_LINE.match(s):
             return s
+        start = end + 1
     return ""
 
 

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..model import CellReport, DeviceCellReport, DeviceSample, Measurement
+from ..model import (
+    CellReport,
+    DeviceAttribution,
+    DeviceCellReport,
+    DeviceSample,
+    Measurement,
+    PostMortem,
+    TracebackHoldings,
+)
 from ..units import format_bytes as fb
 from ..units import format_delta as fd
 
@@ -99,11 +107,94 @@ def device_section(r: CellReport, d: DeviceCellReport) -> Section:
         rows.append(
             Row("cap", f"{fb(d.after.limit.bytes)} ({d.after.limit.fraction:.3g} of device)")
         )
+    attribution = r.device_attribution(d.index)
+    if attribution is not None:
+        rows.append(Row("kept, allocated at", attribution_text(attribution), "allocation tracking"))
     return Section(device_label(d.after), tuple(rows))
 
 
+def attribution_text(a: DeviceAttribution, lines: int = 3) -> str:
+    """``1.00 GiB at line 3 `acts.append(h)`, 200.00 MiB at line 5``."""
+    parts = [f"{fb(s.bytes)} at line {s.line}" + (f" `{_clip(s.text)}`" if s.text else "")
+             for s in a.lines[:lines]]  # fmt: skip
+    rest = sum(s.bytes for s in a.lines[lines:])
+    if rest:
+        parts.append(f"{fb(rest)} at {len(a.lines) - lines} more line(s)")
+    if a.elsewhere:
+        parts.append(f"{fb(a.elsewhere)} outside this cell's code")
+    if a.no_stack:
+        parts.append(f"{fb(a.no_stack)} without a Python stack (backward pass, C++)")
+    return ", ".join(parts) if parts else "nothing new is alive"
+
+
+def _clip(text: str, n: int = 60) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def postmortem_sections(p: PostMortem) -> list[Section]:
+    dev = f"cuda:{p.device}"
+    rows = [Row("asked for", fb(p.requested), "the allocation that failed")]
+    rows.append(
+        Row("free on the device", fb(p.free), f"of {fb(p.total)}, all processes" if p.total else "")
+    )
+    if p.cap is not None:
+        rows.append(Row("cap", fb(p.cap), f"PyTorch reserves {fb(p.reserved)} of it"))
+    rows.append(Row("allocated by PyTorch", fb(p.allocated), "live tensors, by owner:"))
+    rows += [Row(f"  {w.key}", fb(w.bytes), _who_note(w)) for w in p.owners]
+    if p.lines:
+        rows.append(Row("allocated, by line", "", "where the live blocks were allocated:"))
+        rows += [Row(f"  {w.key}", fb(w.bytes), _who_note(w)) for w in p.lines]
+    rows.append(
+        Row(
+            "cached, free",
+            fb(p.cached_free),
+            f"{p.free_pieces} piece(s) in use segments ({fb(p.free_pieces_bytes)}), largest free "
+            f"block {fb(p.largest_free_block)}; empty-cache would return {fb(p.releasable)}",
+        )
+    )
+    if p.outside_torch is not None:
+        rows.append(Row("outside PyTorch", fb(p.outside_torch), "CUDA context, libraries"))
+    others = sum(b for _, _, b in p.other_processes)
+    rows.append(
+        Row(
+            "other processes",
+            fb(others) if p.other_processes else "none",
+            ", ".join(f"PID {pid} {name} {fb(b)}" for pid, name, b in p.other_processes[:5]),
+        )
+    )
+    fixes = []
+    for i, f in enumerate(p.fixes, 1):
+        verdict = {True: "fits", False: "no", None: "maybe"}[f.fits]
+        fixes.append(Row(f"{i}. {verdict}", f.text))
+    return [
+        Section(f"out of memory on {dev}: what filled it", tuple(rows)),
+        Section(f"out of memory on {dev}: fixes, best first", tuple(fixes)),
+    ]
+
+
+def _who_note(w: object) -> str:
+    from ..model import WhoRow
+
+    assert isinstance(w, WhoRow)
+    note = w.detail
+    if w.example:
+        note += ("; " if note else "") + w.example
+    return note
+
+
+def traceback_section(t: TracebackHoldings) -> Section:
+    rows = [Row(h.name, fb(h.bytes), h.frame) for h in t.holdings]
+    rows.append(Row("release with", "%gpumem release-traceback", "drops the kept frames"))
+    return Section(f"the kept traceback holds {fb(t.bytes)}", tuple(rows))
+
+
 def cell_sections(r: CellReport) -> list[Section]:
-    return [device_section(r, d) for d in r.devices]
+    out = [device_section(r, d) for d in r.devices]
+    for p in r.postmortems:
+        out += postmortem_sections(p)
+    if r.traceback is not None and r.traceback.bytes:
+        out.append(traceback_section(r.traceback))
+    return out
 
 
 def no_device_line(r: CellReport) -> str:
@@ -119,11 +210,16 @@ def compact_line(r: CellReport) -> str:
         if d.after.allocator is None:
             continue
         a = d.after.allocator
-        parts.append(
+        part = (
             f"{device_label(d.after).split()[0]} alloc {fd(d.allocated_delta)} "
             f"({fb(a.allocated)}), reserved {fd(d.reserved_delta)} ({fb(a.reserved)}), "
             f"peak {fb(d.peak_allocated)} ({fd(d.peak_above_start)})"
         )
+        attribution = r.device_attribution(d.index)
+        if attribution is not None and attribution.lines:
+            top = attribution.lines[0]
+            part += f", top line {top.line} `{_clip(top.text, 40)}` {fb(top.bytes)}"
+        parts.append(part)
     body = "; ".join(parts) if parts else no_device_line(r)
     cell = f"[{r.execution_count}] " if r.execution_count is not None else ""
     status = f" FAILED ({r.error})" if r.failed else ""

@@ -1,0 +1,290 @@
+"""Who holds the memory, for one IPython shell: tracking, ``%gpumem who``, per-cell
+attribution, the OOM post-mortem and the kept traceback.
+
+Reads the namespace: call only on the shell thread while no cell runs (the magics and the
+cell hooks do; the panel's requests are sent to the shell thread by ``_kernel.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..actions import ActionRefused
+from ..analysis.cell_sites import cell_attribution, live_keys
+from ..analysis.postmortem import explain_oom
+from ..analysis.sites import SiteResolver
+from ..analysis.who import DeviceHoldings, holdings
+from ..collectors._namespace import Limits, NamespaceWalker, Root, TorchTensors
+from ..collectors._snapshot import Recording, cuda_ready, read_snapshot
+from ..model import (
+    AllocatorSnapshot,
+    CellReport,
+    PostMortem,
+    TracebackHolding,
+    TracebackHoldings,
+    WhoReport,
+)
+from ..tracker import with_hints
+from .cells import IPythonCells, namespace_roots, release_traceback, traceback_roots
+
+if TYPE_CHECKING:
+    from ..collectors import Collector
+
+By = Literal["variable", "line", "cell"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseResult:
+    frames: int
+    freed: dict[int, int]  # device -> bytes no longer allocated
+
+
+def _torch() -> Any:
+    return sys.modules.get("torch")
+
+
+def why_nothing(t: Any) -> str | None:
+    """A sentence when there is no GPU memory of PyTorch's to attribute, else None."""
+    if t is None:
+        return "torch is not imported in this kernel: PyTorch holds no GPU memory"
+    v = getattr(t, "version", None)
+    if not (getattr(v, "cuda", None) or getattr(v, "hip", None)):
+        return f"torch {t.__version__} is a CPU-only build: PyTorch holds no GPU memory"
+    if not t.cuda.is_initialized():
+        return "CUDA is not initialised in this kernel: PyTorch holds no GPU memory yet"
+    return None
+
+
+class Attributor:
+    def __init__(self, shell: Any, collector: Collector, track: bool = False) -> None:
+        self.shell = shell
+        self.collector = collector
+        self.cells = IPythonCells(shell)
+        self.resolver = SiteResolver(self.cells)
+        self.recording = Recording()
+        self.recording.wanted = track
+        self.limits = Limits()
+        self._walkers: dict[int, NamespaceWalker] = {}
+        self._known: frozenset[tuple[int, int, int]] | None = None
+        self.last_postmortems: tuple[PostMortem, ...] = ()
+
+    # -- tracking ------------------------------------------------------------------------
+    @property
+    def tracking(self) -> bool:
+        t = _torch()
+        return t is not None and cuda_build(t) and self.recording.active(t)
+
+    def set_tracking(self, on: bool) -> str:
+        """Switch allocation-site recording; returns what happened, in words."""
+        t = _torch()
+        self.recording.wanted = on
+        if not on:
+            was_ours = self.recording.ours
+            self.recording.stop(t)
+            if t is not None and cuda_build(t) and self.recording.active(t):
+                return ("allocation tracking is off for gpumem, but your own code records "
+                        "allocation history (_record_memory_history): it stays on")  # fmt: skip
+            return "allocation tracking is off" if was_ours else "allocation tracking was off"
+        if t is None:
+            return ("allocation tracking starts as soon as torch is imported (at the next cell "
+                    "after the import)")  # fmt: skip
+        err = self.recording.start(t)
+        if err is not None:
+            self.recording.wanted = False
+            raise ActionRefused(err)
+        self._known = self.recording.before
+        return ("allocation tracking is on: blocks allocated from now on carry the line that "
+                "allocated them (`%gpumem who --by line`)")  # fmt: skip
+
+    def before_cell(self) -> None:
+        """Start a wished-for recording once torch is there (cheap when nothing is wished)."""
+        rec = self.recording
+        if rec.wanted and not rec.ours and rec.error is None:
+            t = _torch()
+            if t is not None and not self.recording.active(t):
+                if rec.start(t) is None:
+                    self._known = rec.before
+
+    # -- reading -------------------------------------------------------------------------
+    def _walker(self, t: Any) -> NamespaceWalker:
+        w = self._walkers.get(id(t))
+        if w is None:
+            w = NamespaceWalker(TorchTensors(t), self.limits)
+            self._walkers = {id(t): w}
+        return w
+
+    def read(
+        self,
+        devices: list[int] | None = None,
+        walk: bool = True,
+        snapshot: AllocatorSnapshot | None = None,
+    ) -> dict[int, DeviceHoldings]:
+        """Snapshot + namespace walk, matched per device. Raises ActionRefused with a
+        sentence when there is nothing to attribute."""
+        t = _torch()
+        why = why_nothing(t)
+        if why is not None:
+            raise ActionRefused(why)
+        start = time.perf_counter()
+        snap = snapshot if snapshot is not None else read_snapshot(t)
+        if snap is None:
+            raise ActionRefused("CUDA is not initialised in this kernel")
+        refs = None
+        notes: list[str] = []
+        if walk:
+            roots = namespace_roots(self.shell, t.optim.Optimizer) + traceback_roots(self.shell)
+            w = self._walker(t).walk(roots)
+            refs = w.refs
+            notes += [f"namespace walk {r}: some owners may be missing" for r in w.truncated]
+        if devices is None:
+            devices = sorted({s.get("device", 0) for s in snap.segments})
+        elapsed = time.perf_counter() - start
+        before = self.recording.before
+        return {d: holdings(snap, d, refs, self.resolver, before, notes, elapsed) for d in devices}
+
+    def who(self, device: int | None = None, by: By = "variable", n: int | None = 20
+            ) -> list[WhoReport]:  # fmt: skip
+        held = self.read(None if device is None else [device])
+        if device is not None and device not in held:
+            held[device] = holdings(_empty_snapshot(), device, [], self.resolver)
+        return [h.report(by, n) for _, h in sorted(held.items())]
+
+    # -- after a failure -------------------------------------------------------------------
+    def traceback_holdings(self, snapshot: AllocatorSnapshot | None = None
+                           ) -> TracebackHoldings | None:  # fmt: skip
+        t = _torch()
+        if why_nothing(t) is not None:
+            return None
+        roots = traceback_roots(self.shell)
+        if not roots:
+            return None
+        snap = snapshot if snapshot is not None else read_snapshot(t)
+        if snap is None:
+            return None
+        w = self._walker(t).walk(roots)
+        found: dict[tuple[str, str], list[int]] = {}
+        sizes: dict[int, int] = {}
+        devices = sorted({r.device for r in w.refs})
+        for d in devices:
+            h = holdings(snap, d, w.refs, self.resolver)
+            for address, ref in h.owners.items():
+                frame, _, name = ref.owner.removeprefix("traceback: ").rpartition(": ")
+                found.setdefault((frame, name), []).append(address)
+                sizes[address] = h.blocks[address]["size"]
+        if not found:
+            return None
+        rows = [
+            TracebackHolding(frame, name, sum(sizes[a] for a in addrs), len(addrs))
+            for (frame, name), addrs in found.items()
+        ]
+        rows.sort(key=lambda r: -r.bytes)
+        return TracebackHoldings(tuple(rows))
+
+    def release_traceback(self) -> ReleaseResult:
+        before = self._allocated()
+        frames = release_traceback(self.shell)
+        after = self._allocated()
+        return ReleaseResult(frames, {d: before[d] - after.get(d, 0) for d in before})
+
+    def _allocated(self) -> dict[int, int]:
+        m = self.collector.measure(with_process=False, full=False)
+        return {d.index: d.allocator.allocated for d in m.devices if d.allocator is not None}
+
+    # -- after each measured cell -----------------------------------------------------------
+    def enrich(self, report: CellReport, error: BaseException | None) -> CellReport:
+        """Add per-cell attribution (tracking on and memory kept), the OOM post-mortem and
+        the traceback's holdings (the cell failed). Costs nothing for other cells."""
+        t = _torch()
+        grew = [d.index for d in report.devices if (d.allocated_delta or 0) > 0]
+        oom = report.failed and (_is_oom(error) or bool(report.ooms))
+        if not (grew or report.failed) or t is None or not cuda_ready(t):
+            return report
+        tracking = self.recording.active(t)
+        if not (report.failed or tracking):
+            return report
+        snap = read_snapshot(t)
+        if snap is None:
+            return report
+        changes: dict[str, Any] = {}
+        if tracking and grew and report.execution_count is not None:
+            files = self.cells.files_of(report.execution_count)
+            known = self._known if self._known is not None else self.recording.before
+            changes["attribution"] = tuple(
+                cell_attribution(snap, d, files, known, self.resolver) for d in grew
+            )
+            self._known = live_keys(snap)
+        if oom:
+            changes["postmortems"] = self._postmortems(report, snap)
+            self.last_postmortems = changes["postmortems"]
+        if report.failed:
+            changes["traceback"] = self.traceback_holdings(snap)
+        if not changes:
+            return report
+        return with_hints(replace(report, **changes))
+
+    def _postmortems(self, report: CellReport, snap: AllocatorSnapshot) -> tuple[PostMortem, ...]:
+        events = {o.device: o for o in report.ooms}  # the last one per device
+        if not events:
+            return ()
+        held = self.read(sorted(events), snapshot=snap)
+        out = []
+        for device, event in sorted(events.items()):
+            after = report.after.device(device)
+            if after is None:
+                continue
+            out.append(
+                explain_oom(
+                    event,
+                    after,
+                    snap.device_segments(device),
+                    held.get(device),
+                    self._other_processes(device),
+                    snap.settings,
+                )
+            )
+        return tuple(out)
+
+    def _other_processes(self, device: int) -> list[tuple[int, str, int]]:
+        nvml = getattr(self.collector.backend, "nvml", None)
+        if nvml is None:
+            return []
+        index = nvml.nvml_index(device)
+        if index is None:
+            return []
+        me = os.getpid()
+        out = [(pid, process_name(pid), used) for pid, used in nvml.processes(index) if pid != me]
+        return sorted(out, key=lambda p: -p[2])
+
+
+def cuda_build(t: Any) -> bool:
+    v = getattr(t, "version", None)
+    return bool(getattr(v, "cuda", None) or getattr(v, "hip", None))
+
+
+def _is_oom(error: BaseException | None) -> bool:
+    return error is not None and type(error).__name__ == "OutOfMemoryError"
+
+
+def process_name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        pass
+    try:
+        import psutil
+
+        return str(psutil.Process(pid).name())
+    except Exception:
+        return "?"
+
+
+def _empty_snapshot() -> AllocatorSnapshot:
+    return AllocatorSnapshot(time=time.time(), segments=(), tracking=False)
+
+
+__all__ = ["Attributor", "ReleaseResult", "Root", "why_nothing"]

@@ -1,0 +1,62 @@
+"""``%gpumem who``: live GPU memory by owner, line or cell, as text and HTML tables."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from html import escape
+
+from ..model import WhoReport
+from ..units import format_bytes as fb
+from .html import table_html
+from .text import table_text
+
+_FIRST = {"variable": "owner", "line": "allocated at", "cell": "cell"}
+_DETAIL = {"variable": "how", "line": "code", "cell": "first line"}
+_EXAMPLE = {"variable": "e.g.", "line": "held by", "cell": "held by"}
+
+
+def who_table(r: WhoReport) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    header: tuple[str, ...] = (_FIRST[r.by], "bytes", "blocks", _DETAIL[r.by], _EXAMPLE[r.by])
+    rows: list[tuple[str, ...]] = [
+        (w.key, fb(w.bytes), str(w.blocks), w.detail, w.example) for w in r.rows
+    ]
+    return header, rows
+
+
+def who_title(r: WhoReport) -> str:
+    share = f"{100 * r.explained_share:.1f} %" if r.allocated else "all"
+    what = {"variable": "names", "line": "recorded lines", "cell": "cells"}[r.by]
+    return (
+        f"cuda:{r.device}: allocated {fb(r.allocated)}; {what} explain {fb(r.explained)} ({share})"
+    )
+
+
+def who_notes(r: WhoReport) -> list[str]:
+    notes = list(r.notes)
+    if r.outside_allocator:
+        notes.append(
+            f"{fb(r.outside_allocator)} of reachable tensors is not PyTorch's cache (allocated "
+            "while caching was off, or from another library): not counted in allocated"
+        )
+    notes.append(f"took {r.elapsed * 1000:.1f} ms")
+    return notes
+
+
+def who_text(reports: Sequence[WhoReport]) -> str:
+    out = []
+    for r in reports:
+        header, rows = who_table(r)
+        out.append(who_title(r))
+        out.append(table_text(header, rows))
+        out += [f"  {n}" for n in who_notes(r)]
+    return "\n".join(out) if out else "no device holds GPU memory"
+
+
+def who_html(reports: Sequence[WhoReport]) -> str:
+    parts = []
+    for r in reports:
+        header, rows = who_table(r)
+        parts.append(f'<div style="font-weight:bold">{escape(who_title(r))}</div>')
+        parts.append(table_html(header, rows))
+        parts += [f"<div>{escape(n)}</div>" for n in who_notes(r)]
+    return '<div class="jp-GpuMem-who">' + ("".join(parts) or "no device") + "</div>"
