@@ -15,14 +15,23 @@
   ``comm_open`` is ever sent: every JupyterLab connection to the kernel that has not
   registered the target answers a ``comm_open`` with ``comm_close``, which would stop the
   stream for the panel that asked. The panel attaches to the id from the subscribe reply.
+- Requests that read the user's namespace (``who``, ``release_traceback``) must not run
+  beside a cell. The control thread hands them to the shell thread's event loop
+  (``kernel.io_loop``, a tornado IOLoop in ipykernel 6 and 7; ``add_callback`` is
+  thread-safe) and waits: they run there only between cells (a cell holds that thread; an
+  ``await``-ing cell still counts as running: ``session.busy``). If the shell thread does
+  not pick the task up quickly (a cell started first), the reply is ``busy`` and the task,
+  when it finally runs, does nothing.
 """
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .protocol import COMM_TARGET, REPLY, REQUEST, Handler
+from .protocol import BUSY, COMM_TARGET, REPLY, REQUEST, Handler, ProtocolError
 from .protocol.stream import SampleStream
 
 if TYPE_CHECKING:
@@ -53,7 +62,49 @@ class KernelBridge:
         self.session = session
         self.kernel = kernel
         self.stream = SampleStream(session.collector, _IopubChannel(kernel), lambda: session.busy)
-        self.handler = Handler(session, self.stream)
+        self.handler = Handler(session, self.stream, self.run_on_shell)
+
+    # How long the control thread waits for the shell thread to start a task, and to end it.
+    START_S = 0.5
+    FINISH_S = 10.0
+
+    def run_on_shell(self, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        session = self.session
+        if session.busy:
+            raise ProtocolError("busy", BUSY)
+        loop = getattr(self.kernel, "io_loop", None)
+        if loop is None or not hasattr(loop, "add_callback"):
+            raise ProtocolError("failed", "this kernel offers no way to reach its shell thread")
+        started, done = threading.Event(), threading.Event()
+        lock = threading.Lock()
+        state: dict[str, Any] = {"abandoned": False}
+
+        def task() -> None:
+            with lock:
+                if state["abandoned"]:
+                    return
+                started.set()
+            try:
+                if session.busy:
+                    state["error"] = ProtocolError("busy", BUSY)
+                else:
+                    state["value"] = fn()
+            except BaseException as e:
+                state["error"] = e
+            finally:
+                done.set()
+
+        loop.add_callback(task)
+        if not started.wait(self.START_S):
+            with lock:
+                if not started.is_set():
+                    state["abandoned"] = True
+                    raise ProtocolError("busy", BUSY)
+        if not done.wait(self.FINISH_S):
+            raise ProtocolError("failed", "the shell thread did not finish in time")
+        if "error" in state:
+            raise state["error"]
+        return dict(state["value"])
 
     def on_request(self, stream: Any, idents: Any, msg: dict[str, Any]) -> None:
         content = self.handler.handle(msg.get("content"))

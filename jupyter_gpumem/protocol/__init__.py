@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from .stream import SampleStream
 
 PROTOCOL_VERSION = 1
+# Additions an older peer can ignore (new actions, new optional fields) raise the revision
+# and keep the protocol version; a frontend checks ``hello``'s ``actions`` before using one.
+# 2: who, track, release_traceback; CellMarker.kept_at and .postmortems; error code busy.
+PROTOCOL_REVISION = 2
 REQUEST = "gpumem_request"
 REPLY = "gpumem_reply"
 COMM_TARGET = "jupyter_gpumem"
@@ -62,6 +66,11 @@ def validate_args(action: str, args: Any) -> dict[str, Any]:
             raise ProtocolError("bad_request", f"{action}: missing argument {name}")
     for name, value in args.items():
         p = props[name]
+        if "enum" in p:
+            if value not in p["enum"]:
+                choices = ", ".join(map(str, p["enum"]))
+                raise ProtocolError("bad_request", f"{action}: {name} must be one of {choices}")
+            continue
         if not _TYPES[p["type"]](value):
             raise ProtocolError("bad_request", f"{action}: {name} must be a {p['type']}")
         if "minLength" in p and len(value) < p["minLength"]:
@@ -79,12 +88,34 @@ def validate_args(action: str, args: Any) -> dict[str, Any]:
     return dict(args)
 
 
-class Handler:
-    """Answers requests for one session. Runs on ipykernel's control thread: keep it fast."""
+ShellRunner = Callable[[Callable[[], dict[str, Any]]], dict[str, Any]]
 
-    def __init__(self, session: Session, stream: SampleStream) -> None:
+
+def run_here_when_idle(session: Session) -> ShellRunner:
+    """Without a kernel (tests, plain IPython): run at once, unless a cell runs."""
+
+    def run(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        if session.busy:
+            raise ProtocolError("busy", BUSY)
+        return fn()
+
+    return run
+
+
+BUSY = "busy: available when the cell ends"
+
+
+class Handler:
+    """Answers requests for one session. Runs on ipykernel's control thread: keep it fast.
+    Actions that read the user's namespace run on the shell thread, only between cells
+    (``on_shell``, from ``_kernel.py``); while a cell runs they answer ``busy``."""
+
+    def __init__(
+        self, session: Session, stream: SampleStream, on_shell: ShellRunner | None = None
+    ) -> None:
         self.session = session
         self.stream = stream
+        self.on_shell = on_shell if on_shell is not None else run_here_when_idle(session)
 
     @property
     def collector(self) -> Any:
@@ -111,6 +142,8 @@ class Handler:
             result = method(self, **args)
         except ProtocolError as e:
             return _error(action, e.code, e.message)
+        except actions.Busy:
+            return _error(action, "busy", BUSY)
         except actions.ActionRefused as e:
             return _error(action, "refused", str(e))
         except Exception as e:  # the tool failed; the kernel must keep working
@@ -121,6 +154,7 @@ class Handler:
     def hello(self) -> dict[str, Any]:
         return {
             "protocol": PROTOCOL_VERSION,
+            "revision": PROTOCOL_REVISION,
             "version": __version__,
             "actions": list(ACTIONS),
             "sample": self.collector.measure().to_dict(),
@@ -166,6 +200,41 @@ class Handler:
     def unsubscribe(self, client: str = "") -> dict[str, Any]:
         return {"stream": self.stream.unsubscribe(client)}
 
+    def who(self, device: int | None = None, n: int = 10) -> dict[str, Any]:
+        attributor = self.session.attributor
+        if device is not None:
+            actions.check_device(self.collector, device)
+
+        def read() -> dict[str, Any]:
+            held = attributor.read(None if device is None else [device])
+            return {
+                "devices": [
+                    {
+                        "index": d,
+                        "by_variable": h.report("variable", n).to_dict(),
+                        "by_line": h.report("line", n).to_dict() if h.tracking else None,
+                    }
+                    for d, h in sorted(held.items())
+                ],
+                "tracking": attributor.tracking,
+                "postmortems": [p.to_dict() for p in attributor.last_postmortems],
+            }
+
+        return self.on_shell(read)
+
+    def track(self, enabled: bool) -> dict[str, Any]:
+        message = self.session.attributor.set_tracking(enabled)
+        return {"tracking": self.session.attributor.tracking, "message": message}
+
+    def release_traceback(self) -> dict[str, Any]:
+        attributor = self.session.attributor
+
+        def release() -> dict[str, Any]:
+            r = attributor.release_traceback()
+            return {"frames": r.frames, "freed": {str(k): v for k, v in r.freed.items()}}
+
+        return self.on_shell(release)
+
 
 ACTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "hello": Handler.hello,
@@ -176,6 +245,9 @@ ACTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "set_limit": Handler.set_limit,
     "subscribe": Handler.subscribe,
     "unsubscribe": Handler.unsubscribe,
+    "who": Handler.who,
+    "track": Handler.track,
+    "release_traceback": Handler.release_traceback,
 }
 
 
