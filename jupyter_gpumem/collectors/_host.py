@@ -5,15 +5,20 @@ from __future__ import annotations
 import os
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_STATM: tuple[int, int] | None = None  # (pid, fd): kept open, read with pread
 
 
 def host_rss() -> int | None:
-    """Resident set size in bytes. Reads /proc directly on Linux (5 us, vs 6 us for psutil)."""
+    """Resident set size in bytes. Reads /proc/self/statm through a file descriptor kept
+    open (1-2 us; opening it each time costs 5-15 us), else psutil."""
+    global _STATM
+    pid = os.getpid()
     try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * _PAGE
-    except OSError:
-        pass
+        if _STATM is None or _STATM[0] != pid:  # first call, or a forked child
+            _STATM = (pid, os.open(f"/proc/{pid}/statm", os.O_RDONLY))
+        return int(os.pread(_STATM[1], 128, 0).split()[1]) * _PAGE
+    except (OSError, AttributeError, IndexError, ValueError):
+        _STATM = None
     try:
         import psutil
 

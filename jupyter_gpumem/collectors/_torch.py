@@ -138,6 +138,7 @@ class TorchBackend:
         self._names: dict[int, str] = {}
         self._oom_attached = False
         self._caching_set: bool | None = None  # last switch we made (torch < 2.12 can't tell)
+        self._bound: _Bound | None = None  # torch's bindings, looked up once CUDA is up
 
     # -- reading -------------------------------------------------------------------
     @staticmethod
@@ -199,14 +200,14 @@ class TorchBackend:
                 _caching_enabled(t, self._caching_set),
                 nvml_devices,
             )
-        backend: Backend = "rocm" if getattr(t.version, "hip", None) else "cuda"
-        has_ctx = getattr(t._C, "_cuda_hasPrimaryContext", None)
-        get_fraction = getattr(t._C, "_cuda_getMemoryFraction", None)
-        n = t.cuda.device_count()
+        b = self._bound
+        if b is None or b.torch is not t:
+            b = self._bound = _Bound(t)
+        backend = b.backend
         devices: list[DeviceSample] = []
-        for i in range(n):
+        for i in range(b.count):
             nvml_index = self.nvml.nvml_index(i) if backend == "cuda" and full else None
-            if has_ctx is not None and not has_ctx(i):
+            if b.has_ctx is not None and not b.has_ctx(i):
                 # No context here: only NVML can say anything, and only full readings ask.
                 nv = self.nvml.read(nvml_index, with_process) if nvml_index is not None else None
                 devices.append(
@@ -224,9 +225,9 @@ class TorchBackend:
                 )
                 continue
             try:
-                stats = stats_from_nested(t._C._cuda_memoryStats(i))
-                mgi = tuple(t.cuda.mem_get_info(i))
-                fraction = float(get_fraction(i)) if get_fraction is not None else None
+                stats = stats_from_nested(b.memory_stats(i))
+                mgi = b.mem_get_info(i)
+                fraction = float(b.get_fraction(i)) if b.get_fraction is not None else None
                 nv = None
                 if full and nvml_index is not None:
                     nv = self.nvml.read(nvml_index, with_process)
@@ -237,7 +238,7 @@ class TorchBackend:
                 name = self._names.get(i) or (nv.name if nv and nv.name else "")
                 if not name:
                     name = t.cuda.get_device_name(i)
-                self._names[i] = name
+                    self._names[i] = name
                 devices.append(
                     make_device_sample(
                         index=i,
@@ -342,6 +343,23 @@ class TorchBackend:
         t = self.torch()
         total = int(t.cuda.mem_get_info(device)[1])
         return total
+
+
+class _Bound:
+    """torch's functions a cell's reading calls, looked up once (after CUDA started: the
+    device count is fixed from then on, and ``cudart()`` would start CUDA before)."""
+
+    def __init__(self, t: Any) -> None:
+        self.torch = t
+        self.backend: Backend = "rocm" if getattr(t.version, "hip", None) else "cuda"
+        self.has_ctx = getattr(t._C, "_cuda_hasPrimaryContext", None)
+        self.get_fraction = getattr(t._C, "_cuda_getMemoryFraction", None)
+        self.memory_stats = t._C._cuda_memoryStats
+        self.count = int(t.cuda.device_count())
+        cudart = getattr(t.cuda, "cudart", None)
+        raw = getattr(cudart(), "cudaMemGetInfo", None) if cudart is not None else None
+        # The binding switches to the device itself (torch.cuda.mem_get_info's own path).
+        self.mem_get_info = raw if raw is not None else t.cuda.mem_get_info
 
 
 def _is_cuda_build(t: Any) -> bool:
