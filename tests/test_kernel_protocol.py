@@ -157,3 +157,36 @@ def test_unload_removes_the_handler(kernel):
     assert kind is None
     wait_execute(kc, "%load_ext jupyter_gpumem")
     assert listener.request("hello")[0] == "gpumem_reply"
+
+
+def test_namespace_requests_wait_for_the_cell_and_run_between_cells(kernel):
+    """`who` and `release_traceback` read the namespace: while a cell runs they answer
+    `busy` at once; between cells they run on the shell thread (here: no torch, so `who`
+    says so; release_traceback clears the failed cell's frames)."""
+    kc, listener = kernel
+    msg_id = kc.execute("import time; time.sleep(2)")
+    time.sleep(0.5)
+    _, content, rtt, _ = listener.request("who")
+    assert content["status"] == "error" and content["error"]["code"] == "busy"
+    assert content["error"]["message"] == "busy: available when the cell ends"
+    assert rtt < 1.0
+    _, content, _, _ = listener.request("release_traceback")
+    assert content["error"]["code"] == "busy"
+    reply = kc.get_shell_msg(timeout=10)
+    assert reply["parent_header"]["msg_id"] == msg_id
+    _, content, _, _ = listener.request("who")
+    assert content["status"] == "error" and content["error"]["code"] == "refused"
+    assert "torch is not imported" in content["error"]["message"]
+    _, content, _, _ = listener.request("who", n=0)
+    assert content["error"]["code"] == "bad_request"
+    failed = wait_execute(kc, "def g():\n    big = list(range(10))\n    raise ValueError\ng()")
+    assert failed["content"]["status"] == "error"
+    _, content, _, _ = listener.request("release_traceback")
+    assert content["status"] == "ok" and content["result"]["frames"] == 1
+    assert wait_execute(kc, "import sys; assert not hasattr(sys, 'last_traceback')")[
+        "content"]["status"] == "ok"  # fmt: skip
+    _, content, _, _ = listener.request("track", enabled=True)
+    assert content["status"] == "ok" and content["result"]["tracking"] is False
+    assert "as soon as torch is imported" in content["result"]["message"]
+    _kind, content, _, _ = listener.request("track", enabled=False)
+    assert content["result"]["message"] == "allocation tracking was off"

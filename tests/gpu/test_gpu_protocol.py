@@ -75,3 +75,49 @@ def test_live_samples_and_empty_cache_during_a_cell(kernel):
     assert t0 < t_reply
     listener.request("unsubscribe", client="gpu")
     wait_execute(kc, "del held")
+
+
+def test_who_names_the_holder_and_is_busy_while_a_cell_runs(kernel):
+    kc, listener = kernel
+    wait_execute(kc, "whoami = torch.empty(96 << 20, dtype=torch.uint8, device='cuda')")
+    _, content, _, _ = listener.request("who", n=5)
+    assert content["status"] == "ok", content
+    dev = content["result"]["devices"][0]
+    rows = {r["key"]: r for r in dev["by_variable"]["rows"]}
+    assert rows["whoami"]["bytes"] == 96 * MiB and rows["whoami"]["detail"] == "tensor"
+    assert sum(r["bytes"] for r in dev["by_variable"]["rows"]) == dev["by_variable"]["allocated"]
+    assert dev["by_variable"]["allocated"] == allocated(listener)["allocated"]
+    msg_id = kc.execute("import time; time.sleep(2)")
+    time.sleep(0.5)
+    _, content, rtt, _ = listener.request("who")
+    assert content["error"]["code"] == "busy" and rtt < 1.0
+    assert kc.get_shell_msg(timeout=10)["parent_header"]["msg_id"] == msg_id
+    wait_execute(kc, "del whoami")
+
+
+def test_tracking_from_the_panel_and_kept_lines_in_cell_markers(kernel):
+    kc, listener = kernel
+    _, content, _, _ = listener.request("track", enabled=True)
+    assert content["status"] == "ok" and content["result"]["tracking"] is True
+    _, content, _, _ = listener.request("subscribe", interval_ms=1000, client="who")
+    comm_id = content["result"]["stream"]["comm_id"]
+    wait_execute(kc, "%%gpumem -q\nq = 1\nkept = torch.empty(32 << 20, dtype=torch.uint8,"
+                     " device='cuda')")  # fmt: skip
+    time.sleep(0.3)
+    cells = [m["content"]["data"]["cell"] for _, m in listener.iopub
+             if m["msg_type"] == "comm_msg" and m["content"]["comm_id"] == comm_id
+             and m["content"]["data"]["type"] == "cell"]  # fmt: skip
+    kept_at = cells[-1]["devices"][0]["kept_at"]
+    assert kept_at[0]["line"] == 3 and kept_at[0]["bytes"] == 32 * MiB
+    assert kept_at[0]["text"].startswith("kept = torch.empty(32 << 20")
+    _, content, _, _ = listener.request("who")
+    line_rows = content["result"]["devices"][0]["by_line"]["rows"]
+    assert any(r["bytes"] == 32 * MiB and r["example"] == "held by kept" for r in line_rows)
+    failed = wait_execute(kc, "def g():\n    t = torch.empty(64 << 20, dtype=torch.uint8,"
+                              " device='cuda')\n    raise ValueError\ng()")  # fmt: skip
+    assert failed["content"]["status"] == "error"
+    _, content, _, _ = listener.request("release_traceback")
+    assert content["result"]["freed"]["0"] == 64 * MiB
+    listener.request("unsubscribe", client="who")
+    listener.request("track", enabled=False)
+    wait_execute(kc, "del kept")

@@ -1,0 +1,184 @@
+"""What attribution costs, on a real GPU (issue: who holds the GPU memory).
+
+    python3 benchmarks/bench_attribution.py [--json out.json]
+
+1. Allocation tracking per alloc/free pair: off, "state" with context="state" (what
+   `%gpumem track on` uses), and "state" with context="all" (torch's default), at the
+   stack depth of a notebook cell.
+2. A training step cell with tracking off and on, interleaved in one process (the
+   decision rule: tracking may be on by default only if a step slows by less than 1 %).
+3. `%gpumem who` with 10k live tensors and a namespace of 100k objects.
+4. Per-cell attribution: a `%%gpumem -q` cell that keeps one block, tracking on vs off,
+   with 1k and 10k other live blocks.
+Targets: step < 1 % slower; who < 100 ms at 10k tensors; per-cell attribution < 2 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+MiB = 1 << 20
+
+
+def pair_cost(n: int = 100_000, depth: int = 20) -> float:
+    def deep(k: int) -> float:
+        if k:
+            return deep(k - 1)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            t = torch.empty(1024, device="cuda")
+            del t
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / n * 1e6
+
+    return deep(depth)
+
+
+def record(mode: str | None) -> None:
+    torch.cuda.memory._record_memory_history(enabled=None)
+    if mode == "state/state":
+        torch.cuda.memory._record_memory_history(enabled="state", context="state", stacks="python")
+    elif mode == "state/all":
+        torch.cuda.memory._record_memory_history(enabled="state", context="all", stacks="python")
+
+
+def bench_pairs() -> dict:
+    out: dict = {}
+    for _rnd in range(3):
+        for mode in (None, "state/state", "state/all"):
+            record(mode)
+            pair_cost(10_000)
+            out.setdefault(str(mode), []).append(pair_cost())
+    record(None)
+    return {k: statistics.median(v) for k, v in out.items()}
+
+
+STEPS = {
+    # the benchmark cell of bench_cell_overhead.py (3 linear layers, SGD)
+    "small MLP step": (
+        "model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(),"
+        " torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10)).cuda()\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+        "xb = torch.randn(256, 1024, device='cuda')\n"
+        "yb = torch.randint(0, 10, (256,), device='cuda')",
+        "loss = torch.nn.functional.cross_entropy(model(xb), yb)\nloss.backward()\nopt.step()\n"
+        "opt.zero_grad(set_to_none=True)\ntorch.cuda.synchronize()",
+    ),
+    # a transformer block with AdamW: a typical training notebook's step
+    "transformer step": (
+        "layer = torch.nn.TransformerEncoderLayer(1024, 16, 4096, batch_first=True).cuda()\n"
+        "opt = torch.optim.AdamW(layer.parameters(), lr=1e-4)\n"
+        "xb = torch.randn(16, 512, 1024, device='cuda')",
+        "loss = layer(xb).square().mean()\nloss.backward()\nopt.step()\n"
+        "opt.zero_grad(set_to_none=True)\ntorch.cuda.synchronize()",
+    ),
+}
+
+
+def bench_steps(ip, n: int = 200) -> dict:
+    out = {}
+    for name, (setup, step) in STEPS.items():
+        with capture_output():
+            ip.run_cell(setup)
+            for _ in range(20):
+                ip.run_cell(step)
+            off, on = [], []
+            for _ in range(n):
+                for mode, sink in ((None, off), ("state/state", on)):
+                    record(mode)
+                    t0 = time.perf_counter()
+                    ip.run_cell(step)
+                    sink.append(time.perf_counter() - t0)
+        record(None)
+        a, b = statistics.median(off), statistics.median(on)
+        out[name] = {"off_ms": a * 1e3, "on_ms": b * 1e3, "slower_pct": (b / a - 1) * 100}
+    return out
+
+
+def bench_who(ip) -> dict:
+    from jupyter_gpumem._ipython import current
+
+    out = {}
+    with capture_output():
+        ip.run_cell("import gc; gc.collect(); torch.cuda.empty_cache()")
+        ip.run_cell("%gpumem track on")
+        ip.run_cell("acts = [torch.empty(4096, device='cuda') for _ in range(10_000)]")
+        ip.run_cell("junk = [{'i': i, 'v': [i, str(i)]} for i in range(50_000)]")  # 100k objects
+    attributor = current().attributor
+    for by in ("variable", "line"):
+        times = []
+        for _ in range(7):
+            t0 = time.perf_counter()
+            reports = attributor.who(0, by, 20)
+            times.append(time.perf_counter() - t0)
+        rows = reports[0].rows
+        out[by] = {
+            "ms": statistics.median(times) * 1e3,
+            "blocks": sum(r.blocks for r in rows),
+            "explained_pct": 100 * reports[0].explained_share,
+        }
+    held = attributor.read([0])
+    out["walk_notes"] = held[0].notes
+    with capture_output():
+        ip.run_cell("del acts, junk")
+        ip.run_cell("%gpumem track off")
+    return out
+
+
+def bench_cell_attribution(ip, n: int = 100) -> dict:
+    out = {}
+    for background in (1_000, 10_000):
+        with capture_output():
+            ip.run_cell("import gc; gc.collect(); torch.cuda.empty_cache()")
+            ip.run_cell("%gpumem track on")  # the live blocks carry their stacks, as in use
+            ip.run_cell(f"bg = [torch.empty(256, device='cuda') for _ in range({background})]")
+            ip.run_cell("kept = []")
+        res = {}
+        for mode in ("on", "off"):
+            with capture_output():
+                ip.run_cell(f"%gpumem track {mode}")
+                times = []
+                for _ in range(n):
+                    t0 = time.perf_counter()
+                    ip.run_cell("%%gpumem -q\nkept.append(torch.empty(1 << 20, device='cuda'))",
+                                store_history=True)  # fmt: skip
+                    times.append(time.perf_counter() - t0)
+                ip.run_cell("kept.clear()")
+            res[mode] = statistics.median(times) * 1e3
+        with capture_output():
+            ip.run_cell("%gpumem track off")
+            ip.run_cell("del bg, kept")
+        out[f"{background} live blocks"] = {**{f"{k}_ms": v for k, v in res.items()},
+                                             "added_ms": res["on"] - res["off"]}  # fmt: skip
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    ip = InteractiveShell.instance()
+    with capture_output():
+        ip.run_cell("import torch\ntorch.empty(0, device='cuda')")
+        ip.run_line_magic("load_ext", "jupyter_gpumem")
+    result = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}
+    result["pair_us"] = bench_pairs()
+    result["steps"] = bench_steps(ip)
+    result["who"] = bench_who(ip)
+    result["cell_attribution"] = bench_cell_attribution(ip)
+    print(json.dumps(result, indent=1))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""The attribution analyses on records made on a real GPU (tests/gpu/record_attribution.py):
+snapshots with allocation sites, the namespace walk's references, IPython's cell names.
+Each figure is checked against the ground truth measured with torch when recording."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jupyter_gpumem.analysis.cell_sites import cell_attribution
+from jupyter_gpumem.analysis.fragmentation import free_space
+from jupyter_gpumem.analysis.postmortem import explain_oom
+from jupyter_gpumem.analysis.sites import SiteResolver
+from jupyter_gpumem.analysis.who import holdings
+from jupyter_gpumem.collectors._snapshot import snapshot_from_dict
+from jupyter_gpumem.model import AllocatorStats, DeviceSample, OomEvent, Reference
+
+FIXTURE = Path(__file__).parent / "fixtures" / "attribution.json"
+DATA = json.loads(FIXTURE.read_text())
+MiB = 1 << 20
+
+
+class RecordedCells:
+    """IPython's cell names as they were on the GPU machine."""
+
+    def __init__(self, rec):
+        self.map = rec["filename_map"]
+        self.lines = rec["lines"]
+
+    def execution_count(self, filename):
+        return self.map.get(filename)
+
+    def line_text(self, filename, line):
+        return self.lines.get(filename, {}).get(str(line), "").strip()
+
+    def files_of(self, count):
+        return frozenset(f for f, n in self.map.items() if n == count)
+
+
+def held(rec, walked=True):
+    cells = RecordedCells(rec)
+    snap = snapshot_from_dict(rec, tracking=True)
+    refs = [Reference(*r) for r in rec["refs"]] if walked else None
+    resolver = SiteResolver(cells, rec["library_dirs"])
+    before = frozenset(tuple(k) for k in rec["before"])
+    return holdings(snap, 0, refs, resolver, before), cells, snap, resolver
+
+
+def test_owners_have_the_bytes_their_tensors_took():
+    rec = DATA["cells"]
+    h, *_ = held(rec)
+    report = h.report("variable", n=None)
+    for key, expected in rec["truth"]["owners"].items():
+        owner, detail = key.split("|")
+        rows = [r for r in report.rows if r.key == owner and r.detail.startswith(detail)]
+        assert [r.bytes for r in rows] == [expected], (key, report.rows)
+    assert sum(r.bytes for r in report.rows) == report.allocated == rec["allocated"]
+
+
+def test_with_tracking_an_owner_names_the_line_that_allocated_it():
+    rec = DATA["cells"]
+    h, *_ = held(rec)
+    rows = {(r.key, r.detail.split(";")[0]): r for r in h.report("variable").rows}
+    a = rows[("a", "tensor")]
+    line = next(k for k, v in rec["truth"]["lines"].items() if v == 3 * MiB)
+    code = "a = torch.empty(3 << 20, dtype=torch.uint8, device='cuda')"
+    assert a.detail == f"tensor; allocated at {line} `{code}`"
+
+
+def test_lines_and_cells_get_exact_bytes():
+    rec = DATA["cells"]
+    h, *_ = held(rec)
+    by_line = {r.key: r for r in h.report("line", n=None).rows}
+    for label, expected in rec["truth"]["lines"].items():
+        assert by_line[label].bytes == expected, label
+    assert "no Python stack (backward pass or C++)" in by_line  # the gradients
+    by_cell = {r.key: r.bytes for r in h.report("cell", n=None).rows}
+    for label, expected in rec["truth"]["cells"].items():
+        assert by_cell[label] == expected
+    for view in ("line", "cell"):
+        assert sum(r.bytes for r in h.report(view, n=None).rows) == rec["allocated"]
+
+
+def test_a_cell_keeps_what_its_lines_allocated():
+    rec = DATA["cells"]
+    _, cells, snap, resolver = held(rec)
+    last = rec["truth"]["last_cell"]
+    known = frozenset(tuple(k) for k in rec["known_before_last_cell"])
+    att = cell_attribution(snap, 0, cells.files_of(last["execution_count"]), known, resolver)
+    assert [[s.line, s.bytes] for s in att.lines] == last["lines"]
+    assert att.lines[0].text == "loss = net(xb).square().mean()"
+    assert sum(s.bytes for s in att.lines) - 512 == last["kept"]  # the old `total` was freed
+
+
+def test_an_unread_namespace_leaves_everything_unreachable():
+    rec = DATA["cells"]
+    h, *_ = held(rec, walked=False)
+    report = h.report("variable")
+    assert [r.key for r in report.rows] == ["not reachable from the namespace"]
+    assert report.rows[0].detail == "the namespace was not read"
+    assert report.explained == 0 and report.rows[0].bytes == rec["allocated"]
+
+
+def device_after(rec):
+    segments = rec["segments"]
+    reserved = sum(s["total_size"] for s in segments)
+    allocated = sum(b["size"] for s in segments for b in s["blocks"]
+                    if b["state"] == "active_allocated")  # fmt: skip
+    stats = AllocatorStats(allocated, reserved, allocated, allocated, 0, allocated, reserved,
+                           0, 0, 0, 1, len(segments), 0)  # fmt: skip
+    d = rec["device"]
+    return DeviceSample(0, "recorded", "cuda", True, stats, d["total"], d["device_used"],
+                        d["process_used"])  # fmt: skip
+
+
+def test_oom_post_mortem_on_a_planted_fragmentation():
+    rec = DATA["oom_fragmentation"]
+    truth = rec["truth"]
+    h, *_ = held(rec)
+    pm = explain_oom(OomEvent(*rec["oom"]), device_after(rec), rec["segments"], h,
+                     [(4242, "python", 30 << 30)], rec["allocator_settings"])  # fmt: skip
+    assert pm.largest_free_block == truth["largest_free_block"]
+    assert pm.requested == 128 * MiB
+    pieces = [r for r in pm.owners if r.key == "blocks"]
+    assert [r.bytes for r in pieces] == [truth["blocks_bytes"]]
+    assert pm.fixes[0].kind == truth["first_fix"] and pm.fixes[0].fits is True
+    assert pm.fixes[0].command == "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+    kinds = [f.kind for f in pm.fixes]
+    assert kinds.index("delete") < kinds.index("empty_cache") < kinds.index("smaller")
+    other = next(f for f in pm.fixes if f.kind == "other_process")
+    assert "PID 4242 python 30.00 GiB" in other.text
+    space = free_space(rec["segments"])
+    pieces_64 = [b for s in rec["segments"] for b in s["blocks"]
+                 if b["state"] == "inactive" and b["size"] == 64 * MiB]  # fmt: skip
+    assert len(pieces_64) == truth["pieces_64mib"]
+    assert space.pieces_bytes >= truth["pieces_64mib"] * 64 * MiB
+
+
+@pytest.mark.parametrize("by", ["variable", "line", "cell"])
+def test_who_renders_as_text_and_escaped_html(by):
+    from jupyter_gpumem.reporters.who import who_html, who_text
+
+    h, *_ = held(DATA["cells"])
+    report = h.report(by)
+    text, html = who_text([report]), who_html([report])
+    assert text.splitlines()[0].startswith("cuda:0: allocated ")
+    for row in report.rows:
+        assert row.key in text
+    if by == "line":  # source text goes through html.escape
+        assert "device=&#x27;cuda&#x27;" in html and "device='cuda'" in text

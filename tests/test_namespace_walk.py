@@ -1,0 +1,211 @@
+"""The namespace walk and "who" on real torch objects (CPU tensors stand in for CUDA ones:
+their storages become the allocator's blocks), through a real IPython shell where names
+and tracebacks matter."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import weakref
+
+import pytest
+
+from jupyter_gpumem.analysis.sites import SiteResolver
+from jupyter_gpumem.analysis.who import UNREACHABLE, holdings
+from jupyter_gpumem.collectors._namespace import Limits, NamespaceWalker, Root, TorchTensors
+from jupyter_gpumem.model import AllocatorSnapshot
+
+torch = pytest.importorskip("torch")
+
+
+def walker(**limits):
+    return NamespaceWalker(TorchTensors(torch, include=lambda t: True), Limits(**limits))
+
+
+def snapshot_of(tensors):
+    """One live block per storage (rounded to 512 bytes, as the allocator does)."""
+    segments, seen = [], set()
+    for t in tensors:
+        s = t.untyped_storage()
+        if s.data_ptr() in seen:
+            continue
+        seen.add(s.data_ptr())
+        size = -(-s.nbytes() // 512) * 512
+        segments.append({"device": 0, "address": s.data_ptr(), "total_size": size,
+                         "segment_type": "large", "blocks": [
+                             {"address": s.data_ptr(), "size": size, "requested_size": s.nbytes(),
+                              "state": "active_allocated", "frames": []}]})  # fmt: skip
+    return AllocatorSnapshot(time=0.0, segments=segments, tracking=False)
+
+
+def report(ns, tensors, by="variable", **limits):
+    roots = [Root(k, v) for k, v in ns.items()]
+    roots.sort(key=lambda r: issubclass(type(r.obj), torch.optim.Optimizer))
+    w = walker(**limits).walk(roots)
+    h = holdings(snapshot_of(tensors), 0, w.refs, SiteResolver(library_dirs=()), notes=w.truncated)
+    return h.report(by, n=50), w
+
+
+def rows(r):
+    return {(row.key, row.detail.split(";")[0]): row.bytes for row in r.rows}
+
+
+def test_views_and_their_base_count_once_and_rows_add_up():
+    base = torch.empty(1000, dtype=torch.uint8)
+    view = base[10:20]
+    other = torch.empty(2048, dtype=torch.uint8)
+    unreached = torch.empty(4096, dtype=torch.uint8)
+    r, _ = report({"base": base, "view": view, "other": other}, [base, other, unreached])
+    got = rows(r)
+    assert got[("base", "tensor")] == 1024  # 1000 bytes in a 1024-byte block
+    assert ("view", "tensor") not in got
+    assert got[(UNREACHABLE, "temporaries of a running computation, objects this walk does not "
+                              "open")] == 4096  # fmt: skip
+    assert sum(row.bytes for row in r.rows) == r.allocated == 1024 + 2048 + 4096
+    assert r.explained == 1024 + 2048
+
+
+def test_module_parameters_gradients_buffers_and_optimizer_state_by_name():
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.BatchNorm1d(64))
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.randn(8, 64)).sum().backward()
+    opt.step()
+    params = list(model.parameters())
+    grads = [p.grad for p in params]
+    buffers = [b for b in model.buffers() if b.numel() > 1]
+    state = [v for s in opt.state.values() for v in s.values() if v.numel() > 1]
+    # the optimizer comes first in the namespace: its param_groups must not take the params
+    r, _ = report({"opt": opt, "model": model}, params + grads + buffers + state)
+    got = rows(r)
+
+    def nbytes(ts):
+        return sum(-(-t.untyped_storage().nbytes() // 512) * 512 for t in ts)
+
+    assert got[("model", "module parameters")] == nbytes(params)
+    assert got[("model", "gradients")] == nbytes(grads)
+    assert got[("model", "module buffers")] == nbytes(buffers)
+    assert got[("opt", "optimizer state")] == nbytes(state)
+    assert r.explained == r.allocated
+
+
+def test_containers_objects_and_the_autograd_graph_a_variable_keeps():
+    w = torch.randn(256, 256, requires_grad=True)
+    acts = [torch.randn(128) for _ in range(3)]
+
+    class Trainer:
+        pass
+
+    trainer = Trainer()
+    trainer.cache = {"a": torch.randn(300)}
+    total = torch.zeros(())
+    saved = []
+    for _ in range(4):  # the classic leak: total keeps every step's graph
+        h = torch.relu(torch.randn(64, 256) @ w)
+        saved.append(h)
+        total = total + h.square().sum()
+    del h
+    tensors = [w, *acts, trainer.cache["a"], total, *saved]
+    r, walked = report({"w": w, "acts": acts, "trainer": trainer, "total": total}, tensors)
+    got = rows(r)
+    assert got[("acts", "in a container")] == 3 * 512
+    assert got[("trainer", "object attribute")] == 1536  # 300 floats in a 1536-byte block
+    assert got[("total", "autograd graph (saved tensors)")] == 4 * 64 * 256 * 4
+    assert got[("w", "tensor")] == 256 * 256 * 4  # the leaf belongs to its own name
+    assert walked.graph_nodes >= 4 * 3
+    graph_row = next(row for row in r.rows if row.key == "total" and "graph" in row.detail)
+    assert graph_row.example.startswith("total.grad_fn…")
+
+
+def test_the_walk_is_bounded_and_says_so():
+    ns = {f"v{i}": {"x": [i, {"y": i}]} for i in range(50_000)}  # 150k objects
+    ns["t"] = torch.empty(512, dtype=torch.uint8)
+    _, w = report(ns, [ns["t"]], max_objects=10_000)
+    assert w.visited <= 10_000 + 1024
+    assert w.truncated == ["stopped after 10000 objects"]
+    deep: list = []
+    cur = deep
+    for _ in range(50):
+        cur.append([])
+        cur = cur[0]
+    cur.append(torch.empty(512, dtype=torch.uint8))
+    r, w = report({"deep": deep}, [cur[0]], max_depth=12)
+    assert "did not look deeper than 12 levels" in w.truncated
+    assert rows(r).get(("deep", "in a container")) is None  # not reached: unreachable row
+    huge = [*list(range(2000000)), torch.empty(1024, dtype=torch.uint8)]
+    r, w = report({"huge": huge}, [huge[-1]])
+    assert rows(r)[("huge", "in a container")] == 1024 and not w.truncated
+
+
+def test_objects_that_raise_or_lie_never_break_the_walk():
+    class Raises:
+        def __getattribute__(self, name):
+            raise RuntimeError("no")
+
+    class BadDict:
+        @property
+        def __dict__(self):
+            raise RuntimeError("no dict")
+
+    class Proxy:
+        def __getattr__(self, name):
+            return self  # answers every attribute, forever
+
+    class BadMap(dict):
+        def items(self):
+            raise RuntimeError("no items")
+
+    t = torch.empty(512, dtype=torch.uint8)
+    cyclic: list = []
+    cyclic.append(cyclic)
+    cyclic.append(t)
+    ns = {"r": Raises(), "b": BadDict(), "p": Proxy(), "m": BadMap(a=1), "c": cyclic}
+    r, _w = report(ns, [t])
+    assert rows(r)[("c", "in a container")] == 512
+
+
+@pytest.fixture
+def shell_ns(ip):
+    yield ip
+    for name in ("t", "model", "opt", "out_t", "keep", "f", "failing", "before"):
+        ip.user_ns.pop(name, None)
+    ip.user_ns.get("Out", {}).clear()
+
+
+def test_ipython_roots_out_history_and_hidden_names(shell_ns):
+    from jupyter_gpumem._ipython.cells import namespace_roots
+
+    ip = shell_ns
+    ip.run_cell("import torch\nt = torch.ones(3)", store_history=True)
+    res = ip.run_cell("torch.ones(5)", store_history=True)
+    roots = namespace_roots(ip, torch.optim.Optimizer)
+    names = [r.owner for r in roots]
+    assert "t" in names and "In" not in names and "exit" not in names and "_ih" not in names
+    assert not any(n.startswith("_i") for n in names)
+    n = res.execution_count
+    out_root = next(r for r in roots if r.owner == f"Out[{n}]")
+    assert out_root.via == "output history"
+    assert names.index(f"Out[{n}]") < names.index("_")  # Out[N] names it before its alias
+
+
+def test_traceback_frames_are_roots_and_release_frees_them_keeping_the_namespace(shell_ns):
+    from jupyter_gpumem._ipython.cells import release_traceback, traceback_roots
+
+    ip = shell_ns
+    ip.run_cell("import torch\nkeep = torch.ones(2)", store_history=True)
+    ip.run_cell("def f():\n    h = torch.ones(1000)\n    raise ValueError('boom')",
+                store_history=True)  # fmt: skip
+    defined = ip.execution_count - 1
+    res = ip.run_cell("before = 1\nf()", store_history=True)
+    assert not res.success
+    roots = traceback_roots(ip)
+    assert [r.owner for r in roots] == [f"traceback: f() at In[{defined}] line 3: h"]
+    h = roots[0].obj
+    alive = weakref.ref(h.untyped_storage())
+    del h, roots, res
+    frames = release_traceback(ip)
+    gc.collect()  # only for the assertion below: release itself needs no collection
+    assert frames == 1
+    assert alive() is None
+    assert ip.user_ns["keep"].numel() == 2 and ip.user_ns["before"] == 1
+    assert getattr(sys, "last_traceback", None) is None
+    assert traceback_roots(ip) == []

@@ -1,0 +1,104 @@
+"""`%gpumem who`, `track` and `release-traceback` without a GPU: a sentence for every state
+that has nothing to attribute, a UsageError for bad flags, and never a traceback."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from IPython.core.error import UsageError
+
+from tests.conftest import run
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture
+def no_torch(monkeypatch):
+    monkeypatch.delitem(sys.modules, "torch")
+
+
+def test_who_without_torch_says_so(ip, no_torch):
+    res, texts, cap = run(ip, "%gpumem who")
+    assert res.success and not texts
+    assert (
+        cap.stdout == "gpumem: torch is not imported in this kernel: PyTorch holds no GPU memory\n"
+    )
+
+
+def test_who_with_a_cpu_only_torch_says_so(ip):
+    res, _, cap = run(ip, "%gpumem who --by line")
+    assert res.success
+    assert (
+        f"torch {torch.__version__} is a CPU-only build: PyTorch holds no GPU memory" in cap.stdout
+    )
+
+
+def test_who_api_raises_a_sentence(ip):
+    import jupyter_gpumem
+    from jupyter_gpumem.actions import ActionRefused
+
+    with pytest.raises(ActionRefused, match="CPU-only build"):
+        jupyter_gpumem.who()
+    with pytest.raises(ValueError, match="by must be"):
+        jupyter_gpumem.who(by="size")
+
+
+def test_who_api_without_the_extension():
+    import jupyter_gpumem
+
+    with pytest.raises(RuntimeError, match="not loaded"):
+        jupyter_gpumem.who()
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("who --by size", "invalid choice: 'size'"),
+        ("who -n 0", "must be at least 1"),
+        ("who -n many", "not a whole number"),
+        ("who -d 3", "no device 3"),
+        ("track maybe", "invalid choice: 'maybe'"),
+        ("release-traceback now", "unrecognized arguments"),
+    ],
+)
+def test_bad_flags_are_usage_errors(ip, line, message):
+    res, _, _ = run(ip, f"%gpumem {line}")
+    assert isinstance(res.error_in_exec, UsageError)
+    assert message in str(res.error_in_exec)
+
+
+def test_track_on_a_cpu_only_torch_is_refused_with_a_reason(ip):
+    res, _, _ = run(ip, "%gpumem track on")
+    assert isinstance(res.error_in_exec, UsageError)
+    assert "CPU-only build: there is no GPU allocator to track" in str(res.error_in_exec)
+    res, _, cap = run(ip, "%gpumem track off")
+    assert res.success and cap.stdout == "gpumem: allocation tracking was off\n"
+
+
+def test_track_on_before_torch_waits_for_the_import(ip, no_torch):
+    res, _, cap = run(ip, "%gpumem track on")
+    assert res.success and "as soon as torch is imported" in cap.stdout
+    from jupyter_gpumem._ipython import current
+
+    assert current().attributor.recording.wanted
+    run(ip, "%gpumem track off")
+    assert not current().attributor.recording.wanted
+
+
+def test_release_traceback_with_nothing_kept(ip):
+    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+        if hasattr(sys, name):
+            delattr(sys, name)
+    res, _, cap = run(ip, "%gpumem release-traceback")
+    assert res.success
+    assert "no kept traceback with frames of its own: nothing to release" in cap.stdout
+
+
+def test_help_names_the_new_commands(ip):
+    from jupyter_gpumem._ipython.magics import GpuMemMagics
+
+    doc = GpuMemMagics.gpumem.__doc__
+    for text in ("%gpumem who", "--by variable|line|cell", "%gpumem track on|off",
+                 "%gpumem release-traceback"):  # fmt: skip
+        assert text in doc
