@@ -153,7 +153,15 @@ def release_traceback(shell: Any) -> int:
             f.clear()
             cleared += 1
         except RuntimeError:  # a frame still executing (not the case after a failure)
-            pass
+            continue
+        # Python <= 3.12 keeps a dict of the frame's locals once f_locals was read (the walk
+        # read it); frame.clear() empties the frame but not that dict.
+        try:
+            snapshot = f.f_locals
+        except Exception:
+            continue
+        if isinstance(snapshot, dict) and snapshot is not f.f_globals:
+            snapshot.clear()
     for name in ("last_type", "last_value", "last_traceback", "last_exc"):
         if hasattr(sys, name):
             try:

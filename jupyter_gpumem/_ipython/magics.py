@@ -293,7 +293,10 @@ class GpuMemMagics(Magics):
                     raise UsageError(f"limit: {e}; or a fraction like 0.3; or off") from None
             else:
                 if not 0.0 < fraction <= 1.0:
-                    raise UsageError(f"limit: a fraction must be in (0, 1], got {spec}")
+                    raise UsageError(
+                        f"limit: a plain number is a fraction of the device, in (0, 1]; got "
+                        f"{spec}. For a size add a unit: {spec}B, 24GiB, 24GB"
+                    )
         r = actions.set_limit(self.session.collector, device, fraction=fraction, nbytes=nbytes)
         if r.fraction is None:
             print(f"gpumem: cap removed on cuda:{device}")

@@ -151,7 +151,7 @@ def main(path: str) -> None:
             " for _ in range(16)]\n"
             "for i in range(0, 16, 2): blocks[i] = None")  # fmt: skip
     cap = torch.cuda.memory_reserved(0) + 32 * MiB
-    run(ip, f"%gpumem limit {cap}")
+    run(ip, f"%gpumem limit {cap}B")
     r = run(ip, "y = torch.empty(128 << 20, dtype=torch.uint8, device='cuda')")
     assert isinstance(r.error_in_exec, torch.OutOfMemoryError)
     oom = session.collector.ooms[-1]

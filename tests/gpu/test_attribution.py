@@ -57,6 +57,8 @@ def tip(ip):
     cell(ip, "%gpumem auto off")
     for name in NAMES:
         ip.user_ns.pop(name, None)
+    for name in [n for n in ip.user_ns if n[1:].isdigit() and n.startswith("_")]:
+        del ip.user_ns[name]  # _5 and the like keep outputs alive
     ip.user_ns.get("Out", {}).clear()
     for name in ("_", "__", "___"):
         ip.user_ns[name] = ""
@@ -202,7 +204,7 @@ def test_oom_with_planted_fragmentation_ranks_fragmentation_first(tip):
               " for _ in range(16)]\n"
               "for i in range(0, 16, 2): blocks[i] = None")  # fmt: skip
     cap = torch.cuda.memory_reserved(0) + 32 * MiB
-    cell(tip, f"%gpumem limit {cap}")
+    cell(tip, f"%gpumem limit {cap}B")
     res, texts, _ = cell(
         tip, "%%gpumem -o rep\ny = torch.empty(128 << 20, dtype=torch.uint8, device='cuda')"
     )
@@ -263,7 +265,7 @@ def test_oom_with_a_leaked_graph_offers_detach(tip):
               "for _ in range(8):\n"
               "    total = total + model(xb).square().mean()")  # fmt: skip
     graph = 8 * (2048 * 8192 * 4 + 2048 * 4)  # ReLU outputs + squared outputs, per step
-    cell(tip, f"%gpumem limit {torch.cuda.memory_reserved(0) + 64 * MiB}")
+    cell(tip, f"%gpumem limit {torch.cuda.memory_reserved(0) + 64 * MiB}B")
     res, _, _ = cell(tip, "%%gpumem -o rep\nz = torch.empty(256 << 20, dtype=torch.uint8,"
                           " device='cuda')")  # fmt: skip
     assert not res.success
@@ -318,6 +320,9 @@ def test_who_statements_without_cuda_and_no_context_from_tracking():
         init = torch.cuda.is_initialized()
         ctx = torch._C._cuda_hasPrimaryContext(0)
         r = ip.run_cell("x = torch.empty(1 << 20, device='cuda')", store_history=True)
+        if not r.success:
+            print(json.dumps({"error": repr(r.error_in_exec)}))
+            raise SystemExit(0)
         import jupyter_gpumem
         df = jupyter_gpumem.who(by="line")
         print(json.dumps({"who": c1.stdout, "track": c2.stdout, "init": init, "ctx": ctx,
@@ -328,6 +333,7 @@ def test_who_statements_without_cuda_and_no_context_from_tracking():
                          timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "error" not in r, r
     assert "CUDA is not initialised in this kernel" in r["who"]
     assert "allocation tracking is on" in r["track"]
     assert r["init"] is False and r["ctx"] is False
