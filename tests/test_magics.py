@@ -145,7 +145,7 @@ def test_bad_cell_flags(ip, spike, line, message):
     [
         ("%gpumem frobnicate", "invalid choice: 'frobnicate'"),
         ("%gpumem limit 12XB", "not a size: '12XB'"),
-        ("%gpumem limit 1.5", "a fraction must be in (0, 1]"),
+        ("%gpumem limit 1.5", "a plain number is a fraction of the device, in (0, 1]"),
         ("%gpumem limit", "the following arguments are required: spec"),
         ("%gpumem auto maybe", "invalid choice: 'maybe'"),
         ("%gpumem history -n -1", "must not be negative"),
