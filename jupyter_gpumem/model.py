@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NamedTuple, TypedDict
 
 State = Literal["ok", "no_torch", "cpu_only", "not_initialized", "no_gpu"]
 Backend = Literal["cuda", "rocm", "xpu", "mps", "nvml"]
@@ -444,9 +444,9 @@ VIA_RANK: dict[str, int] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Reference:
-    """One path from a name in the user's namespace to a tensor's storage."""
+class Reference(NamedTuple):
+    """One path from a name in the user's namespace to a tensor's storage. (A named tuple:
+    a walk makes one per tensor it meets, tens of thousands.)"""
 
     device: int
     address: int  # untyped_storage().data_ptr()

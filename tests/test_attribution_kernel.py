@@ -40,7 +40,7 @@ RESOLVE = (
     " 'state': 'active_allocated', 'frames': fr}\n"
     "snap = AllocatorSnapshot(0.0, [{'device': 0, 'address': 0, 'total_size': 4096,"
     " 'blocks': [block(0, fr), block(1024, fr2), block(2048, []), block(3072, old)]}], True)\n"
-    "att = cell_attribution(snap, 0, cells.files_of(COUNT), {(0, 3072, 1024)}, r)\n"
+    "att = cell_attribution(snap, 0, cells.files_of(COUNT), {3072: 1024}, r)\n"
     "print(json.dumps({'site': r.site(fr).label, 'text': r.site(fr).text,"
     " 'caller': r.site(fr[1:]).label, 'lib': r.site(fr2).library,"
     " 'lib_site': r.site(fr2).label, 'lines': [[s.line, s.bytes, s.text] for s in att.lines],"

@@ -87,7 +87,7 @@ def test_a_cell_keeps_what_its_lines_allocated():
     rec = DATA["cells"]
     _, cells, snap, resolver = held(rec)
     last = rec["truth"]["last_cell"]
-    known = frozenset(tuple(k) for k in rec["known_before_last_cell"])
+    known = {address: size for _, address, size in rec["known_before_last_cell"]}
     att = cell_attribution(snap, 0, cells.files_of(last["execution_count"]), known, resolver)
     assert [[s.line, s.bytes] for s in att.lines] == last["lines"]
     assert att.lines[0].text == "loss = net(xb).square().mean()"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..actions import ActionRefused
-from ..analysis.cell_sites import cell_attribution, live_keys
+from ..analysis.cell_sites import cell_attribution, live_blocks_by_device
 from ..analysis.postmortem import explain_oom
 from ..analysis.sites import SiteResolver
 from ..analysis.who import DeviceHoldings, holdings
@@ -69,7 +69,9 @@ class Attributor:
         self.recording.wanted = track
         self.limits = Limits()
         self._walkers: dict[int, NamespaceWalker] = {}
-        self._known: frozenset[tuple[int, int, int]] | None = None
+        # Live blocks (device -> address -> size) at the last per-cell attribution: blocks a
+        # cell "made" are those not in it (re-running a cell's code reuses its file name).
+        self._known: dict[int, dict[int, int]] | None = None
         self.last_postmortems: tuple[PostMortem, ...] = ()
 
     # -- tracking ------------------------------------------------------------------------
@@ -96,7 +98,7 @@ class Attributor:
         if err is not None:
             self.recording.wanted = False
             raise ActionRefused(err)
-        self._known = self.recording.before
+        self._known = _by_device(self.recording.before)
         return ("allocation tracking is on: blocks allocated from now on carry the line that "
                 "allocated them (`%gpumem who --by line`)")  # fmt: skip
 
@@ -107,7 +109,7 @@ class Attributor:
             t = _torch()
             if t is not None and not self.recording.active(t):
                 if rec.start(t) is None:
-                    self._known = rec.before
+                    self._known = _by_device(rec.before)
 
     # -- reading -------------------------------------------------------------------------
     def _walker(self, t: Any) -> NamespaceWalker:
@@ -212,11 +214,13 @@ class Attributor:
         changes: dict[str, Any] = {}
         if tracking and grew and report.execution_count is not None:
             files = self.cells.files_of(report.execution_count)
-            known = self._known if self._known is not None else self.recording.before
+            known = self._known
+            if known is None:
+                known = _by_device(self.recording.before)
             changes["attribution"] = tuple(
-                cell_attribution(snap, d, files, known, self.resolver) for d in grew
+                cell_attribution(snap, d, files, known.get(d, {}), self.resolver) for d in grew
             )
-            self._known = live_keys(snap)
+            self._known = live_blocks_by_device(snap)
         if oom:
             changes["postmortems"] = self._postmortems(report, snap)
             self.last_postmortems = changes["postmortems"]
@@ -258,6 +262,13 @@ class Attributor:
         me = os.getpid()
         out = [(pid, process_name(pid), used) for pid, used in nvml.processes(index) if pid != me]
         return sorted(out, key=lambda p: -p[2])
+
+
+def _by_device(keys: frozenset[tuple[int, int, int]]) -> dict[int, dict[int, int]]:
+    out: dict[int, dict[int, int]] = {}
+    for device, address, size in keys:
+        out.setdefault(device, {})[address] = size
+    return out
 
 
 def cuda_build(t: Any) -> bool:

@@ -1,6 +1,7 @@
 """Which lines of a cell allocated the memory the cell left alive.
 
-A block counts for the cell when it was not alive at the previous snapshot (``known``)
+A block counts for the cell when it was not alive at the previous snapshot (``known``:
+address -> size of that device's live blocks then)
 and its recorded stack passes through the cell's code (``cell_files``: ipykernel names a
 cell's file after a hash of its code, so a re-run of the same code has the same file; the
 ``known`` set keeps earlier runs' blocks out). It is attributed to the innermost frame in
@@ -10,7 +11,7 @@ another cell.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Mapping
 
 from ..model import ACTIVE, AllocatorSnapshot, DeviceAttribution, LineShare, Site
 from .sites import SiteResolver
@@ -20,7 +21,7 @@ def cell_attribution(
     snapshot: AllocatorSnapshot,
     device: int,
     cell_files: frozenset[str],
-    known: Collection[tuple[int, int, int]],
+    known: Mapping[int, int],
     resolver: SiteResolver,
 ) -> DeviceAttribution:
     lines: dict[int, list[int]] = {}  # line -> [bytes, blocks]
@@ -29,7 +30,7 @@ def cell_attribution(
     new = elsewhere = no_stack = 0
     for seg in snapshot.device_segments(device):
         for b in seg.get("blocks", ()):
-            if b["state"] != ACTIVE or (device, b["address"], b["size"]) in known:
+            if b["state"] != ACTIVE or known.get(b["address"]) == b["size"]:
                 continue
             size = b["size"]
             new += size
@@ -62,11 +63,12 @@ def cell_attribution(
     return DeviceAttribution(device, new, tuple(shares), elsewhere, no_stack)
 
 
-def live_keys(snapshot: AllocatorSnapshot) -> frozenset[tuple[int, int, int]]:
-    """(device, address, size) of every live block."""
-    return frozenset(
-        (s.get("device", 0), b["address"], b["size"])
-        for s in snapshot.segments
-        for b in s.get("blocks", ())
-        if b["state"] == ACTIVE
-    )
+def live_blocks_by_device(snapshot: AllocatorSnapshot) -> dict[int, dict[int, int]]:
+    """device -> {address: size} of every live block: what ``known`` is made of."""
+    out: dict[int, dict[int, int]] = {}
+    for s in snapshot.segments:
+        d = out.setdefault(s.get("device", 0), {})
+        for b in s.get("blocks", ()):
+            if b["state"] == ACTIVE:
+                d[b["address"]] = b["size"]
+    return out

@@ -69,13 +69,16 @@ class SiteResolver:
             tuple(library_dirs) if library_dirs is not None else default_library_dirs()
         )
         self._kinds: dict[str, FileKind] = {}
+        # Sites by (innermost user frame, the library frame beside it, the cell's count):
+        # tens of thousands of blocks come from a few hundred lines.
+        self._sites: dict[tuple, Site] = {}
 
     def file_kind(self, filename: str) -> FileKind:
         kind = self._kinds.get(filename)
         if kind is None:
-            kind = self._classify(filename)
-            if kind != "cell":  # cells can be re-run under a new count: ask each time
-                self._kinds[filename] = kind
+            # Stable once known: IPython registers a cell's file before its code runs and
+            # never forgets it (a re-run changes the count, asked for in site()).
+            kind = self._kinds[filename] = self._classify(filename)
         return kind
 
     def _classify(self, filename: str) -> FileKind:
@@ -94,15 +97,26 @@ class SiteResolver:
     def site(self, frames: Sequence[Frame], before_tracking: bool = False) -> Site:
         """The innermost user frame, with the innermost library frame beside it."""
         if not frames:
-            return Site("before_tracking" if before_tracking else "no_stack")
+            return _BEFORE if before_tracking else _NO_STACK
         innermost_library: Frame | None = None
+        kinds = self._kinds
         for f in frames:
-            kind = self.file_kind(f["filename"])
+            filename = f["filename"]
+            kind = kinds.get(filename) or self.file_kind(filename)
             if kind == "library":
                 if innermost_library is None:
                     innermost_library = f
                 continue
-            return self._make(f, kind, innermost_library)
+            lib = innermost_library
+            key = (filename, f["line"], f["name"], kind == "cell" and
+                   self.cells.execution_count(filename),
+                   lib and (lib["filename"], lib["line"], lib["name"]))  # fmt: skip
+            s = self._sites.get(key)
+            if s is None:
+                if len(self._sites) > 100_000:
+                    self._sites.clear()
+                s = self._sites[key] = self._make(f, kind, lib)
+            return s
         outer = frames[-1]
         return Site(
             "library",
@@ -134,6 +148,10 @@ class SiteResolver:
             if f["filename"] in cell_files:
                 return f
         return None
+
+
+_BEFORE = Site("before_tracking")
+_NO_STACK = Site("no_stack")
 
 
 def _describe(f: Frame) -> str:

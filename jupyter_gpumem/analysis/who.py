@@ -53,23 +53,23 @@ class DeviceHoldings:
     walked: bool = True  # the namespace was read
     elapsed: float = 0.0
     _sites: dict[int, Site] | None = None
+    _allocated: int | None = None
 
     @property
     def allocated(self) -> int:
-        return sum(b["size"] for b in self.blocks.values())
+        if self._allocated is None:
+            self._allocated = sum(b["size"] for b in self.blocks.values())
+        return self._allocated
 
     def site(self, address: int) -> Site:
-        if self._sites is None:
-            self._sites = {}
-        s = self._sites.get(address)
-        if s is None:
-            b = self.blocks[address]
-            s = self.resolver.site(b["frames"], (self.device, address, b["size"]) in self.before)
-            self._sites[address] = s
-        return s
-
-    def owned_by(self, owner: str) -> list[int]:
-        return [a for a, r in self.owners.items() if r.owner == owner]
+        sites = self._sites
+        if sites is None:  # every block's site at once: the views ask for all of them
+            resolve, before, device = self.resolver.site, self.before, self.device
+            sites = self._sites = {
+                a: resolve(b["frames"], bool(before) and (device, a, b["size"]) in before)
+                for a, b in self.blocks.items()
+            }
+        return sites[address]
 
     # -- views -------------------------------------------------------------------------
     def report(self, by: By = "variable", n: int | None = 20) -> WhoReport:
@@ -132,43 +132,54 @@ class DeviceHoldings:
         return rows, explained
 
     def _top_site(self, addresses: Iterable[int]) -> str | None:
-        by_site: dict[str, int] = {}
+        by_site: dict[int, list] = {}  # id(site) -> [site, bytes]; sites are shared objects
+        site, blocks = self.site, self.blocks
         for a in addresses:
-            s = self.site(a)
-            if s.kind in ("cell", "file", "library"):
-                key = s.label + (f" `{s.text}`" if s.text else "")
-                by_site[key] = by_site.get(key, 0) + self.blocks[a]["size"]
-        if not by_site:
+            s = site(a)
+            acc = by_site.get(id(s))
+            if acc is None:
+                acc = by_site[id(s)] = [s, 0]
+            acc[1] += blocks[a]["size"]
+        known = [acc for acc in by_site.values() if acc[0].kind in ("cell", "file", "library")]
+        if not known:
             return None
-        return max(by_site.items(), key=lambda kv: kv[1])[0]
+        s = max(known, key=lambda acc: acc[1])[0]
+        return s.label + (f" `{s.text}`" if s.text else "")
 
     def _by_site(self, n: int | None, cells: bool) -> tuple[list[WhoRow], int]:
+        # Group by site object first (a few hundred), then by row key.
+        per_site: dict[int, tuple[Site, list[int]]] = {}
+        site = self.site
+        for address in self.blocks:
+            s = site(address)
+            entry = per_site.get(id(s))
+            if entry is None:
+                entry = per_site[id(s)] = (s, [])
+            entry[1].append(address)
         groups: dict[tuple, list[int]] = {}
         labels: dict[tuple, tuple[str, str, str]] = {}
-        for address, b in self.blocks.items():
-            site = self.site(address)
-            if cells:
-                count = self._cell_of(b) if site.kind != "no_stack" else None
+        for s, addresses in per_site.values():
+            if not cells:
+                key: tuple = (s.kind, s.filename, s.line)
+                labels[key] = _site_row(s)
+                groups.setdefault(key, []).extend(addresses)
+                continue
+            if s.kind in ("no_stack", "before_tracking"):
+                key = (s.kind,)
+                labels[key] = (s.label, "", "untracked")
+                groups.setdefault(key, []).extend(addresses)
+                continue
+            for a in addresses:  # the cell: the outermost cell frame, per block
+                b = self.blocks[a]
+                count = self._cell_of(b)
                 if count is not None:
-                    key: tuple = ("cell", count)
-                    labels[key] = (f"In[{count}]", self._cell_first_line(b, count), "cell")
-                elif site.kind in ("no_stack", "before_tracking"):
-                    key = (site.kind,)
-                    labels[key] = (site.label, "", "untracked")
+                    key = ("cell", count)
+                    if key not in labels:
+                        labels[key] = (f"In[{count}]", self._cell_first_line(b, count), "cell")
                 else:
                     key = ("not_cell",)
                     labels[key] = ("not from a cell", "scripts, imported modules", "site")
-            else:
-                key = (site.kind, site.filename, site.line)
-                if site.kind in ("no_stack", "before_tracking"):
-                    labels[key] = (site.label, "", "untracked")
-                else:
-                    detail = f"{site.function}(): " if site.function not in ("<module>", "") else ""
-                    detail += f"`{site.text}`" if site.text else ""
-                    if site.library:
-                        detail += f" -> {site.library}"
-                    labels[key] = (site.label, detail, "site")
-            groups.setdefault(key, []).append(address)
+                groups.setdefault(key, []).append(a)
         rows = []
         explained = 0
         for key, addresses in groups.items():
@@ -209,6 +220,17 @@ class DeviceHoldings:
                         return text
                 return ""
         return ""
+
+
+def _site_row(s: Site) -> tuple[str, str, str]:
+    """(key, detail, kind) of a by-line row."""
+    if s.kind in ("no_stack", "before_tracking"):
+        return (s.label, "", "untracked")
+    detail = f"{s.function}(): " if s.function not in ("<module>", "") else ""
+    detail += f"`{s.text}`" if s.text else ""
+    if s.library:
+        detail += f" -> {s.library}"
+    return (s.label, detail, "site")
 
 
 def _top(rows: list[WhoRow], n: int | None, what: str) -> list[WhoRow]:

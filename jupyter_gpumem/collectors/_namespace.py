@@ -17,6 +17,7 @@ caller passes the module the user imported.
 
 from __future__ import annotations
 
+import gc
 import time
 import types
 from collections import deque
@@ -97,20 +98,18 @@ class TorchTensors:
         self.include = include if include is not None else _on_gpu
         self.cpu_as_device0 = include is not None
 
-    def storages(self, t: Any) -> Iterator[tuple[int, int, int]]:
+    def storages(self, t: Any) -> list[tuple[int, int, int]]:
         """(device, address, nbytes) of each storage a tensor uses (sparse ones have two or
         three); nothing for tensors without memory of their own (meta, fake, empty)."""
         try:
             s = t.untyped_storage()
         except Exception:
-            for part in _sparse_parts(t):
-                yield from self.storages(part)
-            return
-        address, nbytes = int(s.data_ptr()), int(s.nbytes())
-        if address == 0 or nbytes == 0:
-            return
+            return [x for part in _sparse_parts(t) for x in self.storages(part)]
+        address, nbytes = s.data_ptr(), s.nbytes()
+        if not address or not nbytes:
+            return []
         index = t.get_device()
-        yield (index if index >= 0 else 0, address, nbytes)
+        return [(index if index >= 0 else 0, address, nbytes)]
 
 
 def _on_gpu(t: Any) -> bool:
@@ -173,10 +172,19 @@ class NamespaceWalker:
         deadline = start + self.limits.time_budget
         seen: set[int] = set()
         keep: list[Any] = []  # holds autograd node wrappers so their ids stay unique
-        for order, root in enumerate(roots):
-            if self._out_of_budget(out, deadline):
-                break
-            self._walk_root(root, order, out, seen, keep, deadline)
+        # The walk makes ~1 small tuple per object; with torch loaded each automatic
+        # collection of the oldest generation scans a million objects (~100 ms). Pausing
+        # the automatic collector while we read changes nothing the program computes.
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            for order, root in enumerate(roots):
+                if self._out_of_budget(out, deadline):
+                    break
+                self._walk_root(root, order, out, seen, keep, deadline)
+        finally:
+            if was_enabled:
+                gc.enable()
         out.elapsed = time.perf_counter() - start
         return out
 
@@ -192,97 +200,109 @@ class NamespaceWalker:
     def _walk_root(
         self, root: Root, order: int, out: Walk, seen: set[int], keep: list[Any], deadline: float
     ) -> None:
-        limits = self.limits
-        # (object, path, depth, via)
-        stack: list[tuple[Any, str, int, str]] = [
+        # The hot loop: locals only, and paths kept as (parent, how, key) tuples that are
+        # spelled out only for the objects that turn out to be tensors.
+        max_depth = self.limits.max_depth
+        kinds = self._kinds
+        classify = self.kind
+        atomic = ATOMIC
+        fixed_via = root.via
+        stack: list[tuple[Any, Path, int, str]] = [
             (root.obj, root.path or root.owner, 0, root.via or "tensor")
         ]
-        fixed_via = root.via
-        while stack:
-            obj, path, depth, via = stack.pop()
-            out.visited += 1
-            if out.visited % 1024 == 0 and self._out_of_budget(out, deadline):
-                return
-            tp = type(obj)
-            kind = self.kind(tp)
-            if kind == _SKIP:
-                continue
-            if kind == _TENSOR:
-                self._tensor(obj, path, via, root.owner, order, out, seen, keep, deadline)
-                continue
-            oid = id(obj)
-            if oid in seen:
-                continue
-            seen.add(oid)
-            if depth >= limits.max_depth:
-                _once(out, f"did not look deeper than {limits.max_depth} levels")
-                continue
-            d = depth + 1
-            try:
-                if kind == _MODULE:
-                    self._module(obj, path, d, fixed_via, stack)
-                elif kind == _OPTIMIZER:
-                    self._optimizer(obj, path, d, fixed_via, stack)
-                elif kind == _SEQ:
-                    # How the owner holds it: the first hop decides (acts[3] is "in a
-                    # container", trainer.cache['a'] an "object attribute"), unless a special
-                    # hop (parameters, optimizer state, ...) came first.
-                    child_via = fixed_via or (via if via != "tensor" else "container")
-                    indexed = isinstance(obj, (list, tuple, deque))
-                    for i, item in enumerate(obj):
-                        if type(item) in ATOMIC:
-                            continue
-                        stack.append((item, f"{path}[{i}]" if indexed else f"{path}{{…}}",
-                                      d, child_via))  # fmt: skip
-                elif kind == _MAP:
-                    child_via = fixed_via or (via if via != "tensor" else "container")
-                    for k, v in obj.items():
-                        if type(v) not in ATOMIC:
-                            stack.append((v, f"{path}[{_key(k)}]", d, child_via))
-                        if type(k) not in ATOMIC:
-                            stack.append((k, f"{path}.keys()", d, child_via))
-                else:  # _OBJECT
-                    attrs = vars(obj)
-                    child_via = fixed_via or (via if via != "tensor" else "attribute")
-                    for name, v in attrs.items():
-                        if type(v) not in ATOMIC:
-                            stack.append((v, f"{path}.{name}", d, child_via))
-            except Exception:
-                out.errors += 1  # a container or attribute that raises: skip it
+        pop, push = stack.pop, stack.append
+        visited = out.visited
+        try:
+            while stack:
+                obj, path, depth, via = pop()
+                visited += 1
+                if not visited & 1023:
+                    out.visited = visited
+                    if self._out_of_budget(out, deadline):
+                        return
+                tp = type(obj)
+                kind = kinds.get(tp)
+                if kind is None:
+                    kind = classify(tp)
+                if kind == _SKIP:
+                    continue
+                if kind == _TENSOR:
+                    out.visited = visited
+                    self._tensor(obj, path, via, root.owner, order, out, seen, keep, deadline)
+                    continue
+                oid = id(obj)
+                if oid in seen:
+                    continue
+                seen.add(oid)
+                if depth >= max_depth:
+                    _once(out, f"did not look deeper than {max_depth} levels")
+                    continue
+                d = depth + 1
+                try:
+                    if kind == _SEQ:
+                        # How the owner holds it: the first hop decides (acts[3] is "in a
+                        # container", trainer.cache['a'] an "object attribute"), unless a
+                        # special hop (parameters, optimizer state, ...) came first.
+                        child_via = fixed_via or (via if via != "tensor" else "container")
+                        how = "[]" if isinstance(obj, (list, tuple, deque)) else "{}"
+                        for i, item in enumerate(obj):
+                            if type(item) not in atomic:
+                                push((item, (path, how, i), d, child_via))
+                    elif kind == _MAP:
+                        child_via = fixed_via or (via if via != "tensor" else "container")
+                        for k, v in obj.items():
+                            if type(v) not in atomic:
+                                push((v, (path, "[k]", k), d, child_via))
+                            if type(k) not in atomic:
+                                push((k, (path, ".keys()", None), d, child_via))
+                    elif kind == _OBJECT:
+                        child_via = fixed_via or (via if via != "tensor" else "attribute")
+                        for name, v in vars(obj).items():
+                            if type(v) not in atomic:
+                                push((v, (path, ".", name), d, child_via))
+                    elif kind == _MODULE:
+                        self._module(obj, path, d, fixed_via, stack)
+                    else:  # _OPTIMIZER
+                        self._optimizer(obj, path, d, fixed_via, stack)
+                except Exception:
+                    out.errors += 1  # a container or attribute that raises: skip it
+        finally:
+            out.visited = max(out.visited, visited)
 
-    def _module(self, m: Any, path: str, d: int, fixed: str | None, stack: list) -> None:
+    def _module(self, m: Any, path: Path, d: int, fixed: str | None, stack: list) -> None:
         attrs = vars(m)
         for name, p in (attrs.get("_parameters") or {}).items():
             if p is not None:
-                stack.append((p, f"{path}.{name}", d, fixed or "parameters"))
+                stack.append((p, (path, ".", name), d, fixed or "parameters"))
         for name, b in (attrs.get("_buffers") or {}).items():
             if b is not None:
-                stack.append((b, f"{path}.{name}", d, fixed or "buffers"))
+                stack.append((b, (path, ".", name), d, fixed or "buffers"))
         for name, child in (attrs.get("_modules") or {}).items():
             if child is not None:
-                stack.append((child, f"{path}.{name}", d, fixed))
+                stack.append((child, (path, ".", name), d, fixed))
         for name, v in attrs.items():
             # Plain attributes (cached masks, stored activations); not torch's own bookkeeping.
             if name.startswith("_") or type(v) in ATOMIC:
                 continue
-            stack.append((v, f"{path}.{name}", d, fixed or "attribute"))
+            stack.append((v, (path, ".", name), d, fixed or "attribute"))
 
-    def _optimizer(self, opt: Any, path: str, d: int, fixed: str | None, stack: list) -> None:
+    def _optimizer(self, opt: Any, path: Path, d: int, fixed: str | None, stack: list) -> None:
         state = getattr(opt, "state", None) or {}
         for i, (param, st) in enumerate(state.items()):
+            here = (path, ".state", i)
             if isinstance(st, dict):
                 for k, v in st.items():
                     if type(v) not in ATOMIC:
-                        stack.append((v, f"{path}.state[{i}][{_key(k)}]", d,
-                                      fixed or "optimizer state"))  # fmt: skip
-            stack.append((param, f"{path}.state[{i}].param", d, fixed or "optimizer params"))
+                        stack.append((v, (here, "[k]", k), d, fixed or "optimizer state"))
+            stack.append((param, (here, ".", "param"), d, fixed or "optimizer params"))
         for g, group in enumerate(getattr(opt, "param_groups", None) or ()):
-            for i, p in enumerate(group.get("params", ()) if isinstance(group, dict) else ()):
-                stack.append((p, f"{path}.param_groups[{g}]['params'][{i}]", d,
-                              fixed or "optimizer params"))  # fmt: skip
+            params = group.get("params", ()) if isinstance(group, dict) else ()
+            here = (path, ".param_groups", g)
+            for i, p in enumerate(params):
+                stack.append((p, (here, "[]", i), d, fixed or "optimizer params"))
 
     def _tensor(
-        self, t: Any, path: str, via: str, owner: str, order: int, out: Walk,
+        self, t: Any, path: Path, via: str, owner: str, order: int, out: Walk,
         seen: set[int], keep: list[Any], deadline: float, nodes: list[Any] | None = None,
     ) -> None:  # fmt: skip
         """Record a tensor's storages; then its gradient and the autograd graph it keeps.
@@ -290,8 +310,9 @@ class NamespaceWalker:
         tensors = self.t
         try:
             if tensors.include(t):
+                where = spell(path)
                 for device, address, nbytes in tensors.storages(t):
-                    out.refs.append(Reference(device, address, nbytes, owner, via, path, order))
+                    out.refs.append(Reference(device, address, nbytes, owner, via, where, order))
             oid = id(t)
             if oid in seen:
                 return
@@ -299,7 +320,8 @@ class NamespaceWalker:
             grad = t.grad if t.is_leaf else None
             if grad is not None:
                 gvia = via if via in _FIXED_VIAS or nodes is not None else "gradients"
-                self._tensor(grad, f"{path}.grad", gvia, owner, order, out, seen, keep, deadline)
+                self._tensor(grad, (path, ".", "grad"), gvia, owner, order, out, seen, keep,
+                             deadline)  # fmt: skip
             fn = t.grad_fn
         except Exception:
             out.errors += 1
@@ -310,7 +332,7 @@ class NamespaceWalker:
             nodes.append(fn)
             return
         gvia = via if via in _FIXED_VIAS else "autograd graph"
-        self._graph(fn, f"{path}.grad_fn", gvia, owner, order, out, seen, keep, deadline)
+        self._graph(fn, spell(path) + ".grad_fn", gvia, owner, order, out, seen, keep, deadline)
 
     def _graph(
         self, fn: Any, path: str, via: str, owner: str, order: int, out: Walk,
@@ -386,6 +408,29 @@ class NamespaceWalker:
             for item in v:
                 if isinstance(item, self.t.Tensor):
                     yield item
+
+
+# A path from a root: its name, or (parent path, how, key), spelled out only when needed.
+Path = Any
+
+
+def spell(path: Path) -> str:
+    """``acts[3]``, ``trainer.cache['a']``, ``opt.state[0]['exp_avg']``."""
+    parts: list[str] = []
+    while isinstance(path, tuple):
+        path, how, key = path
+        if how == "[]" or how == ".state" or how == ".param_groups":
+            parts.append(f"{how if how != '[]' else ''}[{key}]")
+        elif how == "[k]":
+            parts.append(f"[{_key(key)}]")
+        elif how == ".":
+            parts.append(f".{key}")
+        elif how == "{}":
+            parts.append("{…}")
+        else:
+            parts.append(how)
+    parts.append(str(path))
+    return "".join(reversed(parts))
 
 
 def _key(k: Any) -> str:

@@ -28,6 +28,13 @@ def run(ip, code):
     return r
 
 
+def block_bytes(tensors):
+    """The sizes of the allocator blocks of these tensors' storages, from torch's snapshot."""
+    sizes = {b["address"]: b["size"] for s in torch.cuda.memory_snapshot()
+             for b in s["blocks"] if b["state"] == "active_allocated"}  # fmt: skip
+    return sum(sizes[p] for p in {t.untyped_storage().data_ptr() for t in tensors})
+
+
 def trimmed(segments, cell_files):
     """Keep device-0 segments; drop frames outside the outermost cell frame (IPython's
     machinery), which no analysis reads."""
@@ -107,10 +114,14 @@ def main(path: str) -> None:
     run(ip, "model = torch.nn.Linear(1024, 1024).cuda()\n"
             "opt = torch.optim.Adam(model.parameters())\n"
             "model(torch.ones(8, 1024, device='cuda')).sum().backward()\nopt.step()")  # fmt: skip
-    p = 1024 * 1024 * 4 + 4096
-    truth["owners"]["model|module parameters"] = p
-    truth["owners"]["model|gradients"] = p
-    truth["owners"]["opt|optimizer state"] = 2 * p
+    # what the allocator counts for them: their blocks (unsplit remainders included)
+    model, opt = ip.user_ns["model"], ip.user_ns["opt"]
+    params = list(model.parameters())
+    truth["owners"]["model|module parameters"] = block_bytes(params)
+    truth["owners"]["model|gradients"] = block_bytes([p.grad for p in params])
+    truth["owners"]["opt|optimizer state"] = block_bytes(
+        [v for s in opt.state.values() for v in s.values() if v.is_cuda]
+    )
     r = run(ip, "torch.ones(1 << 20, device='cuda')")
     truth["owners"][f"Out[{r.execution_count}]|output history"] = 4 * MiB
     run(ip, "base = torch.empty(64 << 20, dtype=torch.uint8, device='cuda')\nview = base[1024:]")
@@ -123,10 +134,10 @@ def main(path: str) -> None:
     leak = "%%gpumem -q -o rep\nloss = net(xb).square().mean()\ntotal = total + loss\ndel loss"
     for _ in range(2):
         run(ip, leak)
-    from jupyter_gpumem.analysis.cell_sites import live_keys
+    from jupyter_gpumem.analysis.cell_sites import live_blocks_by_device
     from jupyter_gpumem.collectors._snapshot import read_snapshot
 
-    known = live_keys(read_snapshot(torch))
+    known = live_blocks_by_device(read_snapshot(torch)).get(0, {})
     r = run(ip, leak)
     truth["owners"]["total|autograd graph"] = torch.cuda.memory_allocated(0) - before_leak
     assert truth["owners"]["total|autograd graph"] == 3 * step
@@ -136,7 +147,7 @@ def main(path: str) -> None:
         "lines": [[2, step], [3, 512]],
     }
     out["cells"] = record_state(ip, session, truth, {
-        "known_before_last_cell": [list(k) for k in known if k[0] == 0],
+        "known_before_last_cell": [[0, a, size] for a, size in known.items()],
     })  # fmt: skip
 
     # -- an OOM with a planted fragmentation -----------------------------------------------

@@ -40,6 +40,14 @@ def who(by="variable", device=0):
     return jupyter_gpumem.who(device=device, by=by, n=50)
 
 
+def block_bytes(tensors):
+    """What the allocator counts for these tensors: the sizes of their storages' blocks
+    (a block can be larger than the tensor when the allocator did not split it)."""
+    sizes = {b["address"]: b["size"] for s in torch.cuda.memory_snapshot()
+             for b in s["blocks"] if b["state"] == "active_allocated"}  # fmt: skip
+    return sum(sizes[p] for p in {t.untyped_storage().data_ptr() for t in tensors})
+
+
 def row(df, key, detail_prefix=""):
     rows = df[(df["key"] == key) & df["detail"].str.startswith(detail_prefix)]
     assert len(rows) == 1, (key, detail_prefix, df.to_string())
@@ -137,11 +145,15 @@ def test_module_parameters_gradients_and_optimizer_state(tip):
               "opt = torch.optim.Adam(model.parameters())\n"
               "model(torch.ones(8, 1024, device='cuda')).sum().backward()\n"
               "opt.step()")  # fmt: skip
-    weight, bias = 1024 * 1024 * 4, 4096  # bytes (the bias is a 512-byte multiple)
+    model, opt = tip.user_ns["model"], tip.user_ns["opt"]
+    params = list(model.parameters())
+    state = [v for s in opt.state.values() for v in s.values() if v.is_cuda]  # exp_avg(_sq)
+    assert len(state) == 4
     df = who()
-    assert row(df, "model", "module parameters")["bytes"] == weight + bias
-    assert row(df, "model", "gradients")["bytes"] == weight + bias
-    assert row(df, "opt", "optimizer state")["bytes"] == 2 * (weight + bias)  # exp_avg(_sq)
+    assert row(df, "model", "module parameters")["bytes"] == block_bytes(params)
+    assert block_bytes(params) >= 1024 * 1024 * 4 + 4096
+    assert row(df, "model", "gradients")["bytes"] == block_bytes([p.grad for p in params])
+    assert row(df, "opt", "optimizer state")["bytes"] == block_bytes(state)
     assert "parameters the optimizer holds" not in "".join(df["detail"])
 
 
@@ -319,7 +331,8 @@ def test_who_statements_without_cuda_and_no_context_from_tracking():
             ip.run_cell("%gpumem track on", store_history=True)
         init = torch.cuda.is_initialized()
         ctx = torch._C._cuda_hasPrimaryContext(0)
-        r = ip.run_cell("x = torch.empty(1 << 20, device='cuda')", store_history=True)
+        r = ip.run_cell("import torch\nx = torch.empty(1 << 20, device='cuda')",
+                        store_history=True)
         if not r.success:
             print(json.dumps({"error": repr(r.error_in_exec)}))
             raise SystemExit(0)
@@ -337,7 +350,7 @@ def test_who_statements_without_cuda_and_no_context_from_tracking():
     assert "CUDA is not initialised in this kernel" in r["who"]
     assert "allocation tracking is on" in r["track"]
     assert r["init"] is False and r["ctx"] is False
-    assert f"In[{r['count']}] line 1" in r["keys"]
+    assert f"In[{r['count']}] line 2" in r["keys"]
 
 
 def test_tracking_changes_no_result(tip):

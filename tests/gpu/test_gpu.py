@@ -90,7 +90,12 @@ def test_empty_cache_reports_released_bytes(gip):
     assert res.success
     released = reserved - torch.cuda.memory_reserved(0)
     assert released >= 512 * MiB
-    assert torch.cuda.memory_reserved(0) - allocated < 2 * MiB + 1  # only the small pool left
+    # Everything releasable went back: what stays cached is free pieces of segments that
+    # still hold live blocks (earlier tests' process-wide cuBLAS workspaces, say).
+    segments = [s for s in torch.cuda.memory_snapshot() if s["device"] == 0]
+    assert all(s["allocated_size"] > 0 for s in segments)
+    pieces = sum(b["size"] for s in segments for b in s["blocks"] if b["state"] == "inactive")
+    assert torch.cuda.memory_reserved(0) - allocated == pieces
     from jupyter_gpumem.units import format_bytes
 
     assert format_bytes(released) in cap.stdout
