@@ -15,16 +15,11 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 import { Token } from '@lumino/coreutils';
 
-import { Units } from './format';
+import { ActiveKernelFollower, ITrackerLike } from './kernel/follower';
 import { availability } from './messages';
-import {
-  ActiveKernelFollower,
-  DEFAULT_SETTINGS,
-  GpuMemModel,
-  ISettings,
-  ITrackerLike
-} from './model';
+import { GpuMemModel } from './model';
 import { GpuMemPanel, TRANSLATION_DOMAIN } from './panel';
+import { readSettings } from './settings';
 
 export { formatBytes } from './format';
 export { parseCap } from './cap';
@@ -50,25 +45,6 @@ export const IGpuMemModel = new Token<GpuMemModel>(
   'jupyter-gpumem:IGpuMemModel',
   "The model of the GPU memory panel: the allocator state of the active notebook's kernel."
 );
-
-function readSettings(settings: ISettingRegistry.ISettings): ISettings {
-  const composite = settings.composite as Partial<
-    Record<keyof ISettings, unknown>
-  >;
-  const rate = Number(composite.refreshRateMs);
-  const minutes = Number(composite.trendMinutes);
-  const units: Units = composite.units === 'decimal' ? 'decimal' : 'binary';
-  return {
-    refreshRateMs: Number.isFinite(rate)
-      ? rate
-      : DEFAULT_SETTINGS.refreshRateMs,
-    units,
-    trendMinutes:
-      Number.isFinite(minutes) && minutes > 0
-        ? minutes
-        : DEFAULT_SETTINGS.trendMinutes
-  };
-}
 
 /**
  * The GPU memory sidebar panel, its model and its commands.

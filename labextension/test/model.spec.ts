@@ -1,6 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 
-import { ATTACH_CODE, GpuMemModel } from '../src/model';
+import { ATTACH_CODE } from '../src/kernel/client';
+import { GpuMemModel } from '../src/model';
 import { COMM_TARGET } from '../src/protocol';
 import { FakeKernel, FakeSession } from './fakes';
 import { device, GiB, helloResult, okReply, sample, STREAM } from './fixtures';
