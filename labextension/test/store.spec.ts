@@ -1,0 +1,25 @@
+import { describe, expect, it } from 'vitest';
+
+import { IGpuMemState } from '../src/reducer';
+import { GpuMemStore } from '../src/store';
+
+describe('GpuMemStore', () => {
+  it('starts from the initial state with the trend length', () => {
+    const store = new GpuMemStore(7, () => undefined);
+    expect(store.state.status.kind).toBe('no_kernel');
+    expect(store.state.trendMinutes).toBe(7);
+  });
+
+  it('says when an event changed the state, and only then', () => {
+    const changes: IGpuMemState[] = [];
+    const store = new GpuMemStore(5, state => changes.push(state));
+    store.dispatch({ type: 'follow', kernelId: 'k1', source: 'a.ipynb' });
+    expect(changes).toHaveLength(1);
+    expect(changes[0]).toBe(store.state);
+    expect(store.state.source).toBe('a.ipynb');
+    const before = store.state;
+    store.dispatch({ type: 'configure', trendMinutes: 5 });
+    expect(store.state).toBe(before);
+    expect(changes).toHaveLength(1);
+  });
+});
