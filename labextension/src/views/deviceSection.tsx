@@ -1,0 +1,52 @@
+/**
+ * One device: its title, bar and legend, figures, trend chart and cap.
+ */
+import * as React from 'react';
+
+import { deviceLabel } from '../messages';
+import { IDevice, ISample } from '../protocol';
+import { CapControl } from './capControl';
+import { DeviceBar, Legend } from './deviceBar';
+import { Figures } from './figures';
+import { IViewProps } from './props';
+import { TrendChart } from './trendChart';
+
+export function DeviceSection(
+  props: IViewProps & { device: IDevice; sample: ISample }
+): JSX.Element {
+  const { model, state, trans, device, sample } = props;
+  const units = model.settings.units;
+  const now = Math.max(state.lastHeard ?? 0, sample.time);
+  return (
+    <section
+      className="jp-GpuMem-device"
+      aria-label={`${deviceLabel(device.index, trans)}: ${device.name}`}
+      data-device={device.index}
+    >
+      <h3 className="jp-GpuMem-deviceTitle">
+        <span>{deviceLabel(device.index, trans)}</span>
+        <span className="jp-GpuMem-deviceName">{device.name}</span>
+        <span className="jp-GpuMem-backend">{device.backend}</span>
+      </h3>
+      <DeviceBar device={device} units={units} trans={trans} />
+      <Legend device={device} units={units} trans={trans} />
+      <Figures
+        device={device}
+        caching={sample.caching}
+        units={units}
+        trans={trans}
+      />
+      {device.error && <p className="jp-GpuMem-deviceError">{device.error}</p>}
+      <TrendChart
+        device={device}
+        points={state.history[device.index] ?? []}
+        cells={state.cells}
+        now={now}
+        minutes={state.trendMinutes}
+        units={units}
+        trans={trans}
+      />
+      <CapControl model={model} device={device} state={state} trans={trans} />
+    </section>
+  );
+}

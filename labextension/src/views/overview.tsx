@@ -1,0 +1,35 @@
+/**
+ * The overview: the allocator actions and one section per device, once
+ * the kernel sends figures.
+ */
+import * as React from 'react';
+
+import { Controls } from './controls';
+import { DeviceSection } from './deviceSection';
+import { NoDeviceMessage } from './message';
+import { IViewProps } from './props';
+
+export function Overview(props: IViewProps): JSX.Element | null {
+  const { state } = props;
+  const sample = state.sample;
+  const showFigures =
+    sample !== null &&
+    (state.status.kind === 'ok' || state.status.kind === 'not_initialized');
+  if (!showFigures || !sample) {
+    return null;
+  }
+  return (
+    <>
+      {sample.devices.length === 0 && <NoDeviceMessage {...props} />}
+      <Controls {...props} />
+      {sample.devices.map(device => (
+        <DeviceSection
+          key={device.index}
+          {...props}
+          device={device}
+          sample={sample}
+        />
+      ))}
+    </>
+  );
+}
