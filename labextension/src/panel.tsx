@@ -15,24 +15,50 @@ import { gpuMemIcon } from './icon';
 import { GpuMemModel } from './model';
 import { Header } from './views/header';
 import { StatusMessage } from './views/message';
-import { Overview } from './views/overview';
 import { IViewProps } from './views/props';
 import { StatusLine } from './views/statusLine';
+import { TabBar, tabId, tabPanelId } from './views/tabBar';
+import { ITab, TABS } from './views/tabs';
 
 /** Translation domain of the extension. */
 export const TRANSLATION_DOMAIN = 'jupyter_gpumem';
 
 /**
- * The whole panel for one state.
+ * The whole panel for one state: the header, the kernel's message, the tabs
+ * (today only Overview, so no tab strip) and the status line.
  */
-export function GpuMemView(props: IViewProps): JSX.Element {
-  const { state } = props;
+export function GpuMemView(
+  props: IViewProps & { tabs?: readonly ITab[] }
+): JSX.Element {
+  const { tabs = TABS, ...viewProps } = props;
+  const { state, trans } = viewProps;
+  const [selected, setSelected] = React.useState(tabs[0].id);
+  const tab = tabs.find(t => t.id === selected) ?? tabs[0];
+  const content = <tab.view {...viewProps} />;
   return (
     <div className="jp-GpuMem-body" data-state={state.status.kind}>
-      <Header {...props} />
-      <StatusMessage {...props} />
-      <Overview {...props} />
-      <StatusLine {...props} />
+      <Header {...viewProps} />
+      <StatusMessage {...viewProps} />
+      <TabBar
+        tabs={tabs}
+        active={tab.id}
+        onSelect={setSelected}
+        trans={trans}
+      />
+      {tabs.length < 2 ? (
+        content
+      ) : (
+        <div
+          id={tabPanelId(tab)}
+          className="jp-GpuMem-tabPanel"
+          role="tabpanel"
+          aria-labelledby={tabId(tab)}
+          data-tab={tab.id}
+        >
+          {content}
+        </div>
+      )}
+      <StatusLine {...viewProps} />
     </div>
   );
 }

@@ -1,5 +1,5 @@
 /**
- * The overview: the allocator actions and one section per device, once
+ * The Overview tab: the allocator actions and one section per device, once
  * the kernel sends figures.
  */
 import * as React from 'react';

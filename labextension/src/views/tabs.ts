@@ -1,0 +1,27 @@
+/**
+ * The sections of the panel, as tabs. To add one: write its view in views/
+ * (a component of `IViewProps`) and add an entry to `TABS`. The tab strip
+ * shows only once there is more than one.
+ */
+import { TranslationBundle } from '@jupyterlab/translation';
+import * as React from 'react';
+
+import { Overview } from './overview';
+import { IViewProps } from './props';
+
+export interface ITab {
+  /** Stable id, used in DOM ids and `data-tab`. */
+  id: string;
+  /** The tab's name, translated. */
+  label: (trans: TranslationBundle) => string;
+  /** What the tab shows between the kernel's message and the status line. */
+  view: React.ComponentType<IViewProps>;
+}
+
+export const TABS: readonly ITab[] = [
+  {
+    id: 'overview',
+    label: trans => trans.__('Overview'),
+    view: Overview
+  }
+];
