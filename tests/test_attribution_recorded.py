@@ -14,29 +14,13 @@ from jupyter_gpumem.analysis.fragmentation import free_space
 from jupyter_gpumem.analysis.postmortem import explain_oom
 from jupyter_gpumem.analysis.sites import SiteResolver
 from jupyter_gpumem.analysis.who import holdings
+from jupyter_gpumem.collectors._replay import RecordedCells, recorded_device_after
 from jupyter_gpumem.collectors._snapshot import snapshot_from_dict
-from jupyter_gpumem.model import AllocatorStats, DeviceSample, OomEvent, Reference
+from jupyter_gpumem.model import OomEvent, Reference
 
 FIXTURE = Path(__file__).parent / "fixtures" / "attribution.json"
 DATA = json.loads(FIXTURE.read_text())
 MiB = 1 << 20
-
-
-class RecordedCells:
-    """IPython's cell names as they were on the GPU machine."""
-
-    def __init__(self, rec):
-        self.map = rec["filename_map"]
-        self.lines = rec["lines"]
-
-    def execution_count(self, filename):
-        return self.map.get(filename)
-
-    def line_text(self, filename, line):
-        return self.lines.get(filename, {}).get(str(line), "").strip()
-
-    def files_of(self, count):
-        return frozenset(f for f, n in self.map.items() if n == count)
 
 
 def held(rec, walked=True):
@@ -103,23 +87,11 @@ def test_an_unread_namespace_leaves_everything_unreachable():
     assert report.explained == 0 and report.rows[0].bytes == rec["allocated"]
 
 
-def device_after(rec):
-    segments = rec["segments"]
-    reserved = sum(s["total_size"] for s in segments)
-    allocated = sum(b["size"] for s in segments for b in s["blocks"]
-                    if b["state"] == "active_allocated")  # fmt: skip
-    stats = AllocatorStats(allocated, reserved, allocated, allocated, 0, allocated, reserved,
-                           0, 0, 0, 1, len(segments), 0)  # fmt: skip
-    d = rec["device"]
-    return DeviceSample(0, "recorded", "cuda", True, stats, d["total"], d["device_used"],
-                        d["process_used"])  # fmt: skip
-
-
 def test_oom_post_mortem_on_a_planted_fragmentation():
     rec = DATA["oom_fragmentation"]
     truth = rec["truth"]
     h, *_ = held(rec)
-    pm = explain_oom(OomEvent(*rec["oom"]), device_after(rec), rec["segments"], h,
+    pm = explain_oom(OomEvent(*rec["oom"]), recorded_device_after(rec), rec["segments"], h,
                      [(4242, "python", 30 << 30)], rec["allocator_settings"])  # fmt: skip
     assert pm.largest_free_block == truth["largest_free_block"]
     assert pm.requested == 128 * MiB

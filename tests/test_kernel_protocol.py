@@ -161,8 +161,9 @@ def test_unload_removes_the_handler(kernel):
 
 def test_namespace_requests_wait_for_the_cell_and_run_between_cells(kernel):
     """`who` and `release_traceback` read the namespace: while a cell runs they answer
-    `busy` at once; between cells they run on the shell thread (here: no torch, so `who`
-    says so; release_traceback clears the failed cell's frames)."""
+    `busy` at once; between cells they run on the shell thread (here the replay kernel
+    answers `who` from attribution.json, recorded on a GPU; release_traceback clears the
+    failed cell's frames)."""
     kc, listener = kernel
     msg_id = kc.execute("import time; time.sleep(2)")
     time.sleep(0.5)
@@ -174,9 +175,22 @@ def test_namespace_requests_wait_for_the_cell_and_run_between_cells(kernel):
     assert content["error"]["code"] == "busy"
     reply = kc.get_shell_msg(timeout=10)
     assert reply["parent_header"]["msg_id"] == msg_id
-    _, content, _, _ = listener.request("who")
-    assert content["status"] == "error" and content["error"]["code"] == "refused"
-    assert "torch is not imported" in content["error"]["message"]
+    import json
+
+    from tests.fakes import FIXTURES
+
+    truth = json.loads((FIXTURES.parent / "attribution.json").read_text())["cells"]["truth"]
+    _, content, _, _ = listener.request("track", enabled=True)
+    assert content["result"] == {"tracking": True,
+                                 "message": "allocation tracking is on (replay)"}  # fmt: skip
+    _, content, _, _ = listener.request("who", n=50)
+    assert content["status"] == "ok", content
+    result = content["result"]
+    rows = {r["key"]: r["bytes"] for r in result["devices"][0]["by_variable"]["rows"]}
+    assert rows["a"] == truth["owners"]["a|tensor"] and rows["base"] == 64 << 20
+    by_line = result["devices"][0]["by_line"]
+    assert sum(r["bytes"] for r in by_line["rows"]) == by_line["allocated"]
+    assert result["postmortems"][0]["fixes"][0]["kind"] == "fragmentation"
     _, content, _, _ = listener.request("who", n=0)
     assert content["error"]["code"] == "bad_request"
     failed = wait_execute(kc, "def g():\n    big = list(range(10))\n    raise ValueError\ng()")
@@ -185,8 +199,7 @@ def test_namespace_requests_wait_for_the_cell_and_run_between_cells(kernel):
     assert content["status"] == "ok" and content["result"]["frames"] == 1
     assert wait_execute(kc, "import sys; assert not hasattr(sys, 'last_traceback')")[
         "content"]["status"] == "ok"  # fmt: skip
-    _, content, _, _ = listener.request("track", enabled=True)
-    assert content["status"] == "ok" and content["result"]["tracking"] is False
-    assert "as soon as torch is imported" in content["result"]["message"]
-    _kind, content, _, _ = listener.request("track", enabled=False)
-    assert content["result"]["message"] == "allocation tracking was off"
+    _, content, _, _ = listener.request("track", enabled=False)
+    assert content["result"]["tracking"] is False
+    _, content, _, _ = listener.request("who")
+    assert content["result"]["devices"][0]["by_line"] is None  # no sites without tracking

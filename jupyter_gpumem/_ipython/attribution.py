@@ -76,7 +76,14 @@ class Attributor:
 
     # -- tracking ------------------------------------------------------------------------
     @property
+    def _replay(self) -> Any:
+        """The recorded attribution of the test-only replay backend, or None."""
+        return getattr(self.collector.backend, "attribution", None)
+
+    @property
     def tracking(self) -> bool:
+        if self._replay is not None:
+            return self.recording.wanted
         t = _torch()
         return t is not None and cuda_build(t) and self.recording.active(t)
 
@@ -84,6 +91,8 @@ class Attributor:
         """Switch allocation-site recording; returns what happened, in words."""
         t = _torch()
         self.recording.wanted = on
+        if self._replay is not None:
+            return f"allocation tracking is {'on' if on else 'off'} (replay)"
         if not on:
             was_ours = self.recording.ours
             self.recording.stop(t)
@@ -127,6 +136,8 @@ class Attributor:
     ) -> dict[int, DeviceHoldings]:
         """Snapshot + namespace walk, matched per device. Raises ActionRefused with a
         sentence when there is nothing to attribute."""
+        if self._replay is not None:
+            return self._read_recorded(devices)
         t = _torch()
         why = why_nothing(t)
         if why is not None:
@@ -147,6 +158,35 @@ class Attributor:
         elapsed = time.perf_counter() - start
         before = self.recording.before
         return {d: holdings(snap, d, refs, self.resolver, before, notes, elapsed) for d in devices}
+
+    def _read_recorded(self, devices: list[int] | None) -> dict[int, DeviceHoldings]:
+        from ..collectors._replay import RecordedCells
+        from ..collectors._snapshot import snapshot_from_dict
+        from ..model import Reference
+
+        rec = self._replay.record("cells")
+        snap = snapshot_from_dict(rec, tracking=self.recording.wanted)
+        if not self.recording.wanted:  # as if recorded without sites
+            snap = AllocatorSnapshot(snap.time, _without_frames(snap.segments), False)
+        resolver = SiteResolver(RecordedCells(rec), rec["library_dirs"])
+        refs = [Reference(*r) for r in rec["refs"]]
+        before = frozenset(tuple(k) for k in rec["before"])
+        if not self.last_postmortems:
+            self.last_postmortems = self._recorded_postmortems()
+        return {d: holdings(snap, d, refs, resolver, before) for d in devices or [0]}
+
+    def _recorded_postmortems(self) -> tuple[PostMortem, ...]:
+        from ..collectors._replay import RecordedCells, recorded_device_after
+        from ..collectors._snapshot import snapshot_from_dict
+        from ..model import OomEvent, Reference
+
+        rec = self._replay.record("oom_fragmentation")
+        snap = snapshot_from_dict(rec, tracking=True)
+        resolver = SiteResolver(RecordedCells(rec), rec["library_dirs"])
+        held = holdings(snap, 0, [Reference(*r) for r in rec["refs"]], resolver)
+        after = recorded_device_after(rec)
+        event = OomEvent(*rec["oom"])
+        return (explain_oom(event, after, snap.segments, held, (), snap.settings),)
 
     def who(self, device: int | None = None, by: By = "variable", n: int | None = 20
             ) -> list[WhoReport]:  # fmt: skip
@@ -262,6 +302,10 @@ class Attributor:
         me = os.getpid()
         out = [(pid, process_name(pid), used) for pid, used in nvml.processes(index) if pid != me]
         return sorted(out, key=lambda p: -p[2])
+
+
+def _without_frames(segments: Any) -> list[Any]:
+    return [{**s, "blocks": [{**b, "frames": []} for b in s.get("blocks", ())]} for s in segments]
 
 
 def _by_device(keys: frozenset[tuple[int, int, int]]) -> dict[int, dict[int, int]]:

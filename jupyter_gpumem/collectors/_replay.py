@@ -1,7 +1,10 @@
 """Test-only backend: replays allocator readings recorded on a real GPU.
 
 Switched on only by ``JUPYTER_GPUMEM_REPLAY=<fixture.json>`` (the UI tests set it for the
-kernel on machines without a GPU); every sample then says it is a replay. The fixture is
+kernel on machines without a GPU); every sample then says it is a replay. When an
+``attribution.json`` (``tests/gpu/record_attribution.py``) lies beside the fixture, ``who``
+answers from its recorded snapshot, namespace references and cell names, through the same
+analyses as live data, and the recorded OOM gives a post-mortem. The fixture is
 written by ``tests/gpu/record_fixtures.py``; its raw readings go through the same
 :func:`make_device_sample` as live ones. Actions are simulated on top of the recording
 (empty_cache drops the cached surplus, reset_peak, caching switch, caps), so every panel
@@ -11,6 +14,7 @@ button can be exercised.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -55,6 +59,7 @@ class ReplayBackend:
     def __init__(self, path: str, clock: Callable[[], float] = time.monotonic) -> None:
         with open(path) as f:
             data = json.load(f)
+        self.attribution = RecordedAttribution.beside(path)
         self.timeline: list[dict[str, Any]] = data["timeline"]
         self.period = float(data.get("period_s", 0.1))
         self._clock = clock
@@ -149,3 +154,67 @@ def _replace_stats(a: AllocatorStats, **kw: int) -> AllocatorStats:
     from dataclasses import replace
 
     return replace(a, **kw)
+
+
+class RecordedCells:
+    """IPython's cell names (file name -> execution count, source lines) as recorded."""
+
+    def __init__(self, record: Mapping[str, Any]) -> None:
+        self.map: dict[str, int] = dict(record.get("filename_map", {}))
+        self.lines: dict[str, dict[str, str]] = dict(record.get("lines", {}))
+
+    def execution_count(self, filename: str) -> int | None:
+        return self.map.get(filename)
+
+    def line_text(self, filename: str, line: int) -> str:
+        return self.lines.get(filename, {}).get(str(line), "").strip()
+
+    def files_of(self, count: int) -> frozenset[str]:
+        return frozenset(f for f, n in self.map.items() if n == count)
+
+
+class RecordedAttribution:
+    """What ``who`` reads, as recorded on a GPU: one record of attribution.json."""
+
+    def __init__(self, path: str) -> None:
+        with open(path) as f:
+            self.data: dict[str, Any] = json.load(f)
+
+    @classmethod
+    def beside(cls, fixture: str) -> RecordedAttribution | None:
+        path = os.path.join(os.path.dirname(os.path.abspath(fixture)), "attribution.json")
+        return cls(path) if os.path.exists(path) else None
+
+    def record(self, name: str = "cells") -> dict[str, Any]:
+        return dict(self.data[name])
+
+
+def recorded_device_after(record: Mapping[str, Any]) -> DeviceSample:
+    """The device as it was after a recorded OOM: allocator figures from the recorded
+    segments, device figures as recorded."""
+    from ..model import AllocatorStats
+
+    segments = record["segments"]
+    reserved = sum(s["total_size"] for s in segments)
+    allocated = sum(
+        b["size"] for s in segments for b in s["blocks"] if b["state"] == "active_allocated"
+    )
+    stats = AllocatorStats(
+        allocated=allocated,
+        reserved=reserved,
+        active=allocated,
+        requested=allocated,
+        inactive_split=0,
+        peak_allocated=allocated,
+        peak_reserved=reserved,
+        device_allocs=0,
+        device_frees=0,
+        alloc_retries=0,
+        ooms=1,
+        segments=len(segments),
+        blocks=0,
+    )
+    d = record["device"]
+    return DeviceSample(
+        0, "recorded", "cuda", True, stats, d["total"], d["device_used"], d["process_used"]
+    )
