@@ -42,3 +42,46 @@ def test_quickstart_runs():
     assert workspace == 0 or (workspace % (1 << 20) == 0 and workspace <= 64 << 20), kept
     # the peak: a, the workspace, a @ a and its relu alive at once; the sum came after
     assert above == 3 * a + workspace
+
+
+WHO = Path(__file__).parents[2] / "examples" / "who_holds_it.ipynb"
+
+
+def test_who_holds_it_names_the_leak_and_the_fix():
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(WHO, as_version=4)
+    NotebookClient(nb, timeout=300, kernel_name="python3").execute()
+    code = [c for c in nb.cells if c.cell_type == "code"]
+
+    def text(cell):
+        return "\n".join(o.get("text", "") + o.get("data", {}).get("text/plain", "")
+                         for o in cell.get("outputs", []))  # fmt: skip
+
+    def count(cell):
+        return cell["execution_count"]
+
+    steps = [c for c in code if c.source.startswith("loss = model(xb)")]
+    assert len(steps) == 3
+    # each step keeps the ReLU output (64 MiB) and the output squared (16 KiB): 64.02 MiB
+    for c in steps:  # auto mode: each step kept one step of graph, allocated at line 1
+        line = text(c)
+        assert "alloc +64.02 MiB" in line, line
+        assert "top line 1 `loss = model(xb).square().mean()` 64.02 MiB" in line, line
+    who = text(next(c for c in code if c.source.endswith("%gpumem who")))
+    total_row = next(r for r in who.splitlines() if r.startswith("total "))
+    assert "192.05 MiB" in total_row and "autograd graph" in total_row, who
+    by_line = text(next(c for c in code if "--by line" in c.source))
+    assert f"In[{count(steps[-1])}] line 1" in by_line  # same code: the latest run's count
+    assert "held by total" in by_line
+    after = text(next(c for c in code if c.source.startswith("total = total.detach()")))
+    assert not any(r.startswith("total ") and "autograd" in r for r in after.splitlines())
+    oom = text(next(c for c in code if c.source.startswith("%%gpumem\nbig = ")))
+    assert "FAILED (OutOfMemoryError" in oom
+    assert "`del acts` frees 1.25 GiB: enough" in oom
+    assert "out of memory on cuda:0: fixes, best first" in oom
+    failed = text(next(c for c in code if c.source == "%%gpumem\nforward()"))
+    assert "the kept traceback holds 512.00 MiB" in failed
+    released = text(next(c for c in code if c.source == "%gpumem release-traceback"))
+    assert "freed cuda:0 512.00 MiB" in released
