@@ -103,30 +103,57 @@ def bench_steps(ip, n: int = 200) -> dict:
     return out
 
 
-def bench_who(ip) -> dict:
-    from jupyter_gpumem._ipython import current
-
-    out = {}
-    with capture_output():
-        ip.run_cell("import gc; gc.collect(); torch.cuda.empty_cache()")
-        ip.run_cell("%gpumem track on")
-        ip.run_cell("acts = [torch.empty(4096, device='cuda') for _ in range(10_000)]")
-        ip.run_cell("junk = [{'i': i, 'v': [i, str(i)]} for i in range(50_000)]")  # 100k objects
-    attributor = current().attributor
+def _who_once(ip, attributor) -> dict:
+    out: dict = {}
     for by in ("variable", "line"):
         times = []
         for _ in range(7):
             t0 = time.perf_counter()
             reports = attributor.who(0, by, 20)
             times.append(time.perf_counter() - t0)
-        rows = reports[0].rows
         out[by] = {
             "ms": statistics.median(times) * 1e3,
-            "blocks": sum(r.blocks for r in rows),
+            "blocks": sum(r.blocks for r in reports[0].rows),
             "explained_pct": 100 * reports[0].explained_share,
         }
-    held = attributor.read([0])
-    out["walk_notes"] = held[0].notes
+    # where the time goes: the allocator's snapshot, the namespace walk, the matching
+    from jupyter_gpumem._ipython.cells import namespace_roots, traceback_roots
+    from jupyter_gpumem.analysis.who import holdings
+    from jupyter_gpumem.collectors._snapshot import read_snapshot
+
+    parts: dict = {"snapshot": [], "walk": [], "match+views": []}
+    for _ in range(5):
+        t0 = time.perf_counter()
+        snap = read_snapshot(torch)
+        t1 = time.perf_counter()
+        roots = namespace_roots(ip, torch.optim.Optimizer) + traceback_roots(ip)
+        walk = attributor._walker(torch).walk(roots)
+        t2 = time.perf_counter()
+        h = holdings(snap, 0, walk.refs, attributor.resolver)
+        h.report("variable", 20)
+        h.report("line", 20)
+        t3 = time.perf_counter()
+        for k, v in zip(parts, (t1 - t0, t2 - t1, t3 - t2), strict=True):
+            parts[k].append(v * 1e3)
+    out["parts_ms"] = {k: statistics.median(v) for k, v in parts.items()}
+    out["walked_objects"] = walk.visited
+    out["walk_notes"] = walk.truncated
+    return out
+
+
+def bench_who(ip) -> dict:
+    """10k live tensors (tracked), then the same with a 100k-object namespace beside."""
+    from jupyter_gpumem._ipython import current
+
+    attributor = current().attributor
+    with capture_output():
+        ip.run_cell("import gc; gc.collect(); torch.cuda.empty_cache()")
+        ip.run_cell("%gpumem track on")
+        ip.run_cell("acts = [torch.empty(4096, device='cuda') for _ in range(10_000)]")
+    out = {"10k tensors": _who_once(ip, attributor)}
+    with capture_output():
+        ip.run_cell("junk = [{'i': i, 'v': [i, str(i)]} for i in range(50_000)]")  # 100k objects
+    out["10k tensors + 100k objects"] = _who_once(ip, attributor)
     with capture_output():
         ip.run_cell("del acts, junk")
         ip.run_cell("%gpumem track off")

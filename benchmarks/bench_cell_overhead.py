@@ -157,6 +157,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=300)
     ap.add_argument("--peer-n", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--no-peers", action="store_true", help="only our configurations")
     ap.add_argument("--json")
     args = ap.parse_args()
     results: dict = {}
@@ -168,6 +169,8 @@ def main() -> None:
             ok = sorted((r for r in rounds if "added_ms" in r), key=lambda r: r["added_ms"])
             res[cfg] = {**ok[len(ok) // 2], "rounds_added_ms": [r["added_ms"] for r in ok]} \
                 if ok else rounds[0]  # fmt: skip
+        if args.no_peers:
+            continue
         res["bare process"] = child(PEER_CHILD, [SETUP_TORCH, "pass", cell, args.peer_n])
         for cfg, enable in PEERS.items():
             r = child(PEER_CHILD, [SETUP_TORCH, enable, cell, args.peer_n])
@@ -184,7 +187,7 @@ def main() -> None:
     for cell_name in CELLS:
         bare_row += f"{results[cell_name]['%%gpumem'].get('bare_ms', float('nan')):>20.3f}"
     print(bare_row)
-    for cfg in [*OURS, *PEERS]:
+    for cfg in [*OURS, *({} if args.no_peers else PEERS)]:
         row = f"{cfg:<28}"
         for cell_name in CELLS:
             r = results[cell_name][cfg]

@@ -331,7 +331,7 @@ def test_who_statements_without_cuda_and_no_context_from_tracking():
             ip.run_cell("%gpumem track on", store_history=True)
         init = torch.cuda.is_initialized()
         ctx = torch._C._cuda_hasPrimaryContext(0)
-        r = ip.run_cell("import torch\nx = torch.empty(1 << 20, device='cuda')",
+        r = ip.run_cell("import torch\\nx = torch.empty(1 << 20, device='cuda')",
                         store_history=True)
         if not r.success:
             print(json.dumps({"error": repr(r.error_in_exec)}))
