@@ -55,10 +55,11 @@ class CellTracker:
         error: BaseException | None = None,
         device: int | None = None,
         with_process: bool = True,
+        hints: bool = True,
     ) -> CellReport:
         """Close the cell. ``device`` restricts the report to one device;
         ``with_process`` adds NVML's per-process figure (17-60 us a device), which only the
-        full report shows."""
+        full report shows, and ``hints`` its plain-language hints."""
         if self._open is None:
             raise RuntimeError("end() without begin()")
         opened, self._open = self._open, None
@@ -84,7 +85,7 @@ class CellTracker:
             error=_describe(error),
             ooms=ooms,
         )
-        return with_hints(report)
+        return with_hints(report) if hints else report
 
 
 def _device_report(b: DeviceSample, a: DeviceSample, keep_peak: bool) -> DeviceCellReport:

@@ -237,7 +237,9 @@ class Attributor:
         return {d.index: d.allocator.allocated for d in m.devices if d.allocator is not None}
 
     # -- after each measured cell -----------------------------------------------------------
-    def enrich(self, report: CellReport, error: BaseException | None) -> CellReport:
+    def enrich(
+        self, report: CellReport, error: BaseException | None, hints: bool = True
+    ) -> CellReport:
         """Add per-cell attribution (tracking on and memory kept), the OOM post-mortem and
         the traceback's holdings (the cell failed). Costs nothing for other cells."""
         t = _torch()
@@ -268,7 +270,8 @@ class Attributor:
             changes["traceback"] = self.traceback_holdings(snap)
         if not changes:
             return report
-        return with_hints(replace(report, **changes))
+        new = replace(report, **changes)
+        return with_hints(new) if hints else new
 
     def _postmortems(self, report: CellReport, snap: AllocatorSnapshot) -> tuple[PostMortem, ...]:
         events = {o.device: o for o in report.ooms}  # the last one per device

@@ -92,21 +92,21 @@ class Session:
         if not raw_cell.startswith("%%gpumem", start):
             return None
         end = raw_cell.find("\n", start)
-        m = CELL_LINE.match(raw_cell[start : None if end < 0 else end + 1])
-        if m is None or self.parse_cell_line is None:
-            return None
-        args = m.group("args") or ""
-        # argparse costs tens of microseconds and this runs 2-3 times per cell (transform,
-        # kernel pre-transform, pre_run_cell): remember the few distinct flag strings.
-        cached = self._parsed.get(args)
+        first = raw_cell[start : None if end < 0 else end + 1]
+        # Parsing costs tens of microseconds and this runs 2-3 times per cell (transform,
+        # kernel pre-transform, pre_run_cell): remember the few distinct first lines.
+        cached = self._parsed.get(first)
         if cached is not None:
             return cached
+        m = CELL_LINE.match(first)
+        if m is None or self.parse_cell_line is None:
+            return None
         try:
-            opts = self.parse_cell_line(args)
+            opts = self.parse_cell_line(m.group("args") or "")
         except Exception:
             return None
         if len(self._parsed) < 64:
-            self._parsed[args] = opts
+            self._parsed[first] = opts
         return opts
 
     def transform(self, lines: list[str]) -> list[str]:
@@ -154,13 +154,17 @@ class Session:
     def finish(
         self, opts: CellOptions, execution_count: int | None, raw: str, error: Any
     ) -> CellReport | None:
+        # What only a full report shows (NVML's per-process figure, hints) is read only
+        # for one, or when the report object is kept (-o).
+        shown = opts.output is not None or not (opts.quiet or opts.compact)
         try:
             report = self.tracker.end(
                 execution_count=execution_count,
                 first_line=first_code_line(raw),
                 error=error if isinstance(error, BaseException) else None,
                 device=opts.device,
-                with_process=opts.output is not None or not (opts.quiet or opts.compact),
+                with_process=shown,
+                hints=shown,
             )
         except Exception as e:
             self.tracker.cancel()
@@ -169,7 +173,7 @@ class Session:
         try:
             self.attributor.collector = self.collector
             report = self.attributor.enrich(
-                report, error if isinstance(error, BaseException) else None
+                report, error if isinstance(error, BaseException) else None, hints=shown
             )
         except Exception as e:  # attribution must never cost the user the report
             warn(f"could not attribute the cell's memory: {e!r}")

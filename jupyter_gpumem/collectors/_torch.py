@@ -171,6 +171,9 @@ class TorchBackend:
         what a cell's before/after needs, from the allocator and ``cudaMemGetInfo``
         (~10 us a device), plus NVML's per-process figure when ``with_process``."""
         t = self.torch()
+        b = self._bound
+        if b is not None and b.torch is t and t.cuda.is_initialized():
+            return self._read_cuda(t, b, with_process, full)
         if t is None:
             seen = self._nvml_devices(with_process) if full else ()
             return Reading("no_torch", self._no_torch_message(seen), None, None, seen)
@@ -200,9 +203,11 @@ class TorchBackend:
                 _caching_enabled(t, self._caching_set),
                 nvml_devices,
             )
-        b = self._bound
-        if b is None or b.torch is not t:
-            b = self._bound = _Bound(t)
+        b = self._bound = _Bound(t)
+        return self._read_cuda(t, b, with_process, full)
+
+    def _read_cuda(self, t: Any, b: _Bound, with_process: bool, full: bool) -> Reading:
+        """CUDA is up in this process: the allocator of each device with a context."""
         backend = b.backend
         devices: list[DeviceSample] = []
         for i in range(b.count):
@@ -258,7 +263,11 @@ class TorchBackend:
                 devices.append(
                     DeviceSample(i, self._names.get(i, ""), backend, True, error=repr(e))
                 )
-        return Reading("ok", "", version, _caching_enabled(t, self._caching_set), tuple(devices))
+        if b.caching_fn is not None:
+            caching: bool | None = bool(b.caching_fn())
+        else:
+            caching = self._caching_set if self._caching_set is not None else b.caching_env
+        return Reading("ok", "", b.version, caching, tuple(devices))
 
     def _no_torch_message(self, devices: tuple[DeviceSample, ...]) -> str:
         msg = "torch is not imported in this kernel"
@@ -351,7 +360,12 @@ class _Bound:
 
     def __init__(self, t: Any) -> None:
         self.torch = t
+        self.version = str(getattr(t, "__version__", "?"))
         self.backend: Backend = "rocm" if getattr(t.version, "hip", None) else "cuda"
+        # torch >= 2.12 can tell the caching switch; before, the variable torch read once,
+        # when CUDA started (the switch we set is remembered by TorchBackend).
+        self.caching_fn = getattr(t._C, "_cuda_cudaCachingAllocator_is_enabled", None)
+        self.caching_env = os.environ.get(_NO_CACHING_ENV) != "1"
         self.has_ctx = getattr(t._C, "_cuda_hasPrimaryContext", None)
         self.get_fraction = getattr(t._C, "_cuda_getMemoryFraction", None)
         self.memory_stats = t._C._cuda_memoryStats
