@@ -34,6 +34,15 @@ class HistoryRow(NamedTuple):
     devices: tuple[DeviceRow, ...]
 
 
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(value: Any) -> Any:
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
 # CSV/DataFrame columns: the cell's fields, then the device's.
 COLUMNS = (*HistoryRow._fields[:-1], *DeviceRow._fields)
 
@@ -105,7 +114,10 @@ class History:
         return out
 
     def write_csv(self, path: str, n: int | None = None) -> int:
-        recs = self.records(n)
+        """Write the rows to a new file. Text that a spreadsheet would read as a formula
+        (a cell's first line starting with = + - @, tab or carriage return) gets a leading
+        apostrophe, as spreadsheet-safe CSV writers do (OWASP "CSV injection")."""
+        recs = [{k: spreadsheet_safe(v) for k, v in r.items()} for r in self.records(n)]
         with open(path, "x", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(COLUMNS))
             w.writeheader()

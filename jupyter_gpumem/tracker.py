@@ -36,8 +36,10 @@ class CellTracker:
     def active(self) -> bool:
         return self._open is not None
 
-    def begin(self, keep_peak: bool = False) -> Measurement:
-        before = self.collector.measure(with_process=False, full=False)
+    def begin(self, keep_peak: bool = False, with_process: bool = False) -> Measurement:
+        """``with_process``: also this process's NVML figure, so that a full report can
+        show "outside PyTorch, this process" from the same source at both ends."""
+        before = self.collector.measure(with_process=with_process, full=False)
         if not keep_peak:
             self.collector.backend.reset_peaks(
                 [d.index for d in before.devices if d.allocator is not None]

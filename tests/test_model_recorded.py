@@ -161,3 +161,39 @@ def test_caching_off_cell_touched_without_process_figures():
     d = t.end().device(0)
     assert d is not None and d.process_used_delta is None
     assert truth["n"] <= d.outside_torch_delta <= truth["n"] + 2 * MiB
+
+
+def _outside_row(r):
+    from jupyter_gpumem.reporters._rows import cell_sections
+
+    return next(row for row in cell_sections(r)[0].rows if row.label == "outside PyTorch")
+
+
+def test_outside_pytorch_takes_both_ends_from_one_source():
+    """A before reading without NVML's per-process figure and an after reading with it
+    must not be mixed: the row then uses the whole device at both ends."""
+    import copy
+
+    before, after, _ = scenario("keep_n_bytes")
+    before = copy.deepcopy(before)
+    before["devices"][0]["nvml"]["process_used"] = None  # as a -q reading takes it
+    t = CellTracker(Collector(ScriptedBackend(before, after)))
+    t.begin()
+    r = t.end()
+    d = r.device(0)
+    row = _outside_row(r)
+    assert row.note.endswith("whole device: all processes")
+    b, a = d.before, d.after
+    expected_before = b.device_used - b.allocator.reserved
+    expected_after = a.device_used - a.allocator.reserved
+    from jupyter_gpumem.units import format_bytes, format_delta
+
+    assert row.value == (f"{format_bytes(expected_before)} -> {format_bytes(expected_after)} "
+                         f"({format_delta(expected_after - expected_before)})")  # fmt: skip
+    assert d.outside_torch_delta == expected_after - expected_before
+    # with the figure at both ends: this process's at both ends
+    r2, _, _ = report_for("keep_n_bytes")
+    row2 = _outside_row(r2)
+    assert row2.note.endswith("this process (NVML)")
+    d2 = r2.device(0)
+    assert row2.value.endswith(f"({format_delta(d2.outside_torch_delta)})")

@@ -90,3 +90,19 @@ def test_dataframe():
     assert list(df["allocated_delta"]) == [64 << 20]
     assert df["time"].dtype.kind == "M"
     assert isinstance(df, pd.DataFrame)
+
+
+@pytest.mark.parametrize("line", ["=HYPERLINK(\"http://x\",\"y\")", "+1+1", "-2+3", "@SUM(A1)",
+                                  "\tx", "\rx"])  # fmt: skip
+def test_csv_neutralises_formulas(tmp_path, line):
+    import csv
+
+    h = History()
+    h.add(spike_report(execution_count=3, first_line=line))
+    path = tmp_path / "h.csv"
+    h.write_csv(str(path))
+    with open(path, newline="") as f:
+        row = list(csv.DictReader(f))[0]
+    assert row["first_line"] == "'" + line  # a spreadsheet shows it as text
+    assert row["allocated_delta"] == str(64 << 20)  # numbers stay numbers
+    assert row["peak_above_start"].lstrip("-").isdigit()

@@ -188,7 +188,7 @@ class GpuMemMagics(Magics):
         assert self.shell is not None
         s = self.session
         s.tracker.cancel()
-        s.tracker.begin(keep_peak=opts.keep_peak or s.config.keep_peak)
+        s.tracker.begin(keep_peak=opts.keep_peak or s.config.keep_peak, with_process=True)
         s.nested = True
         try:
             result = self.shell.run_cell(cell, store_history=False)

@@ -135,7 +135,10 @@ class Session:
                 opts = CellOptions(compact=True, keep_peak=self.config.keep_peak)
             self._pending = opts
             if opts is not None:
-                self.tracker.begin(keep_peak=opts.keep_peak or self.config.keep_peak)
+                self.tracker.begin(
+                    keep_peak=opts.keep_peak or self.config.keep_peak,
+                    with_process=_shown(opts),
+                )
         except Exception as e:  # never break the user's cell
             self._pending = None
             self.tracker.cancel()
@@ -154,9 +157,7 @@ class Session:
     def finish(
         self, opts: CellOptions, execution_count: int | None, raw: str, error: Any
     ) -> CellReport | None:
-        # What only a full report shows (NVML's per-process figure, hints) is read only
-        # for one, or when the report object is kept (-o).
-        shown = opts.output is not None or not (opts.quiet or opts.compact)
+        shown = _shown(opts)
         try:
             report = self.tracker.end(
                 execution_count=execution_count,
@@ -189,6 +190,12 @@ class Session:
         if not opts.quiet:
             show_report(report, compact=opts.compact)
         return report
+
+
+def _shown(opts: CellOptions) -> bool:
+    """What only a full report shows (NVML's per-process figure, hints) is read only for
+    one, or when the report object is kept (-o)."""
+    return opts.output is not None or not (opts.quiet or opts.compact)
 
 
 _OWN_COMMAND = re.compile(r"\s*%(?:gpumem|load_ext|unload_ext|reload_ext)")

@@ -76,15 +76,7 @@ def device_section(r: CellReport, d: DeviceCellReport) -> Section:
         )
     )
     rows.append(Row("peak reserved", fb(d.peak_reserved), peak_note))
-    outside_b, outside_a = d.before.outside_torch, d.after.outside_torch
-    whose = "this process (NVML)" if d.after.outside_torch_is_process else "whole device"
-    rows.append(
-        Row(
-            "outside PyTorch",
-            _change(outside_b, outside_a, d.outside_torch_delta),
-            f"context, libraries, uncached allocations; {whose}",
-        )
-    )
+    rows.append(_outside_row(d))
     if d.after.device_used is not None:
         rows.append(
             Row(
@@ -186,6 +178,29 @@ def traceback_section(t: TracebackHoldings) -> Section:
     rows = [Row(h.name, fb(h.bytes), h.frame) for h in t.holdings]
     rows.append(Row("release with", "%gpumem release-traceback", "drops the kept frames"))
     return Section(f"the kept traceback holds {fb(t.bytes)}", tuple(rows))
+
+
+def _outside_row(d: DeviceCellReport) -> Row:
+    """Device memory beyond PyTorch's reservation, both ends from one source: this
+    process's NVML figure when known at both ends, else the whole device's usage."""
+    b, a = d.before, d.after
+    reserved_b = b.allocator.reserved if b.allocator is not None else 0
+    reserved_a = a.allocator.reserved if a.allocator is not None else 0
+    if a.process_used is not None and (b.process_used is not None or not b.initialized):
+        before = (b.process_used or 0) - reserved_b if b.initialized else None
+        after = a.process_used - reserved_a
+        whose = "this process (NVML)"
+    elif a.device_used is not None and b.device_used is not None and b.initialized:
+        before, after = b.device_used - reserved_b, a.device_used - reserved_a
+        whose = "whole device: all processes"
+    else:
+        return Row("outside PyTorch", "n/a", "not known at both ends of the cell")
+    delta = after - before if before is not None else after
+    return Row(
+        "outside PyTorch",
+        _change(before, after, delta),
+        f"context, libraries, uncached allocations; {whose}",
+    )
 
 
 def cell_sections(r: CellReport) -> list[Section]:
