@@ -22,6 +22,7 @@ class DeviceRow(NamedTuple):
     peak_above_start: int | None
     outside_torch_delta: int | None
     device_allocs: int | None
+    kept_at: str | None = None  # with tracking: the line that allocated most of what it kept
 
 
 class HistoryRow(NamedTuple):
@@ -47,6 +48,15 @@ def spreadsheet_safe(value: Any) -> Any:
 COLUMNS = (*HistoryRow._fields[:-1], *DeviceRow._fields)
 
 
+def _kept_at(r: CellReport, device: int) -> str | None:
+    a = r.device_attribution(device)
+    if a is None or not a.lines:
+        return None
+    top = a.lines[0]
+    text = top.text if len(top.text) <= 40 else top.text[:39] + "…"
+    return f"line {top.line} `{text}`"
+
+
 def row_from_report(r: CellReport) -> HistoryRow:
     return HistoryRow(
         r.execution_count,
@@ -66,6 +76,7 @@ def row_from_report(r: CellReport) -> HistoryRow:
                 d.peak_above_start,
                 d.outside_torch_delta,
                 d.device_allocs,
+                _kept_at(r, d.index),
             )
             for d in r.devices
         ),
@@ -112,6 +123,32 @@ class History:
                 rec.update(d._asdict())
                 out.append(rec)
         return out
+
+    def cells(self, n: int | None = None) -> list[dict[str, Any]]:
+        """The protocol's ``HistoryCell`` records, oldest first."""
+        return [
+            {
+                "execution_count": row.execution_count,
+                "time": row.time,
+                "first_line": row.first_line,
+                "wall_time": row.wall_time,
+                "failed": row.failed,
+                "devices": [
+                    {
+                        "index": d.device,
+                        "allocated": d.allocated,
+                        "allocated_delta": d.allocated_delta,
+                        "reserved": d.reserved,
+                        "reserved_delta": d.reserved_delta,
+                        "peak_allocated": d.peak_allocated,
+                        "peak_above_start": d.peak_above_start,
+                        "kept_at": d.kept_at,
+                    }
+                    for d in row.devices
+                ],
+            }
+            for row in self.last(n)
+        ]
 
     def write_csv(self, path: str, n: int | None = None) -> int:
         """Write the rows to a new file. Text that a spreadsheet would read as a formula

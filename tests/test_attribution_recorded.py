@@ -122,3 +122,33 @@ def test_who_renders_as_text_and_escaped_html(by):
         assert row.key in text
     if by == "line":  # source text goes through html.escape
         assert "device=&#x27;cuda&#x27;" in html and "device='cuda'" in text
+
+
+def test_segment_map_of_a_planted_fragmentation():
+    from jupyter_gpumem.analysis.segments import segment_map
+    from jupyter_gpumem.reporters.segments import segments_html, segments_text
+
+    rec = DATA["oom_fragmentation"]
+    truth = rec["truth"]
+    _, _, snap, resolver = held(rec)
+    m = segment_map(snap, 0, resolver)
+    big = m.segments[0]  # largest first: the 1 GiB segment the 16 blocks were cut from
+    assert big.size == 1 << 30
+    pieces = big.free_pieces
+    assert len(pieces) == truth["pieces_64mib"]
+    assert {p.size for p in pieces} == {64 * MiB}
+    assert [b.kind for b in big.blocks] == ["piece", "allocated"] * 8
+    assert m.space.largest_free_block == truth["largest_free_block"]
+    live = [b for b in big.blocks if b.kind == "allocated"]
+    assert all(b.site.startswith("In[") and "blocks = [torch.empty(64 << 20" in b.site
+               for b in live)  # fmt: skip
+    text = segments_text([m])
+    assert "largest free block 64.00 MiB" in text
+    assert "large 1.00 GiB" in text and "8 free piece(s) 512.00 MiB (largest 64.00 MiB)" in text
+    html = segments_html([m])
+    assert html.count("<rect") == len(m.segments) + m.blocks  # one per segment, one per block
+    assert "<script" not in html and "http" not in html.replace("http://www.w3.org", "")
+    assert "var(--jp-warn-color1,#f57c00)" in html  # the pieces, in the theme's colour
+    data = m.to_dict()
+    assert data["summary"]["pieces_bytes"] == m.space.pieces_bytes
+    assert len(data["segments"][0]["blocks"]) == 16

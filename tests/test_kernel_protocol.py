@@ -191,6 +191,14 @@ def test_namespace_requests_wait_for_the_cell_and_run_between_cells(kernel):
     by_line = result["devices"][0]["by_line"]
     assert sum(r["bytes"] for r in by_line["rows"]) == by_line["allocated"]
     assert result["postmortems"][0]["fixes"][0]["kind"] == "fragmentation"
+    _, content, _, _ = listener.request("segments", max_segments=2)
+    seg = content["result"]["devices"][0]
+    assert seg["segments"][0]["size"] == 1 << 30
+    assert seg["omitted"] == seg["summary"]["segments"] - 2
+    assert sum(1 for b in seg["segments"][0]["blocks"] if b[2] == "piece") == 8
+    wait_execute(kc, "%%gpumem -q\nhistory_probe = 1")
+    _, content, _, _ = listener.request("history", n=1)
+    assert [c["first_line"] for c in content["result"]["cells"]] == ["history_probe = 1"]
     _, content, _, _ = listener.request("who", n=0)
     assert content["error"]["code"] == "bad_request"
     failed = wait_execute(kc, "def g():\n    big = list(range(10))\n    raise ValueError\ng()")

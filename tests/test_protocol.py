@@ -260,3 +260,36 @@ def test_empty_cache_collects_garbage_only_when_asked(handler, monkeypatch):
 def test_replay_empty_cache_keeps_figures_consistent(handler):
     d = req(handler, "empty_cache")["result"]["sample"]["devices"][0]
     assert d["inactive_split"] <= d["reserved"] - d["allocated"]
+
+
+@pytest.fixture
+def session_handler(shell):
+    """A real Session on a real shell, its figures and recorded attribution replayed."""
+    from jupyter_gpumem._ipython.session import Session
+
+    c = Collector(ReplayBackend(str(FIXTURES), clock=lambda: 0.0))
+    session = Session(shell, c)
+    stream = SampleStream(c, ListChannel())
+    yield Handler(session, stream), session
+    stream.stop()
+
+
+def test_attribution_actions_validate_against_the_schema(session_handler):
+    h, session = session_handler
+    assert req(h, "track", enabled=True)["result"]["tracking"] is True
+    who = req(h, "who", n=3)["result"]
+    dev = who["devices"][0]
+    assert len([r for r in dev["by_variable"]["rows"] if r["kind"] == "owner"]) <= 4
+    assert dev["by_line"] is not None and who["postmortems"]
+    seg = req(h, "segments", device=0, max_segments=3)["result"]["devices"][0]
+    assert len(seg["segments"]) == 3 and seg["labels"]
+    assert req(h, "history")["result"] == {"cells": []}
+    assert req(h, "release_traceback")["result"]["frames"] == 0
+    assert req(h, "track", enabled=False)["result"]["tracking"] is False
+    assert req(h, "who")["result"]["devices"][0]["by_line"] is None
+    session.busy = True  # a cell runs: the namespace is not read
+    r = req(h, "who")
+    assert r["error"] == {"code": "busy", "message": "busy: available when the cell ends"}
+    assert req(h, "segments")["status"] == "ok"  # no namespace needed
+    r = req(h, "segments", device=7)
+    assert r["error"]["code"] == "refused" and "no device 7" in r["error"]["message"]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..actions import ActionRefused
 from ..analysis.cell_sites import cell_attribution, live_blocks_by_device
 from ..analysis.postmortem import explain_oom
+from ..analysis.segments import SegmentMap, segment_map
 from ..analysis.sites import SiteResolver
 from ..analysis.who import DeviceHoldings, holdings
 from ..collectors._namespace import Limits, NamespaceWalker, Root, TorchTensors
@@ -187,6 +188,32 @@ class Attributor:
         after = recorded_device_after(rec)
         event = OomEvent(*rec["oom"])
         return (explain_oom(event, after, snap.segments, held, (), snap.settings),)
+
+    def segment_maps(
+        self, device: int | None = None, max_segments: int | None = None
+    ) -> list[SegmentMap]:
+        """The segment map of each device (or one). Reads no namespace: safe beside a
+        running cell (the cell names it reads are only looked up)."""
+        if self._replay is not None:
+            from ..collectors._replay import RecordedCells
+            from ..collectors._snapshot import snapshot_from_dict
+
+            rec = self._replay.record("oom_fragmentation")
+            snap = snapshot_from_dict(rec, tracking=True)
+            resolver = SiteResolver(RecordedCells(rec), rec["library_dirs"])
+        else:
+            t = _torch()
+            why = why_nothing(t)
+            if why is not None:
+                raise ActionRefused(why)
+            found = read_snapshot(t)
+            if found is None:
+                raise ActionRefused("CUDA is not initialised in this kernel")
+            snap, resolver = found, self.resolver
+        devices = sorted({s.get("device", 0) for s in snap.segments})
+        if device is not None:
+            devices = [device]
+        return [segment_map(snap, d, resolver, max_segments) for d in devices]
 
     def who(self, device: int | None = None, by: By = "variable", n: int | None = 20
             ) -> list[WhoReport]:  # fmt: skip

@@ -70,6 +70,8 @@ def _line_parser() -> MagicArgumentParser:
     w.add_argument("-d", "--device", dest="sub_device", type=_nonneg_int)
     w.add_argument("-n", type=_positive_int, default=20, help="rows per device (default 20)")
     w.add_argument("--by", choices=["variable", "line", "cell"], default="variable")
+    sg = sub.add_parser("segments", help="the allocator's segments and blocks, drawn to scale")
+    sg.add_argument("-d", "--device", dest="sub_device", type=_nonneg_int)
     t = sub.add_parser("track", help="on|off: record where each live GPU block was allocated")
     t.add_argument("state", choices=["on", "off"])
     sub.add_parser("release-traceback", help="drop the frames the last error's traceback keeps")
@@ -124,6 +126,9 @@ Line commands::
                                  Out[N], autograd graphs, the kept traceback), the lines
                                  that allocated it, or the cells; rows add up to
                                  `allocated` (also jupyter_gpumem.who())
+  %gpumem segments [-d N]        every segment the allocator holds and its blocks, to
+                                 scale: allocated, cached free, free pieces
+                                 (fragmentation), the largest free block
   %gpumem track on|off           record where each live block is allocated (PyTorch's
                                  allocator history, stacks of live blocks only)
   %gpumem release-traceback      drop the frames the last error's traceback keeps alive
@@ -329,6 +334,20 @@ class GpuMemMagics(Magics):
             print(f"gpumem: {e}")
             return
         display({"text/plain": who_text(reports), "text/html": who_html(reports)}, raw=True)
+
+    def _cmd_segments(self, args: Any) -> None:
+        from IPython.display import display
+
+        from ..reporters.segments import segments_html, segments_text
+
+        device = args.sub_device if args.sub_device is not None else args.device
+        self._check_device(device)
+        try:
+            maps = self.session.attributor.segment_maps(device)
+        except actions.ActionRefused as e:
+            print(f"gpumem: {e}")
+            return
+        display({"text/plain": segments_text(maps), "text/html": segments_html(maps)}, raw=True)
 
     def _cmd_track(self, args: Any) -> None:
         print("gpumem: " + self.session.attributor.set_tracking(args.state == "on"))

@@ -25,7 +25,8 @@ PROTOCOL_VERSION = 1
 # Additions an older peer can ignore (new actions, new optional fields) raise the revision
 # and keep the protocol version; a frontend checks ``hello``'s ``actions`` before using one.
 # 2: who, track, release_traceback; CellMarker.kept_at and .postmortems; error code busy.
-PROTOCOL_REVISION = 2
+# 3: segments, history.
+PROTOCOL_REVISION = 3
 REQUEST = "gpumem_request"
 REPLY = "gpumem_reply"
 COMM_TARGET = "jupyter_gpumem"
@@ -222,6 +223,15 @@ class Handler:
 
         return self.on_shell(read)
 
+    def segments(self, device: int | None = None, max_segments: int = 200) -> dict[str, Any]:
+        if device is not None:
+            actions.check_device(self.collector, device)
+        maps = self.session.attributor.segment_maps(device, max_segments)
+        return {"devices": [m.to_dict() for m in maps]}
+
+    def history(self, n: int = 200) -> dict[str, Any]:
+        return {"cells": self.session.history.cells(n)}
+
     def track(self, enabled: bool) -> dict[str, Any]:
         message = self.session.attributor.set_tracking(enabled)
         return {"tracking": self.session.attributor.tracking, "message": message}
@@ -248,6 +258,8 @@ ACTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "who": Handler.who,
     "track": Handler.track,
     "release_traceback": Handler.release_traceback,
+    "segments": Handler.segments,
+    "history": Handler.history,
 }
 
 

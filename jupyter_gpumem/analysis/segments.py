@@ -1,0 +1,153 @@
+"""The segment map: every segment the allocator holds, and the blocks inside it, as plain
+records for the views (``%gpumem segments``, the panel's Segments tab).
+
+Block kinds, in the user's words: ``allocated`` (a live tensor), ``pending`` (freed, waiting
+for another stream), ``piece`` (free, in a segment that also holds live blocks: empty_cache
+can't return it, a large request can't use it unless it fits: fragmentation) and
+``cached`` (free, and its whole segment is free: empty_cache returns it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..model import ACTIVE, AllocatorSnapshot, Segment
+from .fragmentation import FreeSpace, free_space
+from .sites import SiteResolver
+
+BlockKind = Literal["allocated", "pending", "piece", "cached"]
+
+
+@dataclass(frozen=True, slots=True)
+class BlockView:
+    offset: int  # from the segment's start
+    size: int
+    requested: int
+    kind: BlockKind
+    site: str  # "In[7] line 3 `x = ...`" with tracking, else ""
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentView:
+    address: int
+    size: int
+    pool: str  # "small" or "large"
+    stream: int
+    expandable: bool
+    blocks: tuple[BlockView, ...]
+
+    @property
+    def live(self) -> int:
+        return sum(b.size for b in self.blocks if b.kind in ("allocated", "pending"))
+
+    @property
+    def free_pieces(self) -> list[BlockView]:
+        return [b for b in self.blocks if b.kind == "piece"]
+
+    def to_dict(self, labels: dict[str, int]) -> dict[str, Any]:
+        blocks = []
+        for b in self.blocks:
+            label = labels.setdefault(b.site, len(labels)) if b.site else -1
+            blocks.append([b.offset, b.size, b.kind, label])
+        return {
+            "address": self.address,
+            "size": self.size,
+            "pool": self.pool,
+            "stream": self.stream,
+            "expandable": self.expandable,
+            "blocks": blocks,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentMap:
+    device: int
+    space: FreeSpace
+    segments: tuple[SegmentView, ...]  # largest first
+    omitted: int  # segments not included (limit)
+    omitted_bytes: int
+    tracking: bool
+
+    @property
+    def blocks(self) -> int:
+        return sum(len(s.blocks) for s in self.segments)
+
+    def to_dict(self) -> dict[str, Any]:
+        labels: dict[str, int] = {}
+        segments = [s.to_dict(labels) for s in self.segments]
+        sp = self.space
+        return {
+            "device": self.device,
+            "summary": {
+                "segments": sp.segments,
+                "reserved": sp.reserved,
+                "allocated": sp.allocated,
+                "cached_free": sp.cached_free,
+                "releasable": sp.releasable,
+                "pieces": sp.pieces,
+                "pieces_bytes": sp.pieces_bytes,
+                "largest_free_block": sp.largest_free_block,
+                "fragmentation": round(sp.fragmentation, 4),
+            },
+            "segments": segments,
+            "labels": sorted(labels, key=labels.__getitem__),
+            "omitted": self.omitted,
+            "omitted_bytes": self.omitted_bytes,
+            "tracking": self.tracking,
+        }
+
+
+def segment_map(
+    snapshot: AllocatorSnapshot,
+    device: int,
+    resolver: SiteResolver | None = None,
+    max_segments: int | None = None,
+) -> SegmentMap:
+    segs = snapshot.device_segments(device)
+    space = free_space(segs)
+    ordered = sorted(segs, key=lambda s: (-s.get("total_size", 0), s.get("address", 0)))
+    shown = ordered if max_segments is None else ordered[:max_segments]
+    rest = ordered[len(shown) :]
+    return SegmentMap(
+        device=device,
+        space=space,
+        segments=tuple(_view(s, resolver) for s in shown),
+        omitted=len(rest),
+        omitted_bytes=sum(s.get("total_size", 0) for s in rest),
+        tracking=snapshot.tracking,
+    )
+
+
+def _view(seg: Segment, resolver: SiteResolver | None) -> SegmentView:
+    base = seg.get("address", 0)
+    blocks = sorted(seg.get("blocks", ()), key=lambda b: b["address"])
+    live = any(b["state"] != "inactive" for b in blocks)
+    views: list[BlockView] = []
+    for b in blocks:
+        state = b["state"]
+        if state == ACTIVE:
+            kind: BlockKind = "allocated"
+        elif state == "inactive":
+            kind = "piece" if live or seg.get("is_expandable", False) else "cached"
+        else:  # active_pending_free / active_awaiting_free
+            kind = "pending"
+        site = ""
+        if resolver is not None and kind == "allocated" and b.get("frames"):
+            s = resolver.site(b["frames"])
+            site = s.label + (f" `{s.text}`" if s.text else "")
+        views.append(BlockView(b["address"] - base, b["size"], b.get("requested_size", 0),
+                               kind, site))  # fmt: skip
+    return SegmentView(
+        address=base,
+        size=seg.get("total_size", 0),
+        pool=seg.get("segment_type", "large"),
+        stream=int(seg.get("stream", 0) or 0),
+        expandable=bool(seg.get("is_expandable", False)),
+        blocks=tuple(views),
+    )
+
+
+def pieces_of(segments: Sequence[SegmentView]) -> list[BlockView]:
+    return [b for s in segments for b in s.free_pieces]

@@ -1,0 +1,161 @@
+"""``%gpumem segments``: the allocator's segments and their blocks, to scale within each
+segment, as self-contained SVG (no script, no CDN; JupyterLab's theme colours with plain
+fallbacks) and as text."""
+
+from __future__ import annotations
+
+from html import escape
+
+from ..analysis.segments import BlockView, SegmentMap, SegmentView
+from ..units import format_bytes as fb
+
+COLORS = {
+    "allocated": "var(--jp-brand-color1,#1976d2)",
+    "pending": "var(--jp-brand-color3,#90caf9)",
+    "piece": "var(--jp-warn-color1,#f57c00)",
+    "cached": "var(--jp-layout-color3,#bdbdbd)",
+}
+WORDS = {
+    "allocated": "allocated",
+    "pending": "freed, waiting for another stream",
+    "piece": "free piece (empty_cache can't return it)",
+    "cached": "cached free (empty_cache returns it)",
+}
+LEGEND = {
+    "allocated": "allocated",
+    "pending": "freed, pending",
+    "piece": "free piece: fragmentation",
+    "cached": "cached free: releasable",
+}
+
+WIDTH = 720  # viewBox units
+LABEL = 150  # left column with the segment's size
+BAR = WIDTH - LABEL - 8
+ROW = 14
+SMALL_PER_ROW = 6  # 2 MiB small-pool segments are drawn side by side
+
+
+def summary_lines(m: SegmentMap) -> list[str]:
+    sp = m.space
+    lines = [
+        f"cuda:{m.device}: {sp.segments} segment(s) hold {fb(sp.reserved)}: allocated "
+        f"{fb(sp.allocated)}, cached free {fb(sp.cached_free)}"
+    ]
+    if sp.segments:
+        lines.append(
+            f"free pieces in segments with live blocks: {sp.pieces} ({fb(sp.pieces_bytes)}), "
+            f"largest free block {fb(sp.largest_free_block)}; fragmentation "
+            f"{100 * sp.fragmentation:.0f} % of the cached free memory"
+        )
+        lines.append(f"empty-cache would return {fb(sp.releasable)} (whole free segments)")
+    if m.omitted:
+        lines.append(f"{m.omitted} smaller segment(s) not drawn ({fb(m.omitted_bytes)})")
+    return lines
+
+
+def _segment_line(s: SegmentView) -> str:
+    pieces = s.free_pieces
+    kind = ("expandable " if s.expandable else "") + s.pool
+    text = f"{kind} {fb(s.size)} @{s.address:#x}: live {fb(s.live)}"
+    if pieces:
+        text += (f", {len(pieces)} free piece(s) {fb(sum(p.size for p in pieces))} "
+                 f"(largest {fb(max(p.size for p in pieces))})")  # fmt: skip
+    elif all(b.kind == "cached" for b in s.blocks):
+        text += ", all free (releasable)"
+    return text
+
+
+def segments_text(maps: list[SegmentMap], rows: int = 30) -> str:
+    out: list[str] = []
+    for m in maps:
+        out += summary_lines(m)
+        if m.segments:
+            out.append("  segments, largest first:")
+            out += [f"    {_segment_line(s)}" for s in m.segments[:rows]]
+            if len(m.segments) > rows:
+                out.append(f"    ... {len(m.segments) - rows} more (the picture shows all)")
+    return "\n".join(out) if out else "no device holds segments"
+
+
+def _title(b: BlockView, s: SegmentView) -> str:
+    parts = [f"{WORDS[b.kind]}: {fb(b.size)}"]
+    if b.kind == "allocated" and b.requested and b.requested != b.size:
+        parts.append(f"asked {fb(b.requested)}")
+    parts.append(f"stream {s.stream}")
+    if b.site:
+        parts.append(b.site)
+    return ", ".join(parts)
+
+
+def _bar(s: SegmentView, x: float, y: float, width: float, height: float) -> list[str]:
+    dash = ' stroke-dasharray="2 1"' if s.expandable else ""
+    out = [
+        f'<rect x="{x:.2f}" y="{y}" width="{width:.2f}" height="{height}" '
+        f'fill="var(--jp-layout-color1,#fff)" stroke="var(--jp-border-color1,#999)" '
+        f'stroke-width="0.5"{dash}><title>{escape(_segment_line(s))}</title></rect>'
+    ]
+    scale = width / s.size if s.size else 0.0
+    for b in s.blocks:
+        w = max(0.4, b.size * scale)
+        out.append(
+            f'<rect x="{x + b.offset * scale:.2f}" y="{y + 1}" width="{w:.2f}" '
+            f'height="{height - 2}" fill="{COLORS[b.kind]}" '
+            f'stroke="var(--jp-layout-color1,#fff)" stroke-width="0.3">'
+            f"<title>{escape(_title(b, s))}</title></rect>"
+        )
+    return out
+
+
+def segments_svg(m: SegmentMap) -> str:
+    large = [s for s in m.segments if s.pool != "small"]
+    small = [s for s in m.segments if s.pool == "small"]
+    parts: list[str] = []
+    y = 0
+    text_style = 'font-size="10" fill="var(--jp-ui-font-color1,#333)"'
+    for s in large:
+        label = ("exp. " if s.expandable else "") + fb(s.size)
+        parts.append(f'<text x="0" y="{y + ROW - 4}" {text_style}>{escape(label)}</text>')
+        parts += _bar(s, LABEL, y, BAR, ROW - 2)
+        y += ROW
+    if small:
+        parts.append(
+            f'<text x="0" y="{y + ROW - 4}" {text_style}>{len(small)} small (2 MiB)</text>'
+        )
+        tile = (BAR - (SMALL_PER_ROW - 1) * 4) / SMALL_PER_ROW
+        for i, s in enumerate(small):
+            col, row = i % SMALL_PER_ROW, i // SMALL_PER_ROW
+            parts += _bar(s, LABEL + col * (tile + 4), y + row * ROW, tile, ROW - 2)
+        y += ROW * (-(-len(small) // SMALL_PER_ROW))
+    height = max(y, ROW)
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" '
+        f'width="100%" style="max-width:{WIDTH * 1.4:.0f}px" role="img" '
+        f'aria-label="{escape(summary_lines(m)[0])}">' + "".join(parts) + "</svg>"
+    )
+
+
+def _legend() -> str:
+    items = "".join(
+        f'<span style="margin-right:12px"><span style="display:inline-block;width:10px;'
+        f'height:10px;background:{COLORS[k]};margin-right:4px;vertical-align:middle">'
+        f"</span>{escape(v)}</span>"
+        for k, v in LEGEND.items()
+    )
+    return f'<div style="margin:4px 0">{items}</div>'
+
+
+def segments_html(maps: list[SegmentMap]) -> str:
+    out = ['<div class="jp-GpuMem-segments" style="font-family:var(--jp-ui-font-family,'
+           'sans-serif);font-size:var(--jp-ui-font-size1,13px);color:var(--jp-ui-font-color1,'
+           'inherit)">']  # fmt: skip
+    for m in maps:
+        lines = summary_lines(m)
+        out.append(f"<div><b>{escape(lines[0])}</b></div>")
+        out += [f"<div>{escape(line)}</div>" for line in lines[1:]]
+        if m.segments:
+            out.append(_legend())
+            out.append(segments_svg(m))
+    if not maps:
+        out.append("<div>no device holds segments</div>")
+    out.append("</div>")
+    return "".join(out)
