@@ -152,3 +152,32 @@ def test_segment_map_of_a_planted_fragmentation():
     data = m.to_dict()
     assert data["summary"]["pieces_bytes"] == m.space.pieces_bytes
     assert len(data["segments"][0]["blocks"]) == 16
+
+
+def test_trace_timeline_peak_and_lines_of_a_recorded_cell():
+    from jupyter_gpumem.analysis.timeline import build_timeline
+    from jupyter_gpumem.reporters.timeline import timeline_html, timeline_text
+
+    rec = DATA["trace"]
+    truth = rec["truth"]
+    cells = RecordedCells(rec)
+    resolver = SiteResolver(cells, rec["library_dirs"])
+    files = cells.files_of(truth["execution_count"])
+    t = build_timeline(rec["device_traces"][0], 0, truth["start"], resolver, files, 2000)
+    assert t.complete and t.base == truth["start"]
+    assert t.peak_above_start == truth["peak_above_start"]
+    alive = t.alive_at_peak()
+    assert [(a.size, a.cell_line) for a in alive] == [
+        (256 * MiB, truth["transient_line"]),
+        (64 * MiB, truth["kept_line"]),
+    ]
+    assert [(a.size, a.cell_line) for a in t.kept()] == [(truth["kept"], truth["kept_line"])]
+    text = timeline_text(t)
+    assert f"peak {t.peak / MiB:.2f} MiB (+320.00 MiB above the start)" in text
+    assert "line 2 `tmp = torch.empty(256 << 20" in text
+    html = timeline_html(t)
+    assert html.count("<polygon") == 1 + 2  # "other", then one band per allocation
+    assert "`tmp = torch.empty(256 &lt;&lt; 20" in html  # escaped
+    incomplete = build_timeline(rec["device_traces"][0], 0, truth["start"], resolver, files, 6)
+    assert not incomplete.complete
+    assert "earlier events of this cell are lost" in timeline_text(incomplete)

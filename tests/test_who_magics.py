@@ -102,3 +102,27 @@ def test_help_names_the_new_commands(ip):
     for text in ("%gpumem who", "--by variable|line|cell", "%gpumem track on|off",
                  "%gpumem release-traceback"):  # fmt: skip
         assert text in doc
+
+
+def test_segments_with_a_cpu_only_torch_says_so(ip):
+    res, _, cap = run(ip, "%gpumem segments")
+    assert res.success and "CPU-only build" in cap.stdout
+
+
+def test_history_plot_draws_each_measured_cell(ip):
+    from jupyter_gpumem._ipython import current
+    from tests.fakes import ScriptedBackend, scenario
+
+    before, after, _ = scenario("transient_spike")
+    current().collector.backend = ScriptedBackend(before, after)
+    counts = [ip.run_cell(f"%%gpumem -q\nv = {i}", store_history=True).execution_count
+              for i in range(3)]  # fmt: skip
+    _, _, cap = run(ip, "%gpumem history --plot")
+    html = next(o.data["text/html"] for o in cap.outputs)
+    text = next(o.data["text/plain"] for o in cap.outputs)
+    assert html.count("<circle") == 3 and html.count("<polyline") == 2
+    for n in counts:
+        assert f">[{n}]</text>" in html
+    assert "<script" not in html and "v = 2" in text  # the table stays the text twin
+    res, _, _ = run(ip, "%gpumem history --plot -d 3")
+    assert res.success

@@ -18,12 +18,14 @@ from ..analysis.cell_sites import cell_attribution, live_blocks_by_device
 from ..analysis.postmortem import explain_oom
 from ..analysis.segments import SegmentMap, segment_map
 from ..analysis.sites import SiteResolver
+from ..analysis.timeline import build_timeline
 from ..analysis.who import DeviceHoldings, holdings
 from ..collectors._namespace import Limits, NamespaceWalker, Root, TorchTensors
-from ..collectors._snapshot import Recording, cuda_ready, read_snapshot
+from ..collectors._snapshot import Recording, Trace, cuda_ready, read_snapshot
 from ..model import (
     AllocatorSnapshot,
     CellReport,
+    CellTrace,
     PostMortem,
     TracebackHolding,
     TracebackHoldings,
@@ -262,6 +264,51 @@ class Attributor:
     def _allocated(self) -> dict[int, int]:
         m = self.collector.measure(with_process=False, full=False)
         return {d.index: d.allocator.allocated for d in m.devices if d.allocator is not None}
+
+    # -- %%gpumem --trace -------------------------------------------------------------------
+    def start_trace(self, entries: int) -> Trace | str:
+        """Start recording the allocator's full history; a sentence when it can't."""
+        t = _torch()
+        if t is None:
+            return "torch was not imported when the cell began: nothing was traced"
+        why = self.recording.supported(t)
+        if why is not None:
+            return why
+        trace = Trace(self.recording, entries)
+        trace.start(t)
+        return trace
+
+    def finish_trace(
+        self, trace: Trace | str | None, report: CellReport, save: str | None
+    ) -> CellReport:
+        if not isinstance(trace, Trace):
+            return replace(report, trace=CellTrace((), note=trace or "the trace did not start"))
+        t = _torch()
+        start = time.perf_counter()
+        raw = trace.stop(t)
+        snapshot_ms = (time.perf_counter() - start) * 1000
+        if raw is None:
+            return replace(report, trace=CellTrace((), note="CUDA never started in this cell"))
+        count = report.execution_count
+        files = self.cells.files_of(count) if count is not None else frozenset()
+        timelines = []
+        for device, entries in enumerate(raw.get("device_traces", [])):
+            if not any(e.get("action") == "alloc" for e in entries):
+                continue
+            before = report.before.device(device)
+            base = before.allocator.allocated if before and before.allocator else 0
+            timelines.append(build_timeline(entries, device, base, self.resolver, files,
+                                            trace.entries, snapshot_ms))  # fmt: skip
+        saved, size = None, 0
+        if save is not None:
+            import pickle
+
+            with open(save, "xb") as f:  # never overwrites (checked before the cell too)
+                pickle.dump(raw, f)
+                size = f.tell()
+            saved = save
+        note = "" if timelines else "the cell allocated nothing on a GPU"
+        return replace(report, trace=CellTrace(tuple(timelines), saved, size, note))
 
     # -- after each measured cell -----------------------------------------------------------
     def enrich(

@@ -45,7 +45,21 @@ def _cell_parser() -> MagicArgumentParser:
         help="leave PyTorch's global peak counters untouched (peak is then exact only "
         "when the cell sets a new process-wide peak)",
     )
+    p.add_argument("--trace", action="store_true",
+                   help="record every allocation of this cell and draw its timeline")  # fmt: skip
+    p.add_argument("--entries", type=_entries, default=20_000,
+                   help="trace entries kept per device (100..10000000, default 20000)")  # fmt: skip
+    p.add_argument("--save", metavar="PATH",
+                   help="write the trace as a snapshot file PyTorch's memory_viz opens "
+                   "(implies --trace; never overwrites)")  # fmt: skip
     return p
+
+
+def _entries(text: str) -> int:
+    v = _nonneg_int(text)
+    if not 100 <= v <= 10_000_000:
+        raise UsageError(f"--entries must be between 100 and 10000000, got {v}")
+    return v
 
 
 def _line_parser() -> MagicArgumentParser:
@@ -58,6 +72,8 @@ def _line_parser() -> MagicArgumentParser:
     h.add_argument("-n", type=_nonneg_int, help="only the last N cells")
     h.add_argument("--csv", metavar="PATH", help="write the rows to a new CSV file")
     h.add_argument("--clear", action="store_true", help="forget all rows")
+    h.add_argument("--plot", action="store_true", help="draw allocated/reserved/peak per cell")
+    h.add_argument("-d", "--device", dest="sub_device", type=_nonneg_int)
     sub.add_parser("empty-cache", help="gc.collect(), empty_cache(), show bytes released")
     c = sub.add_parser("caching", help="on|off: switch PyTorch's caching allocator")
     c.add_argument("state", choices=["on", "off"])
@@ -87,7 +103,7 @@ _DOC = """Measure GPU memory: what a cell did to PyTorch's allocator and the dev
 
 Cell magic::
 
-  %%gpumem [-d N] [-q] [-o VAR] [--keep-peak]
+  %%gpumem [-d N] [-q] [-o VAR] [--keep-peak] [--trace [--entries N] [--save PATH]]
   <cell>
 
 Runs the cell as a normal cell (Out, tracebacks and line numbers unchanged), then shows
@@ -100,6 +116,11 @@ non-releasable fragmentation, host RSS and wall time, plus hints.
   -q, --quiet        record in the history, show nothing
   -o VAR             store the CellReport object in VAR
   --keep-peak        don't reset PyTorch's peak counters
+  --trace            record every allocation of this cell (the allocator's full history,
+                     this cell only) and draw them over time: stacked allocations, the
+                     peak, what was alive at the peak and which line made it
+  --entries N        trace entries kept per device (default 20000; a ring buffer)
+  --save PATH        also write the trace as a snapshot that PyTorch's memory_viz opens
 
 Peaks: PyTorch keeps ONE peak counter per device for the whole process. By default
 %%gpumem (and auto mode) reset it before the cell, so afterwards your own
@@ -111,9 +132,11 @@ Line commands::
 
   %gpumem [-d N]                 now: a table per device
   %gpumem auto on|off            a one-line report after every cell
-  %gpumem history [-n N] [--csv PATH] [--clear]
+  %gpumem history [-n N] [--csv PATH] [--clear] [--plot [-d N]]
                                  one row per measured cell (also
-                                 jupyter_gpumem.history() -> pandas DataFrame)
+                                 jupyter_gpumem.history() -> pandas DataFrame);
+                                 --plot draws allocated, reserved and the peak
+                                 after each cell [-d N: that device]
   %gpumem empty-cache            gc.collect() + torch.cuda.empty_cache(); bytes released
   %gpumem caching off|on         switch the caching allocator (torch >= 2.6)
   %gpumem limit 24GiB|0.3|off [-d N]
@@ -164,11 +187,21 @@ class GpuMemMagics(Magics):
     def parse_cell_line(self, line: str) -> CellOptions:
         args = CELL_PARSER.parse_argstring(line)
         self._check_device(args.device)
+        save = None
+        if args.save:
+            save = os.path.abspath(os.path.expanduser(args.save))
+            if os.path.exists(save):
+                raise UsageError(f"--save: {save} exists: choose a new file name")
+            if not os.path.isdir(os.path.dirname(save)):
+                raise UsageError(f"--save: no folder {os.path.dirname(save)}")
         return CellOptions(
             device=args.device,
             quiet=args.quiet,
             output=_identifier(args.output) if args.output else None,
             keep_peak=args.keep_peak,
+            trace=args.trace or save is not None,
+            entries=args.entries,
+            save=save,
         )
 
     # -- the magic -------------------------------------------------------------------
@@ -194,6 +227,8 @@ class GpuMemMagics(Magics):
         s = self.session
         s.tracker.cancel()
         s.tracker.begin(keep_peak=opts.keep_peak or s.config.keep_peak, with_process=True)
+        if opts.trace:
+            s._trace = s.attributor.start_trace(opts.entries)
         s.nested = True
         try:
             result = self.shell.run_cell(cell, store_history=False)
@@ -240,6 +275,7 @@ class GpuMemMagics(Magics):
         if not rows:
             print("gpumem: no measured cells yet (use %%gpumem or %gpumem auto on)")
             return
+        device = args.sub_device if args.sub_device is not None else args.device
         header = ("cell", "first line", "device", "alloc Δ", "reserved Δ", "peak", "above start",
                   "time")  # fmt: skip
         body = []
@@ -257,8 +293,15 @@ class GpuMemMagics(Magics):
                         f"{r.wall_time:.3f} s",
                     )
                 )
-        display({"text/plain": table_text(header, body), "text/html": table_html(header, body)},
-                raw=True)  # fmt: skip
+        text, html = table_text(header, body), table_html(header, body)
+        if args.plot:
+            from ..reporters.history_plot import history_html
+
+            if device is None:
+                devices = [d.device for r in rows for d in r.devices]
+                device = devices[0] if devices else 0
+            html = history_html(rows, device)
+        display({"text/plain": text, "text/html": html}, raw=True)
 
     def _cmd_empty_cache(self, args: Any) -> None:
         r = actions.empty_cache(self.session.collector)

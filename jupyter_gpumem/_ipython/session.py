@@ -60,6 +60,9 @@ class CellOptions:
     output: str | None = None
     keep_peak: bool = False
     compact: bool = False  # auto mode
+    trace: bool = False  # record the allocator's full history for this cell
+    entries: int = 20_000  # trace entries kept per device (a ring buffer)
+    save: str | None = None  # write the trace as a memory_viz snapshot file
 
 
 class Session:
@@ -73,6 +76,7 @@ class Session:
         self.history = History(self.config.history_size)
         self.auto = self.config.auto
         self._pending: CellOptions | None = None
+        self._trace: Any = None  # a running %%gpumem --trace
         self.nested = False  # a cell run by the %%gpumem magic itself (fallback path)
         self.busy = False  # a cell is running (heartbeats tell the panel)
         self.parse_cell_line: Callable[[str], CellOptions] | None = None
@@ -139,6 +143,8 @@ class Session:
                     keep_peak=opts.keep_peak or self.config.keep_peak,
                     with_process=_shown(opts),
                 )
+                if opts.trace:
+                    self._trace = self.attributor.start_trace(opts.entries)
         except Exception as e:  # never break the user's cell
             self._pending = None
             self.tracker.cancel()
@@ -178,6 +184,12 @@ class Session:
             )
         except Exception as e:  # attribution must never cost the user the report
             warn(f"could not attribute the cell's memory: {e!r}")
+        if opts.trace:
+            trace, self._trace = self._trace, None
+            try:
+                report = self.attributor.finish_trace(trace, report, opts.save)
+            except Exception as e:
+                warn(f"could not read the cell's trace: {e!r}")
         self.history.add(report)
         self.last_report = report
         if opts.output:
@@ -242,10 +254,10 @@ def show_report(report: CellReport, compact: bool = False) -> None:
         from ..reporters._rows import cell_sections
 
         sections = cell_sections(report)  # laid out twice, built once
-        display(
-            {
-                "text/plain": cell_report_text(report, sections),
-                "text/html": cell_report_html(report, sections),
-            },
-            raw=True,
-        )
+        text, html = cell_report_text(report, sections), cell_report_html(report, sections)
+        if report.trace is not None:
+            from ..reporters.timeline import trace_html, trace_text
+
+            text += "\n" + trace_text(report.trace)
+            html += trace_html(report.trace)
+        display({"text/plain": text, "text/html": html}, raw=True)

@@ -169,3 +169,51 @@ class Recording:
             for b in s.get("blocks", ())
             if b["state"] == "active_allocated"
         )
+
+
+class Trace:
+    """The allocator's full history for one cell (``%%gpumem --trace``), then recording goes
+    back to how it was: our "state" tracking, or off. A recording the user started
+    themselves is left alone; the cell's entries are then taken from it by time."""
+
+    def __init__(self, recording: Recording, entries: int) -> None:
+        self.recording = recording
+        self.entries = entries
+        self.start_us = 0.0
+        self.foreign = False
+        self.started = False
+
+    def start(self, t: Any) -> None:
+        self.start_us = time.time() * 1e6
+        self.foreign = bool(history_enabled(t)) and not self.recording.ours
+        if not self.foreign:
+            t.cuda.memory._record_memory_history(
+                enabled="all", context="all", stacks="python", max_entries=self.entries,
+                clear_history=True,
+            )  # fmt: skip
+        self.started = True
+
+    def stop(self, t: Any) -> dict[str, Any] | None:
+        """The raw snapshot with this cell's trace entries (``_snapshot()``'s dict, as
+        memory_viz reads it), or None when CUDA never started. Restores the recording."""
+        if not self.started:
+            return None
+        self.started = False
+        raw: dict[str, Any] | None = None
+        try:
+            if cuda_ready(t):
+                raw = dict(t.cuda.memory._snapshot())
+        finally:
+            if not self.foreign:
+                if self.recording.ours:
+                    t.cuda.memory._record_memory_history(
+                        enabled="state", context="state", stacks="python"
+                    )
+                else:
+                    t.cuda.memory._record_memory_history(enabled=None)
+        if raw is not None and self.foreign:
+            raw["device_traces"] = [
+                [e for e in trace if e.get("time_us", 0) >= self.start_us]
+                for trace in raw.get("device_traces", [])
+            ]
+        return raw
