@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 _BINARY = (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 _DECIMAL = (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3))
@@ -19,6 +20,7 @@ _UNITS: dict[str, int] = {
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*$")
 
 
+@lru_cache(maxsize=8192)  # views format the same block sizes thousands of times
 def format_bytes(n: int | None, units: str = "binary") -> str:
     """``1536 -> '1.50 KiB'``; ``None -> 'n/a'``. Negative sizes keep their sign."""
     if n is None:

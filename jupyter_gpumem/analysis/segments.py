@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from ..model import ACTIVE, AllocatorSnapshot, Segment
 from .fragmentation import FreeSpace, free_space
@@ -20,8 +20,9 @@ from .sites import SiteResolver
 BlockKind = Literal["allocated", "pending", "piece", "cached"]
 
 
-@dataclass(frozen=True, slots=True)
-class BlockView:
+class BlockView(NamedTuple):
+    """One block (a named tuple: a map has tens of thousands)."""
+
     offset: int  # from the segment's start
     size: int
     requested: int
@@ -110,17 +111,18 @@ def segment_map(
     ordered = sorted(segs, key=lambda s: (-s.get("total_size", 0), s.get("address", 0)))
     shown = ordered if max_segments is None else ordered[:max_segments]
     rest = ordered[len(shown) :]
+    labels: dict[int, str] = {}
     return SegmentMap(
         device=device,
         space=space,
-        segments=tuple(_view(s, resolver) for s in shown),
+        segments=tuple(_view(s, resolver, labels) for s in shown),
         omitted=len(rest),
         omitted_bytes=sum(s.get("total_size", 0) for s in rest),
         tracking=snapshot.tracking,
     )
 
 
-def _view(seg: Segment, resolver: SiteResolver | None) -> SegmentView:
+def _view(seg: Segment, resolver: SiteResolver | None, labels: dict[int, str]) -> SegmentView:
     base = seg.get("address", 0)
     blocks = sorted(seg.get("blocks", ()), key=lambda b: b["address"])
     live = any(b["state"] != "inactive" for b in blocks)
@@ -135,8 +137,10 @@ def _view(seg: Segment, resolver: SiteResolver | None) -> SegmentView:
             kind = "pending"
         site = ""
         if resolver is not None and kind == "allocated" and b.get("frames"):
-            s = resolver.site(b["frames"])
-            site = s.label + (f" `{s.text}`" if s.text else "")
+            s = resolver.site(b["frames"])  # shared Site objects: label each once
+            site = labels.get(id(s), "")
+            if not site:
+                site = labels[id(s)] = s.label + (f" `{s.text}`" if s.text else "")
         views.append(BlockView(b["address"] - base, b["size"], b.get("requested_size", 0),
                                kind, site))  # fmt: skip
     return SegmentView(

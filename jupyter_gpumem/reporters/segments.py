@@ -4,6 +4,7 @@ fallbacks) and as text."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from html import escape
 
 from ..analysis.segments import BlockView, SegmentMap, SegmentView
@@ -87,46 +88,81 @@ def _title(b: BlockView, s: SegmentView) -> str:
     return ", ".join(parts)
 
 
-def _bar(s: SegmentView, x: float, y: float, width: float, height: float) -> list[str]:
-    dash = ' stroke-dasharray="2 1"' if s.expandable else ""
-    out = [
-        f'<rect x="{x:.2f}" y="{y}" width="{width:.2f}" height="{height}" '
-        f'fill="var(--jp-layout-color1,#fff)" stroke="var(--jp-border-color1,#999)" '
-        f'stroke-width="0.5"{dash}><title>{escape(_segment_line(s))}</title></rect>'
-    ]
-    scale = width / s.size if s.size else 0.0
-    for b in s.blocks:
-        w = max(0.4, b.size * scale)
-        out.append(
-            f'<rect x="{x + b.offset * scale:.2f}" y="{y + 1}" width="{w:.2f}" '
-            f'height="{height - 2}" fill="{COLORS[b.kind]}" '
-            f'stroke="var(--jp-layout-color1,#fff)" stroke-width="0.3">'
-            f"<title>{escape(_title(b, s))}</title></rect>"
-        )
+def _runs(s: SegmentView, scale: float) -> list[tuple[int, int, str, str]]:
+    """(offset, size, kind, title) to draw: a block, or a run of adjacent blocks of one kind
+    each narrower than a unit of the drawing (merged: thousands of slivers say nothing)."""
+    out: list[tuple[int, int, str, str]] = []
+    blocks = s.blocks
+    i, n = 0, len(blocks)
+    while i < n:
+        b = blocks[i]
+        if b.size * scale >= 1.0:
+            out.append((b.offset, b.size, b.kind, _title(b, s)))
+            i += 1
+            continue
+        j, size = i, 0
+        while j < n and blocks[j].kind == b.kind and blocks[j].size * scale < 1.0:
+            size += blocks[j].size
+            j += 1
+        if j - i == 1:
+            out.append((b.offset, b.size, b.kind, _title(b, s)))
+        else:
+            out.append((b.offset, size, b.kind, f"{j - i} {WORDS[b.kind]} blocks: {fb(size)}"))
+        i = j
     return out
+
+
+def _bar(
+    s: SegmentView, x: float, y: float, width: float, height: float,
+    frames: list[str], kinds: dict[str, list[str]],
+) -> None:  # fmt: skip
+    dash = ' stroke-dasharray="2 1"' if s.expandable else ""
+    frames.append(
+        f'<rect x="{x:.1f}" y="{y}" width="{width:.1f}" height="{height}"{dash}>'
+        f"<title>{escape(_segment_line(s))}</title></rect>"
+    )
+    scale = width / s.size if s.size else 0.0
+    for offset, size, kind, title in _runs(s, scale):
+        kinds[kind].append(
+            f'<rect x="{x + offset * scale:.1f}" y="{y + 1}" width="{max(0.4, size * scale):.1f}" '
+            f'height="{height - 2}"><title>{_escaped(title)}</title></rect>'
+        )
+
+
+@lru_cache(maxsize=4096)  # blocks of one line and size share their title
+def _escaped(text: str) -> str:
+    return escape(text)
 
 
 def segments_svg(m: SegmentMap) -> str:
     large = [s for s in m.segments if s.pool != "small"]
     small = [s for s in m.segments if s.pool == "small"]
-    parts: list[str] = []
+    labels: list[str] = []
+    frames: list[str] = []  # one outline per segment
+    kinds: dict[str, list[str]] = {k: [] for k in COLORS}  # blocks, grouped by colour
     y = 0
-    text_style = 'font-size="10" fill="var(--jp-ui-font-color1,#333)"'
     for s in large:
         label = ("exp. " if s.expandable else "") + fb(s.size)
-        parts.append(f'<text x="0" y="{y + ROW - 4}" {text_style}>{escape(label)}</text>')
-        parts += _bar(s, LABEL, y, BAR, ROW - 2)
+        labels.append(f'<text x="0" y="{y + ROW - 4}">{escape(label)}</text>')
+        _bar(s, LABEL, y, BAR, ROW - 2, frames, kinds)
         y += ROW
     if small:
-        parts.append(
-            f'<text x="0" y="{y + ROW - 4}" {text_style}>{len(small)} small (2 MiB)</text>'
-        )
+        labels.append(f'<text x="0" y="{y + ROW - 4}">{len(small)} small (2 MiB)</text>')
         tile = (BAR - (SMALL_PER_ROW - 1) * 4) / SMALL_PER_ROW
         for i, s in enumerate(small):
             col, row = i % SMALL_PER_ROW, i // SMALL_PER_ROW
-            parts += _bar(s, LABEL + col * (tile + 4), y + row * ROW, tile, ROW - 2)
+            _bar(s, LABEL + col * (tile + 4), y + row * ROW, tile, ROW - 2, frames, kinds)
         y += ROW * (-(-len(small) // SMALL_PER_ROW))
     height = max(y, ROW)
+    parts = [
+        '<g font-size="10" fill="var(--jp-ui-font-color1,#333)">', *labels, "</g>",
+        '<g fill="var(--jp-layout-color1,#fff)" stroke="var(--jp-border-color1,#999)" '
+        'stroke-width="0.5">', *frames, "</g>",
+    ]  # fmt: skip
+    for kind, rects in kinds.items():
+        if rects:
+            parts += [f'<g fill="{COLORS[kind]}" stroke="var(--jp-layout-color1,#fff)" '
+                      f'stroke-width="0.3">', *rects, "</g>"]  # fmt: skip
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" '
         f'width="100%" style="max-width:{WIDTH * 1.4:.0f}px" role="img" '
