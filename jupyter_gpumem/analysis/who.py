@@ -238,7 +238,7 @@ def _top(rows: list[WhoRow], n: int | None, what: str) -> list[WhoRow]:
         return rows
     rest = rows[n:]
     more = WhoRow(
-        f"{len(rest)} more {what}",
+        f"{len(rest)} more {what if len(rest) > 1 else what.rstrip('s')}",
         "",
         sum(r.bytes for r in rest),
         sum(r.blocks for r in rest),

@@ -15,12 +15,20 @@ _DETAIL = {"variable": "how", "line": "code", "cell": "first line"}
 _EXAMPLE = {"variable": "e.g.", "line": "held by", "cell": "held by"}
 
 
-def who_table(r: WhoReport) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+def who_table(
+    r: WhoReport, clip: int | None = None
+) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """``clip``: longest detail/example text (the text view: a table must stay readable)."""
     header: tuple[str, ...] = (_FIRST[r.by], "bytes", "blocks", _DETAIL[r.by], _EXAMPLE[r.by])
     rows: list[tuple[str, ...]] = [
-        (w.key, fb(w.bytes), str(w.blocks), w.detail, w.example) for w in r.rows
+        (w.key, fb(w.bytes), str(w.blocks), _clip(w.detail, clip), _clip(w.example, clip))
+        for w in r.rows
     ]
     return header, rows
+
+
+def _clip(text: str, n: int | None) -> str:
+    return text if n is None or len(text) <= n else text[: n - 1] + "…"
 
 
 def who_title(r: WhoReport) -> str:
@@ -45,7 +53,7 @@ def who_notes(r: WhoReport) -> list[str]:
 def who_text(reports: Sequence[WhoReport]) -> str:
     out = []
     for r in reports:
-        header, rows = who_table(r)
+        header, rows = who_table(r, clip=80)
         out.append(who_title(r))
         out.append(table_text(header, rows))
         out += [f"  {n}" for n in who_notes(r)]
