@@ -66,7 +66,7 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
 
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
-    from ._server import load
+    from .server import load
 
     load(serverapp)
 

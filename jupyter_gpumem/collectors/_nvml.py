@@ -9,6 +9,7 @@ NVML never creates a CUDA context, so reading it changes nothing in the user's p
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -95,16 +96,21 @@ class Nvml:
             return self._nvml is not None
         self._started = True
         try:
-            import pynvml  # from nvidia-ml-py
+            fake = os.environ.get("JUPYTER_GPUMEM_FAKE_NVML")  # test-only: _fake_nvml.py
+            if fake:
+                from ._fake_nvml import FakeNvml
 
-            pynvml.nvmlInit()
+                nvml: Any = FakeNvml(fake)
+            else:
+                nvml = importlib.import_module("pynvml")  # from nvidia-ml-py
+            nvml.nvmlInit()
         except ImportError:
             self.error = "NVML unavailable: the nvidia-ml-py package is not installed"
             return False
         except Exception as e:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
             self.error = f"NVML unavailable: {e}"
             return False
-        self._nvml = pynvml
+        self._nvml = nvml
         return True
 
     @property
@@ -177,6 +183,39 @@ class Nvml:
         except Exception as e:
             self.error = f"NVML: {e}"
         return None
+
+    def identity(self, nvml_index: int) -> tuple[str, str] | None:
+        """(name, UUID) of a device, or None."""
+        if not self._start():
+            return None
+        try:
+            h = self._handle(nvml_index)
+            raw = self._nvml.nvmlDeviceGetName(h)
+            name = raw.decode() if isinstance(raw, bytes) else str(raw)
+            return name, self._uuid(nvml_index)
+        except Exception as e:
+            self.error = f"NVML: {e}"
+            return None
+
+    def process_name(self, pid: int) -> str | None:
+        """The name NVML (the driver) knows a process by, or None."""
+        if not self._start():
+            return None
+        try:
+            raw = self._nvml.nvmlSystemGetProcessName(pid)
+        except Exception:
+            return None
+        name = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+        return name or None
+
+    def driver(self) -> str | None:
+        if not self._start():
+            return None
+        try:
+            raw = self._nvml.nvmlSystemGetDriverVersion()
+        except Exception:
+            return None
+        return raw.decode() if isinstance(raw, bytes) else str(raw)
 
     def processes(self, nvml_index: int) -> list[tuple[int, int]]:
         """(pid, bytes) of every compute process NVML lists on one device; empty when NVML

@@ -1,4 +1,7 @@
-"""jupyter_server extension: keep the panel's control requests from looking like activity.
+"""jupyter_server extension: which notebook holds each GPU (``GET /api/gpumem/devices``),
+GPU memory per device and per kernel on ``/metrics``, and the panel's control requests kept
+from looking like activity.
+
 
 Each ``gpumem_request`` makes ipykernel publish busy/idle statuses. jupyter_server would
 count them as user activity (defeating idle culling), and JupyterLab would show the notebook
@@ -11,12 +14,35 @@ from __future__ import annotations
 
 from typing import Any
 
-from .protocol import REPLY, REQUEST
+from ..protocol import REPLY, REQUEST
 
 OURS = (REQUEST, REPLY)
 
 
 def load(serverapp: Any) -> None:
+    _untrack(serverapp)
+    _serve_gpus(serverapp)
+
+
+def _serve_gpus(serverapp: Any) -> None:
+    from jupyter_server.utils import url_path_join
+
+    from .cache import GpuCache
+    from .handlers import DevicesHandler
+    from .metrics import GpuMetrics, register
+
+    web_app = serverapp.web_app
+    cache = GpuCache(ttl=1.0)
+    web_app.settings["gpumem_cache"] = cache
+    base = web_app.settings.get("base_url", "/")
+    web_app.add_handlers(".*$", [(url_path_join(base, "api/gpumem/devices"), DevicesHandler)])
+    register(GpuMetrics(cache, serverapp.kernel_manager))
+    cache.refresh()  # the first reading, on the worker thread
+    serverapp.log.info("jupyter_gpumem: GPUs at %s, metrics on /metrics",
+                       url_path_join(base, "api/gpumem/devices"))  # fmt: skip
+
+
+def _untrack(serverapp: Any) -> None:
     km = serverapp.kernel_manager
     current = list(getattr(km, "untracked_message_types", []) or [])
     if hasattr(km, "untracked_message_types"):

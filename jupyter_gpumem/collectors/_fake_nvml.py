@@ -1,0 +1,94 @@
+"""Test-only stand-in for ``pynvml`` (nvidia-ml-py), at the NVML call boundary.
+
+Switched on only by ``JUPYTER_GPUMEM_FAKE_NVML=<file.json>``: server tests on machines
+without a GPU describe GPUs and the processes on them (real PIDs of kernels they started),
+and benchmarks add latency to every call. The file is read again at each
+``nvmlDeviceGetCount`` / ``GetComputeRunningProcesses``, so a test can change it.
+
+    {"driver": "fake", "latency_ms": 0,
+     "devices": [{"name": "NVIDIA H200", "uuid": "GPU-...", "total": 150e9, "used": 2e9,
+                  "processes": [{"pid": 1234, "used": 2147483648, "name": "python"}]}]}
+
+``"fail": "nvmlDeviceGetComputeRunningProcesses"`` makes that call raise NVMLError.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from types import SimpleNamespace
+from typing import Any
+
+FAKE_ENV = "JUPYTER_GPUMEM_FAKE_NVML"
+
+
+class NVMLError(Exception):
+    pass
+
+
+class FakeNvml:
+    NVMLError = NVMLError
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._data: dict[str, Any] = {}
+        self._load()
+
+    def _load(self) -> dict[str, Any]:
+        with open(self.path) as f:
+            self._data = json.load(f)
+        return self._data
+
+    def _call(self, name: str) -> dict[str, Any]:
+        data = self._data
+        delay = float(data.get("latency_ms", 0)) / 1000
+        if delay:
+            time.sleep(delay)
+        if data.get("fail") == name:
+            raise NVMLError(f"{name} failed (fake)")
+        return data
+
+    # The names are pynvml's.
+    def nvmlInit(self) -> None:
+        self._call("nvmlInit")
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return str(self._call("nvmlSystemGetDriverVersion").get("driver", "fake"))
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._load()
+        return len(self._call("nvmlDeviceGetCount")["devices"])
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        self._call("nvmlDeviceGetHandleByIndex")
+        return i
+
+    def _device(self, h: int, name: str) -> dict[str, Any]:
+        return dict(self._call(name)["devices"][h])
+
+    def nvmlDeviceGetName(self, h: int) -> str:
+        return str(self._device(h, "nvmlDeviceGetName")["name"])
+
+    def nvmlDeviceGetUUID(self, h: int) -> str:
+        return str(self._device(h, "nvmlDeviceGetUUID")["uuid"])
+
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> Any:
+        d = self._device(h, "nvmlDeviceGetMemoryInfo")
+        total, used = int(d["total"]), int(d["used"])
+        return SimpleNamespace(total=total, used=used, free=total - used)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[Any]:
+        self._load()
+        d = self._device(h, "nvmlDeviceGetComputeRunningProcesses")
+        return [SimpleNamespace(pid=int(p["pid"]), usedGpuMemory=p.get("used"))
+                for p in d.get("processes", [])]  # fmt: skip
+
+    def nvmlSystemGetProcessName(self, pid: int) -> str:
+        for d in self._call("nvmlSystemGetProcessName")["devices"]:
+            for p in d.get("processes", []):
+                if int(p["pid"]) == pid:
+                    return str(p.get("name", ""))
+        raise NVMLError("Not Found")
