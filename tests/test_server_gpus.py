@@ -1,0 +1,249 @@
+"""Which notebook holds each GPU, through a real jupyter_server with two real kernels.
+
+NVML is replaced at its call boundary (JUPYTER_GPUMEM_FAKE_NVML, a test-only switch) by a
+file that names the real PIDs of the kernels this test starts, a child process one of them
+spawns, and this test's own process. Everything else is real: the server, its
+authentication, the session manager, the process table, /metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+psutil = pytest.importorskip("psutil")
+pytestmark = pytest.mark.kernel
+GiB = 1 << 30
+UUIDS = ["GPU-11111111-2222-3333-4444-555555555555", "GPU-66666666-7777-8888-9999-000000000000"]
+
+
+def _port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Server:
+    def __init__(self, root: Path, nvml: Path) -> None:
+        self.token = "gpumem-test-token"
+        self.port = _port()
+        self.base = f"http://127.0.0.1:{self.port}/"
+        self.nvml = nvml
+        env = {**os.environ, "JUPYTER_GPUMEM_FAKE_NVML": str(nvml),
+               "JUPYTER_RUNTIME_DIR": str(root / "runtime"),
+               "JUPYTER_CONFIG_DIR": str(root / "config")}  # fmt: skip
+        env.pop("JUPYTER_GPUMEM_REPLAY", None)
+        self.runtime = root / "runtime"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_server", "--no-browser", "--allow-root",
+             f"--port={self.port}", "--ServerApp.port_retries=0", f"--ServerApp.root_dir={root}",
+             f"--IdentityProvider.token={self.token}",
+             "--ServerApp.jpserver_extensions={'jupyter_gpumem': True}"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                self.get("api/status")
+                return
+            except Exception:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(self.proc.stderr.read()[-3000:]) from None
+                time.sleep(0.3)
+        raise RuntimeError("the server did not start")
+
+    def request(self, path, method="GET", body=None, token=True):
+        headers = {"Authorization": f"token {self.token}"} if token else {}
+        data = json.dumps(body).encode() if body is not None else None
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        req = urllib.request.Request(self.base + path, data=data, headers=headers, method=method)
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read().decode()
+
+    def get(self, path, token=True):
+        _, text = self.request(path, token=token)
+        return json.loads(text) if text.startswith(("{", "[")) else text
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def write_nvml(path: Path, processes0, processes1, fail=None) -> None:
+    devices = [
+        {"name": "NVIDIA H200", "uuid": UUIDS[0], "total": 150 * GiB, "used": 20 * GiB,
+         "processes": processes0},
+        {"name": "NVIDIA H200", "uuid": UUIDS[1], "total": 150 * GiB, "used": 6 * GiB,
+         "processes": processes1},
+    ]  # fmt: skip
+    data = {"driver": "580.00", "devices": devices}
+    if fail:
+        data["fail"] = fail
+    path.write_text(json.dumps(data))
+
+
+def kernel_pid(server: Server, kernel_id: str) -> int:
+    """The kernel's process: the server's child started with the kernel's connection file."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for child in psutil.Process(server.proc.pid).children(recursive=True):
+            try:
+                if any(kernel_id in part for part in child.cmdline()):
+                    return child.pid
+            except psutil.Error:
+                continue
+        time.sleep(0.2)
+    raise AssertionError(f"no process for kernel {kernel_id}")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    root = tmp_path_factory.mktemp("server")
+    nvml = root / "nvml.json"
+    write_nvml(nvml, [], [])
+    server = Server(root, nvml)
+    kernels = {}
+    for name in ("a.ipynb", "b.ipynb"):
+        body = {"path": name, "type": "notebook", "kernel": {"name": "python3"}}
+        _, text = server.request("api/sessions", "POST", body)
+        kernels[name] = json.loads(text)["kernel"]["id"]
+    pids = {name: kernel_pid(server, kid) for name, kid in kernels.items()}
+    # a child process of kernel a (as torch.multiprocessing or a launcher would start one)
+    from jupyter_client import BlockingKernelClient
+
+    kc = BlockingKernelClient(
+        connection_file=str(root / "runtime" / f"kernel-{kernels['a.ipynb']}.json")
+    )
+    kc.load_connection_file()
+    kc.start_channels()
+    kc.wait_for_ready(timeout=60)
+    kc.execute("import subprocess, sys\nchild = subprocess.Popen([sys.executable, '-c', "
+               "'import time; time.sleep(300)'])\nprint(child.pid)")  # fmt: skip
+    child = None
+    while child is None:
+        msg = kc.get_iopub_msg(timeout=30)
+        if msg["msg_type"] == "stream":
+            child = int(msg["content"]["text"].strip())
+    kc.stop_channels()
+    yield SimpleNamespace(server=server, kernels=kernels, pids=pids, child=child, nvml=nvml)
+    server.stop()
+
+
+def test_requests_without_a_token_are_refused(served):
+    server = served.server
+    with pytest.raises(urllib.error.HTTPError) as err:
+        server.request("api/gpumem/devices", token=False)
+    assert err.value.code == 403
+
+
+def test_processes_are_matched_with_notebooks_and_their_children(served):
+    server, kernels, pids, child, nvml = (
+        served.server,
+        served.kernels,
+        served.pids,
+        served.child,
+        served.nvml,
+    )
+    me = psutil.Process()
+    write_nvml(nvml,
+               [{"pid": pids["a.ipynb"], "used": 2 * GiB, "name": "python"},
+                {"pid": child, "used": 1 * GiB, "name": "python"},
+                {"pid": os.getpid(), "used": GiB // 4, "name": me.name()}],
+               [{"pid": pids["b.ipynb"], "used": 5 * GiB, "name": "python"}])  # fmt: skip
+    time.sleep(1.1)  # past the server's 1 s cache
+    reply = server.get("api/gpumem/devices")
+    assert reply["pid_namespace"] == "shared" and reply["note"] is None
+    d0, d1 = reply["devices"]
+    assert (d0["uuid"], d1["uuid"]) == tuple(UUIDS) and d0["total"] == 150 * GiB
+    roles = {p["pid"]: (p["role"], p["kernel_id"], p["used"]) for p in d0["processes"]}
+    assert roles[pids["a.ipynb"]] == ("kernel", kernels["a.ipynb"], 2 * GiB)
+    assert roles[child] == ("child", kernels["a.ipynb"], 1 * GiB)
+    assert roles[os.getpid()] == ("other", None, GiB // 4)
+    mine = next(p for p in d0["processes"] if p["pid"] == os.getpid())
+    assert mine["name"] == me.name() and mine["user"] == me.username()
+    assert [(p["pid"], p["kernel_id"]) for p in d1["processes"]] == [
+        (pids["b.ipynb"], kernels["b.ipynb"])]  # fmt: skip
+    by_id = {k["id"]: k for k in reply["kernels"]}
+    a, b = by_id[kernels["a.ipynb"]], by_id[kernels["b.ipynb"]]
+    assert (a["path"], a["gpu_used"], a["pid"]) == ("a.ipynb", 3 * GiB, pids["a.ipynb"])
+    assert a["children"] == [{"pid": child, "used": GiB}]
+    assert (b["path"], b["gpu_used"]) == ("b.ipynb", 5 * GiB)
+    assert b["devices"] == [{"index": 1, "used": 5 * GiB}]
+    assert a["execution_state"] in ("idle", "busy", "starting") and a["last_activity"]
+
+
+def test_metrics_carry_device_and_kernel_series(served):
+    server, kernels, _pids, _child, _nvml = (
+        served.server,
+        served.kernels,
+        served.pids,
+        served.child,
+        served.nvml,
+    )
+    text = ""
+    deadline = time.monotonic() + 10
+    series = f'jupyter_gpumem_kernel_memory_used_bytes{{device="0",kernel_id="{kernels["a.ipynb"]}",uuid="{UUIDS[0]}"}}'  # noqa: E501
+    while time.monotonic() < deadline and series not in text:
+        _, text = server.request("metrics")
+        time.sleep(0.5)
+    line = next(x for x in text.splitlines() if x.startswith(series))
+    assert float(line.split()[-1]) == 3 * GiB  # the kernel and its child
+    assert f'jupyter_gpumem_device_memory_total_bytes{{device="1",uuid="{UUIDS[1]}"}}' in text
+    assert "jupyter_gpumem_other_memory_used_bytes" in text
+    assert "jupyter_gpumem_nvml_up 1.0" in text
+    assert "a.ipynb" not in text and "b.ipynb" not in text  # no paths in labels
+
+
+def test_pids_of_another_namespace_are_not_matched(served):
+    server, _kernels, pids, _child, nvml = (
+        served.server,
+        served.kernels,
+        served.pids,
+        served.child,
+        served.nvml,
+    )
+    # a PID that runs another program here, as in a container without the host's PIDs
+    write_nvml(nvml, [{"pid": pids["a.ipynb"], "used": GiB, "name": "/usr/bin/firefox"}], [])
+    time.sleep(1.1)
+    reply = server.get("api/gpumem/devices")
+    assert reply["pid_namespace"] == "foreign"
+    assert "PID namespace" in reply["note"]
+    (p,) = reply["devices"][0]["processes"]
+    assert (p["kernel_id"], p["name"], p["role"]) == (None, "/usr/bin/firefox", "other")
+
+
+def test_nvml_failures_are_a_value_not_a_crash(served):
+    server, _kernels, pids, _child, nvml = (
+        served.server,
+        served.kernels,
+        served.pids,
+        served.child,
+        served.nvml,
+    )
+    write_nvml(nvml, [{"pid": pids["a.ipynb"], "used": GiB}], [],
+               fail="nvmlDeviceGetComputeRunningProcesses")  # fmt: skip
+    time.sleep(1.1)
+    reply = server.get("api/gpumem/devices")
+    assert "nvmlDeviceGetComputeRunningProcesses failed" in reply["nvml"]["error"]
+    assert len(reply["devices"]) == 2 and reply["devices"][0]["processes"] == []
+    nvml.unlink()  # no NVML at all
+    time.sleep(1.1)
+    reply = server.get("api/gpumem/devices")
+    assert reply["devices"] == [] and reply["nvml"]["error"]
+    write_nvml(nvml, [], [])
