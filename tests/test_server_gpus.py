@@ -189,13 +189,7 @@ def test_processes_are_matched_with_notebooks_and_their_children(served):
 
 
 def test_metrics_carry_device_and_kernel_series(served):
-    server, kernels, _pids, _child, _nvml = (
-        served.server,
-        served.kernels,
-        served.pids,
-        served.child,
-        served.nvml,
-    )
+    server, kernels = served.server, served.kernels
     text = ""
     deadline = time.monotonic() + 10
     series = f'jupyter_gpumem_kernel_memory_used_bytes{{device="0",kernel_id="{kernels["a.ipynb"]}",uuid="{UUIDS[0]}"}}'  # noqa: E501
@@ -211,13 +205,7 @@ def test_metrics_carry_device_and_kernel_series(served):
 
 
 def test_pids_of_another_namespace_are_not_matched(served):
-    server, _kernels, pids, _child, nvml = (
-        served.server,
-        served.kernels,
-        served.pids,
-        served.child,
-        served.nvml,
-    )
+    server, pids, nvml = served.server, served.pids, served.nvml
     # a PID that runs another program here, as in a container without the host's PIDs
     write_nvml(nvml, [{"pid": pids["a.ipynb"], "used": GiB, "name": "/usr/bin/firefox"}], [])
     time.sleep(1.1)
@@ -229,13 +217,7 @@ def test_pids_of_another_namespace_are_not_matched(served):
 
 
 def test_nvml_failures_are_a_value_not_a_crash(served):
-    server, _kernels, pids, _child, nvml = (
-        served.server,
-        served.kernels,
-        served.pids,
-        served.child,
-        served.nvml,
-    )
+    server, pids, nvml = served.server, served.pids, served.nvml
     write_nvml(nvml, [{"pid": pids["a.ipynb"], "used": GiB}], [],
                fail="nvmlDeviceGetComputeRunningProcesses")  # fmt: skip
     time.sleep(1.1)
