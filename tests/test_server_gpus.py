@@ -229,3 +229,18 @@ def test_nvml_failures_are_a_value_not_a_crash(served):
     reply = server.get("api/gpumem/devices")
     assert reply["devices"] == [] and reply["nvml"]["error"]
     write_nvml(nvml, [], [])
+
+
+def test_the_grafana_dashboard_uses_only_documented_series():
+    import re
+
+    from jupyter_gpumem.server.metrics import SERIES
+
+    dashboard = json.loads((Path(__file__).parents[1] / "examples" / "grafana-gpumem.json")
+                           .read_text())  # fmt: skip
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    used = {m for e in exprs for m in re.findall(r"jupyter_gpumem_[a-z_]+", e)}
+    assert used and used <= set(SERIES)
+    docs = (Path(__file__).parents[1] / "docs" / "server.md").read_text()
+    for name in SERIES:
+        assert f"`{name}`" in docs
