@@ -205,15 +205,18 @@ def test_metrics_carry_device_and_kernel_series(served):
 
 
 def test_pids_of_another_namespace_are_not_matched(served):
-    server, pids, nvml = served.server, served.pids, served.nvml
-    # a PID that runs another program here, as in a container without the host's PIDs
-    write_nvml(nvml, [{"pid": pids["a.ipynb"], "used": GiB, "name": "/usr/bin/firefox"}], [])
+    server, nvml = served.server, served.nvml
+    # NVML names a PID that runs another program here (the server), as in a container
+    # without the host's PID namespace, where the driver's PIDs are not ours
+    pid = server.proc.pid
+    write_nvml(nvml, [{"pid": pid, "used": GiB, "name": "/usr/bin/firefox"}], [])
     time.sleep(1.1)
     reply = server.get("api/gpumem/devices")
     assert reply["pid_namespace"] == "foreign"
     assert "PID namespace" in reply["note"]
     (p,) = reply["devices"][0]["processes"]
-    assert (p["kernel_id"], p["name"], p["role"]) == (None, "/usr/bin/firefox", "other")
+    assert (p["pid"], p["kernel_id"], p["name"], p["role"]) == (pid, None, "/usr/bin/firefox",
+                                                                "other")  # fmt: skip
 
 
 def test_nvml_failures_are_a_value_not_a_crash(served):

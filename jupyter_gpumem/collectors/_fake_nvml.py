@@ -15,6 +15,7 @@ and benchmarks add latency to every call. The file is read again at each
 from __future__ import annotations
 
 import json
+import os
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -32,11 +33,15 @@ class FakeNvml:
     def __init__(self, path: str) -> None:
         self.path = path
         self._data: dict[str, Any] = {}
+        self._stamp = -1
         self._load()
 
     def _load(self) -> dict[str, Any]:
-        with open(self.path) as f:
-            self._data = json.load(f)
+        stamp = os.stat(self.path).st_mtime_ns  # read again only when the test changed it
+        if stamp != self._stamp:
+            with open(self.path) as f:
+                self._data = json.load(f)
+            self._stamp = stamp
         return self._data
 
     def _call(self, name: str) -> dict[str, Any]:

@@ -90,6 +90,8 @@ class Nvml:
         self.error: str | None = None
         self._started = False
         self._visible: tuple[str | None, list[int | None]] | None = None
+        self._identities: dict[int, tuple[str, str]] = {}
+        self._process_names: dict[int, tuple[float, str | None]] = {}
 
     def _start(self) -> bool:
         if self._started:
@@ -185,28 +187,43 @@ class Nvml:
         return None
 
     def identity(self, nvml_index: int) -> tuple[str, str] | None:
-        """(name, UUID) of a device, or None."""
+        """(name, UUID) of a device (asked once: they don't change), or None."""
         if not self._start():
             return None
+        known = self._identities.get(nvml_index)
+        if known is not None:
+            return known
         try:
             h = self._handle(nvml_index)
             raw = self._nvml.nvmlDeviceGetName(h)
             name = raw.decode() if isinstance(raw, bytes) else str(raw)
-            return name, self._uuid(nvml_index)
+            known = self._identities[nvml_index] = (name, self._uuid(nvml_index))
+            return known
         except Exception as e:
             self.error = f"NVML: {e}"
             return None
 
-    def process_name(self, pid: int) -> str | None:
-        """The name NVML (the driver) knows a process by, or None."""
+    def process_name(self, pid: int, started: float | None = None) -> str | None:
+        """The name NVML (the driver) knows a process by, or None. With ``started`` (the
+        process's start time, which tells a reused PID) the answer is remembered until
+        ``forget_processes`` drops the PIDs that left the GPUs."""
         if not self._start():
             return None
+        known = self._process_names.get(pid)
+        if started is not None and known is not None and known[0] == started:
+            return known[1]
         try:
             raw = self._nvml.nvmlSystemGetProcessName(pid)
+            name = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
         except Exception:
-            return None
-        name = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+            name = ""
+        if started is not None:
+            self._process_names[pid] = (started, name or None)
         return name or None
+
+    def forget_processes(self, keep: set[int]) -> None:
+        for pid in [p for p in self._process_names if p not in keep]:
+            del self._process_names[pid]
 
     def driver(self) -> str | None:
         if not self._start():

@@ -49,6 +49,7 @@ class LocalProcess:
     name: str
     user: str | None  # None: not readable
     parents: tuple[int, ...]  # parent, grandparent, ... (for children of kernels)
+    started: float  # create time: tells a reused PID
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,29 +104,40 @@ def read_gpus(nvml: Nvml) -> GpuReading:
         return reading
     reading.driver = nvml.driver()
     visible = {n: i for i, n in enumerate(nvml.visible()) if n is not None}
+    found: list[tuple[int, tuple[str, str], Any, list[tuple[int, int]]]] = []
     for index in range(nvml.count()):
         identity = nvml.identity(index)
         memory = nvml.read(index, with_process=False)
         if identity is None or memory is None:
             reading.error = nvml.error
             continue
+        found.append((index, identity, memory, nvml.processes(index)))
+    pids = {pid for *_, procs in found for pid, _ in procs}
+    nvml.forget_processes(pids)
+    ppids: dict[int, int | None] = {}  # shared by the lookups: siblings share ancestors
+    reading.local = {pid: lp for pid in pids if (lp := local_process(pid, ppids)) is not None}
+    for index, (name, uuid), memory, procs in found:
         processes = tuple(
-            GpuProcess(pid, used, nvml.process_name(pid)) for pid, used in nvml.processes(index)
+            GpuProcess(pid, used, nvml.process_name(pid, _started(reading.local.get(pid))))
+            for pid, used in procs
         )
-        reading.gpus.append(Gpu(index, visible.get(index), identity[1], identity[0],
-                                memory.total, memory.used, processes))  # fmt: skip
-    pids = {p.pid for g in reading.gpus for p in g.processes}
-    reading.local = {pid: lp for pid in pids if (lp := local_process(pid)) is not None}
+        reading.gpus.append(Gpu(index, visible.get(index), uuid, name, memory.total,
+                                memory.used, processes))  # fmt: skip
     if nvml.error and reading.error is None:
         reading.error = nvml.error  # a call failed part way: say so beside what was read
     return reading
 
 
-def local_process(pid: int) -> LocalProcess | None:
-    """The process table's entry for a PID, or None (it ended, or is not visible here)."""
-    try:
-        import psutil
+def _started(local: LocalProcess | None) -> float | None:
+    return local.started if local is not None else None
 
+
+def local_process(pid: int, ppids: dict[int, int | None] | None = None) -> LocalProcess | None:
+    """The process table's entry for a PID, or None (it ended, or is not visible here).
+    ``ppids`` remembers parent PIDs across lookups of one reading."""
+    import psutil
+
+    try:
         p = psutil.Process(pid)
         with p.oneshot():
             name = p.name()
@@ -133,10 +145,22 @@ def local_process(pid: int) -> LocalProcess | None:
                 user: str | None = p.username()
             except (psutil.AccessDenied, KeyError):
                 user = None
-            parents = tuple(q.pid for q in p.parents())
+            ppid = p.ppid()
+            started = p.create_time()
     except Exception:  # NoSuchProcess, AccessDenied, ZombieProcess: it may have just ended
         return None
-    return LocalProcess(pid, name, user, parents)
+    memo = ppids if ppids is not None else {}
+    memo[pid] = ppid
+    parents: list[int] = []
+    while ppid and ppid not in parents and len(parents) < 64:
+        parents.append(ppid)
+        if ppid not in memo:
+            try:
+                memo[ppid] = psutil.Process(ppid).ppid()
+            except Exception:
+                memo[ppid] = None
+        ppid = memo[ppid]
+    return LocalProcess(pid, name, user, tuple(parents), started)
 
 
 def kernels_of(kernel_manager: Any, paths: Mapping[str, str] | None = None) -> list[KernelInfo]:
