@@ -56,6 +56,8 @@ class DeviceSample:
     process_used: int | None = None  # this process, from NVML; None when unknown
     limit: Limit | None = None
     error: str | None = None  # why some figures are missing
+    # Child processes of this kernel using the device (NVML): (pid, name, bytes).
+    children: tuple[tuple[int, str, int], ...] = ()
 
     @property
     def outside_torch(self) -> int | None:
@@ -115,6 +117,7 @@ class Measurement:
                     "process_used": d.process_used,
                     "limit": asdict(d.limit) if d.limit is not None else None,
                     "error": d.error,
+                    "children": [{"pid": p, "name": n, "used": b} for p, n, b in d.children],
                 }
             )
         return {

@@ -20,6 +20,7 @@ from ..analysis.segments import SegmentMap, segment_map
 from ..analysis.sites import SiteResolver
 from ..analysis.timeline import build_timeline
 from ..analysis.who import DeviceHoldings, holdings
+from ..collectors._host import process_name
 from ..collectors._namespace import Limits, NamespaceWalker, Root, TorchTensors
 from ..collectors._snapshot import Recording, Trace, cuda_ready, read_snapshot
 from ..model import (
@@ -399,20 +400,6 @@ def cuda_build(t: Any) -> bool:
 
 def _is_oom(error: BaseException | None) -> bool:
     return error is not None and type(error).__name__ == "OutOfMemoryError"
-
-
-def process_name(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        pass
-    try:
-        import psutil
-
-        return str(psutil.Process(pid).name())
-    except Exception:
-        return "?"
 
 
 def _empty_snapshot() -> AllocatorSnapshot:

@@ -25,3 +25,18 @@ def host_rss() -> int | None:
         return int(psutil.Process().memory_info().rss)
     except Exception:
         return None
+
+
+def process_name(pid: int) -> str:
+    """A process's name as the process table shows it (``ps``), or "?"."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        pass
+    try:
+        import psutil
+
+        return str(psutil.Process(pid).name())
+    except Exception:
+        return "?"

@@ -77,6 +77,7 @@ class NvmlDevice:
     total: int
     used: int  # all processes, as nvidia-smi shows it (includes driver-reserved memory)
     process_used: int | None  # this process; None when NVML does not list it
+    children: tuple[tuple[int, int], ...] = ()  # (pid, bytes) of this process's descendants
 
 
 class Nvml:
@@ -92,6 +93,7 @@ class Nvml:
         self._visible: tuple[str | None, list[int | None]] | None = None
         self._identities: dict[int, tuple[str, str]] = {}
         self._process_names: dict[int, tuple[float, str | None]] = {}
+        self._descendants: dict[int, tuple[float, bool]] = {}
 
     def _start(self) -> bool:
         if self._started:
@@ -176,15 +178,48 @@ class Nvml:
     def process_used(self, nvml_index: int) -> int | None:
         """This process's memory on one device (17-60 us), or None when NVML doesn't list it
         (no context there, or a container whose PIDs NVML can't see)."""
+        return self._mine(nvml_index)[0]
+
+    def _mine(self, nvml_index: int) -> tuple[int | None, tuple[tuple[int, int], ...]]:
+        """This process's memory on a device, and its descendants' (multi-process training
+        started from a notebook: torch.multiprocessing, a launcher's ranks)."""
         if not self._start():
-            return None
+            return None, ()
+        own: int | None = None
+        children: list[tuple[int, int]] = []
         try:
             for p in self._nvml.nvmlDeviceGetComputeRunningProcesses(self._handle(nvml_index)):
-                if p.pid == self.pid and p.usedGpuMemory is not None:
-                    return int(p.usedGpuMemory)
+                if p.usedGpuMemory is None:
+                    continue
+                if p.pid == self.pid:
+                    own = int(p.usedGpuMemory)
+                elif self._descends(int(p.pid)):
+                    children.append((int(p.pid), int(p.usedGpuMemory)))
         except Exception as e:
             self.error = f"NVML: {e}"
-        return None
+        return own, tuple(children)
+
+    def _descends(self, pid: int) -> bool:
+        """Whether ``pid`` is a descendant of this process (remembered per PID and start
+        time; a PID NVML reports from another PID namespace is no descendant of ours)."""
+        try:
+            import psutil
+
+            proc = psutil.Process(pid)
+            started = proc.create_time()
+        except Exception:
+            return False
+        known = self._descendants.get(pid)
+        if known is not None and known[0] == started:
+            return known[1]
+        try:
+            mine = any(a.pid == self.pid for a in proc.parents())
+        except Exception:
+            mine = False
+        if len(self._descendants) > 4096:
+            self._descendants.clear()
+        self._descendants[pid] = (started, mine)
+        return mine
 
     def identity(self, nvml_index: int) -> tuple[str, str] | None:
         """(name, UUID) of a device (asked once: they don't change), or None."""
@@ -261,8 +296,8 @@ class Nvml:
                 name = raw.decode() if isinstance(raw, bytes) else str(raw)
                 self._names[nvml_index] = name
             mem = self._nvml.nvmlDeviceGetMemoryInfo(h)
-            process_used = self.process_used(nvml_index) if with_process else None
-            return NvmlDevice(name, int(mem.total), int(mem.used), process_used)
+            process_used, children = self._mine(nvml_index) if with_process else (None, ())
+            return NvmlDevice(name, int(mem.total), int(mem.used), process_used, children)
         except Exception as e:
             self.error = f"NVML: {e}"
             return None

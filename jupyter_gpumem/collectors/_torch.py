@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..model import AllocatorStats, Backend, DeviceSample, Limit, State
+from ._host import process_name
 from ._nvml import Nvml, NvmlDevice
 
 _NO_CACHING_ENV = "PYTORCH_NO_CUDA_MEMORY_CACHING"
@@ -92,8 +93,10 @@ def make_device_sample(
     as the allocator computes it.
     """
     total = device_used = process_used = None
+    children: tuple[tuple[int, str, int], ...] = ()
     if nvml is not None:
         process_used = nvml.process_used
+        children = tuple((pid, process_name(pid), used) for pid, used in nvml.children)
         name = name or nvml.name
     if mem_get_info is not None:
         free, total = mem_get_info
@@ -114,6 +117,7 @@ def make_device_sample(
         process_used=process_used,
         limit=limit,
         error=error,
+        children=children,
     )
 
 

@@ -26,7 +26,8 @@ PROTOCOL_VERSION = 1
 # and keep the protocol version; a frontend checks ``hello``'s ``actions`` before using one.
 # 2: who, track, release_traceback; CellMarker.kept_at and .postmortems; error code busy.
 # 3: segments, history.
-PROTOCOL_REVISION = 3
+# 4: Device.children (the kernel's child processes on the device).
+PROTOCOL_REVISION = 4
 REQUEST = "gpumem_request"
 REPLY = "gpumem_reply"
 COMM_TARGET = "jupyter_gpumem"

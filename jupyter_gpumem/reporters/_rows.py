@@ -262,6 +262,7 @@ def table_rows(m: Measurement) -> list[tuple[str, ...]]:
         cap = f"{fb(d.limit.bytes)}" if d.limit else "-"
         if a is None:
             rows.append((device_label(d), "-", "-", "-", "-", "-", fb(d.process_used), used, cap))
+            rows += _child_rows(d)
             continue
         rows.append(
             (
@@ -276,7 +277,16 @@ def table_rows(m: Measurement) -> list[tuple[str, ...]]:
                 cap,
             )
         )
+        rows += _child_rows(d)
     return rows
+
+
+def _child_rows(d: DeviceSample) -> list[tuple[str, ...]]:
+    """The kernel's child processes on the device, under it (their own memory, NVML)."""
+    return [
+        (f"  child {pid} {name}", "-", "-", "-", "-", "-", fb(used), "", "")
+        for pid, name, used in d.children
+    ]
 
 
 def measurement_notes(m: Measurement) -> list[str]:

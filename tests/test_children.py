@@ -1,0 +1,56 @@
+"""A kernel's child processes on the GPU (multi-process training started from a notebook)
+are shown under it, per process: NVML is faked at its call boundary with the real PIDs of
+a child of this process and of a process that is not ours."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+GiB = 1 << 30
+
+
+@pytest.fixture
+def nvml_with_a_child(tmp_path, monkeypatch):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    stranger = os.getppid()  # our parent: on the GPU too, but not our descendant
+    path = tmp_path / "nvml.json"
+    path.write_text(json.dumps({"devices": [{
+        "name": "NVIDIA H200", "uuid": "GPU-1", "total": 150 * GiB, "used": 9 * GiB,
+        "processes": [{"pid": os.getpid(), "used": GiB}, {"pid": child.pid, "used": 3 * GiB},
+                      {"pid": stranger, "used": 5 * GiB}]}]}))  # fmt: skip
+    monkeypatch.setenv("JUPYTER_GPUMEM_FAKE_NVML", str(path))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    yield child
+    child.kill()
+
+
+def test_nvml_reading_lists_the_children_only(nvml_with_a_child):
+    from jupyter_gpumem.collectors._nvml import Nvml
+
+    nv = Nvml().read(0)
+    assert nv.process_used == GiB
+    assert nv.children == ((nvml_with_a_child.pid, 3 * GiB),)
+
+
+def test_now_table_shows_each_child_under_its_device(nvml_with_a_child, monkeypatch):
+    from jupyter_gpumem.collectors import Collector
+    from jupyter_gpumem.collectors._torch import TorchBackend
+    from jupyter_gpumem.reporters import measurement_text
+
+    monkeypatch.delitem(sys.modules, "torch", raising=False)  # NVML figures only
+    m = Collector(TorchBackend()).measure()
+    (d,) = m.devices
+    with open(f"/proc/{nvml_with_a_child.pid}/comm") as f:
+        name = f.read().strip()
+    assert d.children == ((nvml_with_a_child.pid, name, 3 * GiB),)
+    text = measurement_text(m)
+    row = next(line for line in text.splitlines() if "child" in line)
+    assert row.strip().startswith(f"child {nvml_with_a_child.pid}") and "3.00 GiB" in row
+    sample = m.to_dict()["devices"][0]
+    assert sample["children"][0]["pid"] == nvml_with_a_child.pid
+    assert sample["children"][0]["used"] == 3 * GiB
