@@ -36,7 +36,7 @@ def _port() -> int:
 
 
 class Server:
-    def __init__(self, root: Path, nvml: Path) -> None:
+    def __init__(self, root: Path, nvml: Path, fake: bool = True) -> None:
         self.token = "gpumem-test-token"
         self.port = _port()
         self.base = f"http://127.0.0.1:{self.port}/"
@@ -45,6 +45,8 @@ class Server:
                "JUPYTER_RUNTIME_DIR": str(root / "runtime"),
                "JUPYTER_CONFIG_DIR": str(root / "config")}  # fmt: skip
         env.pop("JUPYTER_GPUMEM_REPLAY", None)
+        if not fake:
+            env.pop("JUPYTER_GPUMEM_FAKE_NVML")
         self.runtime = root / "runtime"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jupyter_server", "--no-browser", "--allow-root",
