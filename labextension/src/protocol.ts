@@ -1,11 +1,17 @@
 /**
- * Types of the kernel <-> panel protocol, version 1.
+ * Types of the kernel <-> panel protocol, version 1, revision 2.
  *
  * docs/protocol.md and jupyter_gpumem/protocol/schema.json are the contract;
  * these types mirror them and must change with them.
  */
 
 export const PROTOCOL_VERSION = 1;
+
+/**
+ * The revision this panel knows. A kernel of an older revision lacks some
+ * actions: check `hello`'s `actions` before using one.
+ */
+export const PROTOCOL_REVISION = 2;
 
 /** Message type of a request sent on the control channel. */
 export const REQUEST_MSG_TYPE = 'gpumem_request';
@@ -81,11 +87,24 @@ export interface IStreamState {
   clients: number;
 }
 
+/** A line of a cell and the bytes of live blocks it allocated. */
+export interface ILineShare {
+  line: number;
+  text: string;
+  bytes: number;
+  blocks: number;
+}
+
 export interface ICellMarkerDevice {
   index: number;
   allocated_delta: number;
   reserved_delta: number;
   peak_allocated: number | null;
+  /**
+   * Revision 2, tracking on, the cell kept memory: the cell's lines that
+   * allocated blocks still alive, largest first, at most 3.
+   */
+  kept_at?: ILineShare[];
 }
 
 export interface ICellMarker {
@@ -96,6 +115,92 @@ export interface ICellMarker {
   failed: boolean;
   first_line: string;
   devices: ICellMarkerDevice[];
+  /** Revision 2: the cell ran out of memory. */
+  postmortems?: IPostMortem[];
+}
+
+export type WhoRowKind =
+  'owner' | 'site' | 'cell' | 'unreachable' | 'untracked';
+
+/** One row of a `who` report: an owner, a line or a cell, and what it holds. */
+export interface IWhoRow {
+  /** `acts`, `In[7] line 3`, `In[7]`, or a summary row (`2 more owners`). */
+  key: string;
+  /** How the owner holds it (by variable), the code (by line). */
+  detail: string;
+  bytes: number;
+  blocks: number;
+  /** A path to one tensor (by variable), the top holder (by line). */
+  example: string;
+  kind: WhoRowKind;
+}
+
+export type WhoBy = 'variable' | 'line' | 'cell';
+
+/** Who holds the live blocks of one device; the rows add up to `allocated`. */
+export interface IWhoReport {
+  device: number;
+  by: WhoBy;
+  /** Bytes of live blocks (the allocator's allocated). */
+  allocated: number;
+  /** Bytes of the rows that name an owner or a site. */
+  explained: number;
+  /** Largest first; the last rows are the rest. */
+  rows: IWhoRow[];
+  tracking: boolean;
+  notes: string[];
+  outside_allocator: number;
+  elapsed_ms: number;
+}
+
+export type FixKind =
+  | 'fragmentation'
+  | 'cap'
+  | 'traceback'
+  | 'output_history'
+  | 'graph'
+  | 'other_process'
+  | 'delete'
+  | 'empty_cache'
+  | 'smaller';
+
+/** One way out of an out-of-memory error. */
+export interface IFix {
+  kind: FixKind;
+  text: string;
+  /** Bytes it would free, when known. */
+  frees: number | null;
+  /** Whether the failed request would fit afterwards; null: unknown. */
+  fits: boolean | null;
+  /** What to run (may be empty). */
+  command: string;
+}
+
+export interface IOtherProcess {
+  pid: number;
+  name: string;
+  bytes: number;
+}
+
+/** Why a request ran out of memory on one device, and the fixes, best first. */
+export interface IPostMortem {
+  device: number;
+  requested: number;
+  free: number;
+  total: number | null;
+  cap: number | null;
+  reserved: number;
+  allocated: number;
+  cached_free: number;
+  releasable: number;
+  free_pieces: number;
+  free_pieces_bytes: number;
+  largest_free_block: number;
+  outside_torch: number | null;
+  other_processes: IOtherProcess[];
+  owners: IWhoRow[];
+  lines: IWhoRow[];
+  fixes: IFix[];
 }
 
 /** Every action the kernel accepts (test/protocol.spec.ts checks it against the schema). */
@@ -107,7 +212,10 @@ export const ACTIONS = [
   'reset_peak',
   'set_limit',
   'subscribe',
-  'unsubscribe'
+  'unsubscribe',
+  'who',
+  'track',
+  'release_traceback'
 ] as const;
 
 export type Action = (typeof ACTIONS)[number];
@@ -118,15 +226,27 @@ export interface IRequestContent {
   args: Record<string, unknown>;
 }
 
-export type ErrorCode =
-  | 'bad_request'
-  | 'unknown_action'
-  | 'unsupported_protocol'
-  | 'refused'
-  | 'failed';
+/** Every error code of a reply (test/protocol.spec.ts checks it against the schema). */
+export const ERROR_CODES = [
+  'bad_request',
+  'unknown_action',
+  'unsupported_protocol',
+  'refused',
+  'failed',
+  'busy'
+] as const;
+
+export type ErrorCode = (typeof ERROR_CODES)[number];
+
+/**
+ * What `who` and `release_traceback` answer while a cell runs (code `busy`).
+ */
+export const BUSY_MESSAGE = 'busy: available when the cell ends';
 
 export interface IHelloResult {
   protocol: number;
+  /** Absent before revision 2. */
+  revision?: number;
   version: string;
   actions: string[];
   sample: ISample;
@@ -154,6 +274,33 @@ export interface ISetLimitResult {
 
 export interface IStreamResult {
   stream: IStreamState;
+}
+
+/** One device of a `who` reply. */
+export interface IWhoDevice {
+  index: number;
+  by_variable: IWhoReport;
+  /** Only with tracking on. */
+  by_line: IWhoReport | null;
+}
+
+export interface IWhoResult {
+  devices: IWhoDevice[];
+  tracking: boolean;
+  /** Those of the last cell that ran out of memory. */
+  postmortems: IPostMortem[];
+}
+
+export interface ITrackResult {
+  tracking: boolean;
+  message: string;
+}
+
+export interface IReleaseTracebackResult {
+  /** Frames released. */
+  frames: number;
+  /** Bytes no longer allocated, per device index. */
+  freed: Record<string, number>;
 }
 
 export interface IReplyOk<R = Record<string, unknown>> {
