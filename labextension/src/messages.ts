@@ -158,9 +158,62 @@ export function noticeText(
       );
     case 'attached':
       return trans.__('Loaded jupyter_gpumem in the kernel');
+    case 'tracking':
+      if (notice.message) {
+        // The kernel's words say the special cases (torch not imported yet,
+        // the user's own recording).
+        return capitalize(notice.message);
+      }
+      if (notice.requested === notice.tracking) {
+        return notice.tracking
+          ? trans.__('Allocation tracking is on')
+          : trans.__('Allocation tracking is off');
+      }
+      return notice.tracking
+        ? trans.__('Allocation tracking is still on')
+        : trans.__('Allocation tracking is still off');
+    case 'traceback_released': {
+      if (notice.frames <= 0) {
+        return trans.__('No traceback was kept: nothing to release.');
+      }
+      const entries = Object.entries(notice.freed).sort(
+        ([a], [b]) => Number(a) - Number(b)
+      );
+      const total = entries.reduce((sum, [, bytes]) => sum + bytes, 0);
+      if (total <= 0) {
+        return trans._n(
+          'Released the traceback (%1 frame): no GPU memory freed',
+          'Released the traceback (%1 frames): no GPU memory freed',
+          notice.frames
+        );
+      }
+      const freed =
+        entries.length === 1
+          ? formatBytes(total, units)
+          : trans.__(
+              '%1 (%2)',
+              formatBytes(total, units),
+              entries
+                .map(
+                  ([index, bytes]) =>
+                    `${deviceLabel(Number(index), trans)}: ${formatBytes(bytes, units)}`
+                )
+                .join(', ')
+            );
+      return trans._n(
+        'Released the traceback (%1 frame): %2 freed',
+        'Released the traceback (%1 frames): %2 freed',
+        notice.frames,
+        freed
+      );
+    }
     default:
       return '';
   }
+}
+
+function capitalize(text: string): string {
+  return text.charAt(0).toUpperCase() + text.slice(1);
 }
 
 /**
@@ -180,6 +233,12 @@ export function actionLabel(action: string, trans: ITrans): string {
       return trans.__('Set cap');
     case 'subscribe':
       return trans.__('Live updates');
+    case 'who':
+      return trans.__('Who holds it');
+    case 'track':
+      return trans.__('Allocation tracking');
+    case 'release_traceback':
+      return trans.__('Release traceback');
     case 'hello':
     case 'sample':
       return trans.__('Reading the kernel');
@@ -201,7 +260,11 @@ export function errorText(error: IActionError, trans: ITrans): string {
     case 'local':
       return error.message;
     case 'busy':
-      return trans.__('Wait for the running cell to finish, then attach.');
+      if (error.action === 'attach') {
+        return trans.__('Wait for the running cell to finish, then attach.');
+      }
+      // The kernel reads the namespace only between cells.
+      return trans.__('%1: busy, available when the cell ends.', label);
     case 'no_answer':
       return trans.__(
         'The kernel loaded jupyter_gpumem, but it does not answer the panel: is its version older than the panel?'
@@ -235,7 +298,7 @@ function initializedDevices(state: IGpuMemState): IDevice[] {
  */
 export function availability(
   state: IGpuMemState,
-  action: UserAction,
+  action: UserAction | 'who',
   trans: ITrans,
   device?: IDevice
 ): IAvailability {
@@ -260,6 +323,12 @@ export function availability(
     return disabled(
       trans.__("This kernel's jupyter_gpumem does not offer this action")
     );
+  }
+  if (action === 'who') {
+    // A reading, not an action: the other actions do not wait for it.
+    return state.who.status === 'loading'
+      ? disabled(trans.__('Reading who holds the memory…'))
+      : ENABLED;
   }
   if (state.pending !== null) {
     return disabled(trans.__('Waiting for the kernel to answer…'));

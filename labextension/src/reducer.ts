@@ -9,10 +9,14 @@ import {
   IEmptyCacheResult,
   IHelloResult,
   ILimit,
+  IPostMortem,
+  IReleaseTracebackResult,
   ISample,
   ISetCachingResult,
   ISetLimitResult,
   IStreamState,
+  ITrackResult,
+  IWhoResult,
   Reply,
   SampleState
 } from './protocol';
@@ -36,7 +40,13 @@ export type StatusKind = PanelStatus['kind'];
  * User actions; all but `attach` are protocol actions.
  */
 export type UserAction =
-  'attach' | 'empty_cache' | 'set_caching' | 'reset_peak' | 'set_limit';
+  | 'attach'
+  | 'empty_cache'
+  | 'set_caching'
+  | 'reset_peak'
+  | 'set_limit'
+  | 'track'
+  | 'release_traceback';
 
 /**
  * One point of the trend line of a device.
@@ -55,7 +65,19 @@ export type Notice =
   | { kind: 'caching'; requested: boolean; caching: boolean }
   | { kind: 'peak_reset'; device: number | null }
   | { kind: 'limit'; device: number | null; limit: ILimit | null }
-  | { kind: 'attached' };
+  | { kind: 'attached' }
+  | {
+      kind: 'tracking';
+      requested: boolean;
+      tracking: boolean;
+      /** The kernel's words. */
+      message: string;
+    }
+  | {
+      kind: 'traceback_released';
+      frames: number;
+      freed: Record<string, number>;
+    };
 
 /**
  * A refused or failed action with the kernel's reason.
@@ -65,6 +87,32 @@ export interface IActionError {
   code: string;
   message: string;
 }
+
+/**
+ * Where the reading of `who` stands: never read, on its way, refused because a
+ * cell runs, failed, or read.
+ */
+export type WhoStatus = 'idle' | 'loading' | 'busy' | 'error' | 'ok';
+
+export interface IWhoState {
+  status: WhoStatus;
+  /**
+   * The last reading; kept while the next one loads, comes back busy or
+   * fails (the view marks it as older).
+   */
+  data: IWhoResult | null;
+  /** Why the last reading failed (status `error`). */
+  error: IActionError | null;
+  /** When `data` was read: ms since the epoch, the panel's clock. */
+  fetchedAt: number | null;
+}
+
+export const WHO_IDLE: IWhoState = {
+  status: 'idle',
+  data: null,
+  error: null,
+  fetchedAt: null
+};
 
 export interface IGpuMemState {
   status: PanelStatus;
@@ -95,6 +143,15 @@ export interface IGpuMemState {
   lastError: IActionError | null;
   /** Length of the trend history. */
   trendMinutes: number;
+  /** Who holds the memory: the last `who` reading. */
+  who: IWhoState;
+  /** Allocation tracking in the kernel, from `who` and `track`; null: unknown. */
+  tracking: boolean | null;
+  /**
+   * The last out-of-memory post-mortems, from a `who` reply or a cell marker
+   * (the kernel keeps those of the last cell that ran out of memory).
+   */
+  postmortems: readonly IPostMortem[];
 }
 
 export type GpuMemEvent =
@@ -107,7 +164,12 @@ export type GpuMemEvent =
       action: Action;
       reply: Reply;
       args?: Record<string, unknown>;
+      /** When the reply came: ms since the epoch (who: its `fetchedAt`). */
+      at?: number;
     }
+  | { type: 'who_sent' }
+  /** A `who` request got no protocol reply (timeout, no kernel, bad reply). */
+  | { type: 'who_failed'; code: string; message: string }
   | { type: 'no_reply'; action: Action }
   | { type: 'comm'; commId: string; data: CommData }
   | { type: 'busy'; busy: boolean }
@@ -149,7 +211,10 @@ export function initialState(trendMinutes = 5): IGpuMemState {
     pending: null,
     notice: null,
     lastError: null,
-    trendMinutes
+    trendMinutes,
+    who: WHO_IDLE,
+    tracking: null,
+    postmortems: []
   };
 }
 
@@ -182,7 +247,10 @@ function forgetProcess(state: IGpuMemState): IGpuMemState {
     lastHeard: null,
     history: {},
     cells: [],
-    pending: null
+    pending: null,
+    who: WHO_IDLE,
+    tracking: null,
+    postmortems: []
   };
 }
 
@@ -253,12 +321,78 @@ function withCommId(
   return state;
 }
 
+/**
+ * Apply the reply to `who`, unless none was asked for (the kernel changed or
+ * restarted since: its reading is stale). Not an action of the status line:
+ * its outcome shows in the Who tab.
+ */
+function applyWho(
+  state: IGpuMemState,
+  reply: Reply,
+  at: number | null
+): IGpuMemState {
+  if (state.who.status !== 'loading') {
+    return state;
+  }
+  if (reply.status === 'error') {
+    if (reply.error.code === 'busy') {
+      return { ...state, who: { ...state.who, status: 'busy', error: null } };
+    }
+    return {
+      ...state,
+      who: {
+        ...state.who,
+        status: 'error',
+        error: {
+          action: 'who',
+          code: reply.error.code,
+          message: reply.error.message
+        }
+      }
+    };
+  }
+  const result = reply.result as unknown as IWhoResult;
+  const data: IWhoResult = {
+    devices: Array.isArray(result.devices) ? result.devices : [],
+    tracking: result.tracking === true,
+    postmortems: Array.isArray(result.postmortems) ? result.postmortems : []
+  };
+  return {
+    ...state,
+    who: { status: 'ok', data, error: null, fetchedAt: at },
+    tracking: data.tracking,
+    postmortems: data.postmortems
+  };
+}
+
+function whoFailed(
+  state: IGpuMemState,
+  code: string,
+  message: string
+): IGpuMemState {
+  if (state.who.status !== 'loading') {
+    return state;
+  }
+  return {
+    ...state,
+    who: {
+      ...state.who,
+      status: 'error',
+      error: { action: 'who', code, message }
+    }
+  };
+}
+
 function applyReply(
   state: IGpuMemState,
   action: Action,
   reply: Reply,
-  args: Record<string, unknown>
+  args: Record<string, unknown>,
+  at: number | null
 ): IGpuMemState {
+  if (action === 'who') {
+    return applyWho(state, reply, at);
+  }
   const pending = clearPending(state, action);
   if (reply.status === 'error') {
     if (action === 'hello') {
@@ -341,6 +475,33 @@ function applyReply(
         }
       };
       break;
+    case 'track': {
+      const track = result as unknown as ITrackResult;
+      const tracking = track.tracking === true;
+      next = {
+        ...next,
+        tracking,
+        notice: {
+          kind: 'tracking',
+          requested: args.enabled === true,
+          tracking,
+          message: typeof track.message === 'string' ? track.message : ''
+        }
+      };
+      break;
+    }
+    case 'release_traceback': {
+      const released = result as unknown as IReleaseTracebackResult;
+      next = {
+        ...next,
+        notice: {
+          kind: 'traceback_released',
+          frames: typeof released.frames === 'number' ? released.frames : 0,
+          freed: released.freed ?? {}
+        }
+      };
+      break;
+    }
     default:
       break;
   }
@@ -392,14 +553,20 @@ function applyComm(
         busy: data.busy === true,
         lastHeard: Math.max(next.lastHeard ?? -Infinity, data.time)
       };
-    case 'cell':
+    case 'cell': {
+      const postmortems = data.cell.postmortems;
       return {
         ...next,
         cells: pushBounded(next.cells, data.cell, {
           maxAgeS: bounds(next).maxAgeS,
           maxLength: MAX_CELLS
-        })
+        }),
+        // The kernel keeps these until a cell runs out of memory again.
+        ...(Array.isArray(postmortems) && postmortems.length > 0
+          ? { postmortems }
+          : {})
       };
+    }
     default:
       return next;
   }
@@ -455,14 +622,36 @@ export function reduce(state: IGpuMemState, event: GpuMemEvent): IGpuMemState {
         sample: null,
         stream: null,
         version: null,
-        actions: []
+        actions: [],
+        who: WHO_IDLE,
+        tracking: null,
+        postmortems: []
       };
     case 'reply':
       if (state.kernelId === null) {
         return state;
       }
-      return applyReply(state, event.action, event.reply, event.args ?? {});
+      return applyReply(
+        state,
+        event.action,
+        event.reply,
+        event.args ?? {},
+        event.at ?? null
+      );
+    case 'who_sent':
+      if (state.kernelId === null || state.who.status === 'loading') {
+        return state;
+      }
+      return {
+        ...state,
+        who: { ...state.who, status: 'loading', error: null }
+      };
+    case 'who_failed':
+      return whoFailed(state, event.code, event.message);
     case 'no_reply':
+      if (event.action === 'who') {
+        return whoFailed(state, 'timeout', '');
+      }
       return {
         ...state,
         pending: clearPending(state, event.action),

@@ -1,7 +1,14 @@
 /**
  * Protocol records for tests, with the figures of a small, known allocation.
  */
-import { ACTIONS, IDevice, ISample } from '../src/protocol';
+import {
+  ACTIONS,
+  IDevice,
+  IPostMortem,
+  ISample,
+  IWhoReport,
+  IWhoResult
+} from '../src/protocol';
 
 export const GiB = 1024 ** 3;
 export const MiB = 1024 ** 2;
@@ -93,5 +100,128 @@ export function helloResult(s: ISample = sample()) {
     actions: [...ACTIONS] as string[],
     sample: s,
     stream: { ...STREAM, active: false, clients: 0 }
+  };
+}
+
+/** A `who` report of device 0, shaped like the H200 recording's. */
+export function whoReport(overrides: Partial<IWhoReport> = {}): IWhoReport {
+  return {
+    device: 0,
+    by: 'variable',
+    allocated: 100 * MiB,
+    explained: 67 * MiB,
+    rows: [
+      {
+        key: 'base',
+        detail: 'tensor',
+        bytes: 64 * MiB,
+        blocks: 1,
+        example: 'base',
+        kind: 'owner'
+      },
+      {
+        key: 'a',
+        detail: 'tensor',
+        bytes: 3 * MiB,
+        blocks: 1,
+        example: 'a',
+        kind: 'owner'
+      },
+      {
+        key: 'not reachable from the namespace',
+        detail: 'temporaries of a running computation',
+        bytes: 33 * MiB,
+        blocks: 3,
+        example: '',
+        kind: 'unreachable'
+      }
+    ],
+    tracking: false,
+    notes: [],
+    outside_allocator: 0,
+    elapsed_ms: 1.5,
+    ...overrides
+  };
+}
+
+export function lineReport(): IWhoReport {
+  return whoReport({
+    by: 'line',
+    tracking: true,
+    explained: 64 * MiB,
+    rows: [
+      {
+        key: 'In[8] line 1',
+        detail:
+          "`base = torch.empty(64 << 20, dtype=torch.uint8, device='cuda')`",
+        bytes: 64 * MiB,
+        blocks: 1,
+        example: 'held by base',
+        kind: 'site'
+      },
+      {
+        key: 'no Python stack (backward pass or C++)',
+        detail: '',
+        bytes: 36 * MiB,
+        blocks: 4,
+        example: '',
+        kind: 'untracked'
+      }
+    ]
+  });
+}
+
+/** The recorded fragmentation OOM: 128 MiB asked, 64 MiB the largest block. */
+export function postmortem(overrides: Partial<IPostMortem> = {}): IPostMortem {
+  return {
+    device: 0,
+    requested: 128 * MiB,
+    free: 138 * GiB,
+    total: 140 * GiB,
+    cap: 1.13 * GiB,
+    reserved: 1.1 * GiB,
+    allocated: 598 * MiB,
+    cached_free: 532 * MiB,
+    releasable: 0,
+    free_pieces: 13,
+    free_pieces_bytes: 532 * MiB,
+    largest_free_block: 64 * MiB,
+    outside_torch: 742 * MiB,
+    other_processes: [],
+    owners: [],
+    lines: [],
+    fixes: [
+      {
+        kind: 'fragmentation',
+        text: 'largest free block 64.00 MiB < 128.00 MiB requested while 531.98 MiB is free in 13 pieces: fragmentation; set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before the first CUDA call (restart the kernel with it)',
+        frees: 532 * MiB,
+        fits: true,
+        command: 'PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True'
+      },
+      {
+        kind: 'delete',
+        text: '86.02 MiB is not reachable from the namespace',
+        frees: 86 * MiB,
+        fits: null,
+        command: ''
+      },
+      {
+        kind: 'empty_cache',
+        text: 'empty-cache returns nothing',
+        frees: 0,
+        fits: false,
+        command: '%gpumem empty-cache'
+      }
+    ],
+    ...overrides
+  };
+}
+
+export function whoResult(overrides: Partial<IWhoResult> = {}): IWhoResult {
+  return {
+    devices: [{ index: 0, by_variable: whoReport(), by_line: null }],
+    tracking: false,
+    postmortems: [],
+    ...overrides
   };
 }

@@ -203,3 +203,80 @@ describe('availability', () => {
     expect(availability(state, 'set_caching', trans).enabled).toBe(false);
   });
 });
+
+describe('who holds it: words and availability', () => {
+  it('words the tracking switch, with the kernel words when it has some', () => {
+    const notice = (requested: boolean, tracking: boolean, message = '') =>
+      noticeText(
+        { kind: 'tracking', requested, tracking, message },
+        trans,
+        'binary'
+      );
+    expect(notice(true, true, 'allocation tracking is on (replay)')).toBe(
+      'Allocation tracking is on (replay)'
+    );
+    expect(notice(true, true)).toBe('Allocation tracking is on');
+    expect(notice(false, false)).toBe('Allocation tracking is off');
+    expect(notice(false, true)).toBe('Allocation tracking is still on');
+  });
+
+  it('says what releasing the traceback freed', () => {
+    const notice = (frames: number, freed: Record<string, number>) =>
+      noticeText(
+        { kind: 'traceback_released', frames, freed },
+        trans,
+        'binary'
+      );
+    expect(notice(0, { '0': 0 })).toBe(
+      'No traceback was kept: nothing to release.'
+    );
+    expect(notice(1, { '0': 0 })).toBe(
+      'Released the traceback (1 frame): no GPU memory freed'
+    );
+    expect(notice(3, { '0': 2 * GiB })).toBe(
+      'Released the traceback (3 frames): 2.00 GiB freed'
+    );
+    expect(notice(2, { '1': GiB, '0': GiB })).toBe(
+      'Released the traceback (2 frames): 2.00 GiB (GPU 0: 1.00 GiB, GPU 1: 1.00 GiB) freed'
+    );
+  });
+
+  it('says busy for the actions that wait for the cell', () => {
+    expect(
+      errorText(
+        {
+          action: 'release_traceback',
+          code: 'busy',
+          message: 'busy: available when the cell ends'
+        },
+        trans
+      )
+    ).toBe('Release traceback: busy, available when the cell ends.');
+    expect(
+      errorText({ action: 'attach', code: 'busy', message: '' }, trans)
+    ).toBe('Wait for the running cell to finish, then attach.');
+    expect(
+      errorText({ action: 'track', code: 'refused', message: 'no' }, trans)
+    ).toBe('Allocation tracking refused: no');
+  });
+
+  it('lets who be read while an action waits, not while it reads', () => {
+    let state = stateWith();
+    expect(availability(state, 'who', trans).enabled).toBe(true);
+    state = reduce(state, { type: 'pending', action: 'empty_cache' });
+    expect(availability(state, 'who', trans).enabled).toBe(true);
+    expect(availability(state, 'track', trans).enabled).toBe(false);
+    state = reduce(state, { type: 'who_sent' });
+    expect(availability(state, 'who', trans)).toEqual({
+      enabled: false,
+      reason: 'Reading who holds the memory…'
+    });
+  });
+
+  it('disables who and track for a kernel side without them', () => {
+    const state = stateWith(sample(), ['hello', 'sample', 'empty_cache']);
+    expect(availability(state, 'who', trans).enabled).toBe(false);
+    expect(availability(state, 'track', trans).enabled).toBe(false);
+    expect(availability(state, 'release_traceback', trans).enabled).toBe(false);
+  });
+});

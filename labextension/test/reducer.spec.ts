@@ -11,10 +11,13 @@ import {
   errorReply,
   GiB,
   helloResult,
+  lineReport,
   okReply,
+  postmortem,
   sample,
   STREAM,
-  uninitializedDevice
+  uninitializedDevice,
+  whoResult
 } from './fixtures';
 
 function run(
@@ -501,5 +504,249 @@ describe('reduce: actions', () => {
     ]);
     expect(state.status.kind).toBe('not_loaded');
     expect(state.lastError?.message).toContain('ModuleNotFoundError');
+  });
+});
+
+describe('reduce: who holds it', () => {
+  const connected: GpuMemEvent[] = [
+    follow,
+    { type: 'reply', action: 'hello', reply: okReply('hello', helloResult()) }
+  ];
+  const whoOk = (result = whoResult(), at = 5000): GpuMemEvent => ({
+    type: 'reply',
+    action: 'who',
+    reply: okReply('who', result as any),
+    at
+  });
+  const whoError = (code: string, message: string): GpuMemEvent => ({
+    type: 'reply',
+    action: 'who',
+    reply: errorReply('who', code, message)
+  });
+  const sent: GpuMemEvent = { type: 'who_sent' };
+
+  it('starts unread, loads, then keeps the reading with its time', () => {
+    expect(run(connected).who).toEqual({
+      status: 'idle',
+      data: null,
+      error: null,
+      fetchedAt: null
+    });
+    expect(run([...connected, sent]).who.status).toBe('loading');
+    const result = whoResult({
+      tracking: true,
+      devices: [
+        {
+          index: 0,
+          by_variable: whoResult().devices[0].by_variable,
+          by_line: lineReport()
+        }
+      ],
+      postmortems: [postmortem()]
+    });
+    const state = run([...connected, sent, whoOk(result, 1234)]);
+    expect(state.who.status).toBe('ok');
+    expect(state.who.data).toEqual(result);
+    expect(state.who.fetchedAt).toBe(1234);
+    expect(state.tracking).toBe(true);
+    expect(state.postmortems).toEqual([postmortem()]);
+    // A reading is not an action of the status line.
+    expect(state.notice).toBeNull();
+    expect(state.lastError).toBeNull();
+    expect(state.pending).toBeNull();
+  });
+
+  it('keeps the last reading while the next one loads', () => {
+    const state = run([...connected, sent, whoOk(), sent]);
+    expect(state.who.status).toBe('loading');
+    expect(state.who.data).toEqual(whoResult());
+    expect(state.who.fetchedAt).toBe(5000);
+  });
+
+  it('says busy while a cell runs, keeping the older reading', () => {
+    const state = run([
+      ...connected,
+      sent,
+      whoOk(),
+      sent,
+      whoError('busy', 'busy: available when the cell ends')
+    ]);
+    expect(state.who.status).toBe('busy');
+    expect(state.who.error).toBeNull();
+    expect(state.who.data).toEqual(whoResult());
+    expect(state.lastError).toBeNull();
+  });
+
+  it('keeps the kernel reason of a refused or failed reading in the tab', () => {
+    const reason =
+      'torch is not imported in this kernel: PyTorch holds no GPU memory';
+    const state = run([...connected, sent, whoError('refused', reason)]);
+    expect(state.who.status).toBe('error');
+    expect(state.who.error).toEqual({
+      action: 'who',
+      code: 'refused',
+      message: reason
+    });
+    expect(state.lastError).toBeNull();
+    const again = run([sent], state);
+    expect(again.who.status).toBe('loading');
+    expect(again.who.error).toBeNull();
+  });
+
+  it('reports a reading that got no answer', () => {
+    expect(
+      run([...connected, sent, { type: 'no_reply', action: 'who' }]).who
+    ).toMatchObject({ status: 'error', error: { code: 'timeout' } });
+    expect(
+      run([
+        ...connected,
+        sent,
+        { type: 'who_failed', code: 'local', message: 'no kernel' }
+      ]).who
+    ).toMatchObject({
+      status: 'error',
+      error: { code: 'local', message: 'no kernel' }
+    });
+  });
+
+  it('drops a reading nobody asked for: another kernel, a restart', () => {
+    // Asked of k1, answered after the panel followed k2.
+    const other = run([
+      ...connected,
+      sent,
+      { type: 'follow', kernelId: 'k2', source: 'b.ipynb' }
+    ]);
+    expect(other.who.status).toBe('idle');
+    expect(run([whoOk()], other).who).toEqual(other.who);
+    // Asked before a restart, answered by the old process.
+    const restarted = run([
+      ...connected,
+      sent,
+      whoOk(whoResult({ tracking: true, postmortems: [postmortem()] })),
+      sent,
+      { type: 'kernel_status', status: 'restarting' }
+    ]);
+    expect(restarted.who.status).toBe('idle');
+    expect(restarted.who.data).toBeNull();
+    expect(restarted.tracking).toBeNull();
+    expect(restarted.postmortems).toEqual([]);
+    const late = run([whoOk()], restarted);
+    expect(late).toBe(restarted);
+    // With no kernel nothing is read.
+    const none = run([{ type: 'follow', kernelId: null, source: null }, sent]);
+    expect(none.who.status).toBe('idle');
+  });
+
+  it('takes post-mortems and kept lines from cell markers', () => {
+    const marker = (seq: number, extra: Record<string, unknown>) =>
+      ({
+        type: 'comm',
+        commId: 'comm-1',
+        data: {
+          protocol: 1,
+          type: 'cell',
+          seq,
+          cell: {
+            execution_count: seq,
+            time: 1000 + seq,
+            wall_time: 0.1,
+            failed: false,
+            first_line: 'x = 1',
+            devices: [
+              {
+                index: 0,
+                allocated_delta: 3 * GiB,
+                reserved_delta: 3 * GiB,
+                peak_allocated: 3 * GiB,
+                kept_at: [{ line: 1, text: 'x = 1', bytes: 3 * GiB, blocks: 1 }]
+              }
+            ],
+            ...extra
+          }
+        }
+      }) as GpuMemEvent;
+    const oom = postmortem({ requested: 2 * GiB });
+    const state = run([
+      ...connected,
+      marker(1, { failed: true, postmortems: [oom] })
+    ]);
+    expect(state.postmortems).toEqual([oom]);
+    expect(state.cells[0].devices[0].kept_at?.[0].line).toBe(1);
+    // The kernel keeps them until the next out-of-memory error.
+    expect(run([marker(2, {})], state).postmortems).toEqual([oom]);
+    expect(run([marker(2, { postmortems: [] })], state).postmortems).toEqual([
+      oom
+    ]);
+  });
+
+  it('words the track and release_traceback replies in the status line', () => {
+    const tracked = run([
+      ...connected,
+      { type: 'pending', action: 'track' },
+      {
+        type: 'reply',
+        action: 'track',
+        reply: okReply('track', {
+          tracking: true,
+          message: 'allocation tracking is on (replay)'
+        }),
+        args: { enabled: true }
+      }
+    ]);
+    expect(tracked.pending).toBeNull();
+    expect(tracked.tracking).toBe(true);
+    expect(tracked.notice).toEqual({
+      kind: 'tracking',
+      requested: true,
+      tracking: true,
+      message: 'allocation tracking is on (replay)'
+    });
+    const released = run([
+      ...connected,
+      { type: 'pending', action: 'release_traceback' },
+      {
+        type: 'reply',
+        action: 'release_traceback',
+        reply: okReply('release_traceback', {
+          frames: 2,
+          freed: { '0': 1 * GiB }
+        })
+      }
+    ]);
+    expect(released.notice).toEqual({
+      kind: 'traceback_released',
+      frames: 2,
+      freed: { '0': 1 * GiB }
+    });
+    const busy = run([
+      ...connected,
+      { type: 'pending', action: 'release_traceback' },
+      {
+        type: 'reply',
+        action: 'release_traceback',
+        reply: errorReply(
+          'release_traceback',
+          'busy',
+          'busy: available when the cell ends'
+        )
+      }
+    ]);
+    expect(busy.pending).toBeNull();
+    expect(busy.lastError).toEqual({
+      action: 'release_traceback',
+      code: 'busy',
+      message: 'busy: available when the cell ends'
+    });
+  });
+
+  it('forgets the reading when the extension stops answering', () => {
+    const state = run([
+      ...connected,
+      sent,
+      whoOk(whoResult({ tracking: true })),
+      { type: 'hello_timeout' }
+    ]);
+    expect(state.who.data).toBeNull();
+    expect(state.tracking).toBeNull();
   });
 });

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 
 import { IGpuMemState } from '../src/reducer';
 import { GpuMemStore } from '../src/store';
+import { okReply, whoResult } from './fixtures';
 
 describe('GpuMemStore', () => {
   it('starts from the initial state with the trend length', () => {
@@ -21,5 +22,27 @@ describe('GpuMemStore', () => {
     store.dispatch({ type: 'configure', trendMinutes: 5 });
     expect(store.state).toBe(before);
     expect(changes).toHaveLength(1);
+  });
+
+  it('changes with a who reply it asked for, not with a stale one', () => {
+    const changes: IGpuMemState[] = [];
+    const store = new GpuMemStore(5, state => changes.push(state));
+    store.dispatch({ type: 'follow', kernelId: 'k1', source: 'a.ipynb' });
+    const reply = {
+      type: 'reply',
+      action: 'who',
+      reply: okReply('who', whoResult() as any),
+      at: 1
+    } as const;
+    // Nothing asked (or asked of a kernel since left): no change.
+    store.dispatch(reply);
+    expect(changes).toHaveLength(1);
+    store.dispatch({ type: 'who_sent' });
+    store.dispatch(reply);
+    expect(changes).toHaveLength(3);
+    expect(store.state.who.status).toBe('ok');
+    expect(store.state.who.data).toEqual(whoResult());
+    store.dispatch(reply);
+    expect(changes).toHaveLength(3);
   });
 });
