@@ -42,7 +42,8 @@ export class GpuMemModel implements IDisposable {
       store: this._store,
       refreshRateMs: () => this._settings.refreshRateMs,
       helloTimeoutMs: options.helloTimeoutMs ?? 1500,
-      requestTimeoutMs: options.requestTimeoutMs ?? 10000
+      requestTimeoutMs: options.requestTimeoutMs ?? 10000,
+      whoTimeoutMs: options.whoTimeoutMs
     });
   }
 
@@ -166,6 +167,39 @@ export class GpuMemModel implements IDisposable {
     return this._client.perform('set_limit', args);
   }
 
+  /**
+   * The Who tab is shown or hidden: `who` costs the kernel a walk of its
+   * namespace, so it is read only while the tab is shown in the visible
+   * panel (the view says so when it mounts and unmounts).
+   */
+  setWhoShown(shown: boolean): void {
+    this._client.setWhoShown(shown);
+  }
+
+  /**
+   * Read who holds the GPU memory now (Refresh). While a cell runs the kernel
+   * answers `busy`; the tab reads again once the cell ends.
+   */
+  who(): Promise<void> {
+    return this._client.fetchWho();
+  }
+
+  /**
+   * Switch allocation-site tracking: blocks allocated from then on carry the
+   * line that allocated them (the Who tab's lines).
+   */
+  setTracking(enabled: boolean): Promise<void> {
+    return this._client.perform('track', { enabled });
+  }
+
+  /**
+   * Drop the frames of the last error's traceback, which keep its tensors
+   * alive; then read `who` again.
+   */
+  releaseTraceback(): Promise<void> {
+    return this._client.perform('release_traceback', {});
+  }
+
   /** Report an error found before anything was sent (bad input). */
   reportError(action: string, message: string): void {
     this._store.dispatch({ type: 'local_error', action, message });
@@ -190,5 +224,7 @@ export namespace GpuMemModel {
     helloTimeoutMs?: number;
     /** Time to wait for the reply of an action. */
     requestTimeoutMs?: number;
+    /** Time to wait for `who` (15 s when absent). */
+    whoTimeoutMs?: number;
   }
 }

@@ -2,9 +2,10 @@
  * The protocol client of one kernel: follows the kernel of a notebook's or
  * console's session, greets it (`hello`), subscribes to its stream on the comm
  * while the panel is shown (with a watchdog and lease renewal), falls back to
- * polling, sends the allocator actions on the control channel, and tells the
- * process now running from one a restart replaced. Everything it learns goes
- * to the store as events. No DOM.
+ * polling, sends the allocator actions on the control channel, reads `who`
+ * for the Who tab (see `setWhoShown`), and tells the process now running from
+ * one a restart replaced. Everything it learns goes to the store as events.
+ * No DOM.
  */
 import { Kernel, KernelMessage } from '@jupyterlab/services';
 import { IDisposable } from '@lumino/disposable';
@@ -26,6 +27,16 @@ import { IKernelLike, IKernelSource, ISessionLike } from './types';
 /** Code run by Attach. */
 export const ATTACH_CODE = '%load_ext jupyter_gpumem';
 
+/** Rows per `who` report (the kernel sums the rest into its last rows). */
+export const WHO_ROWS = 10;
+
+/**
+ * After a `busy` reply while the panel has not seen the cell (its busy status
+ * still on the way, or a cell too short to see): ask again this many times, 1,
+ * 2, 4 s later. The end of a cell the panel sees asks again anyway.
+ */
+const WHO_BUSY_RETRIES = 3;
+
 type Comm = Kernel.IComm;
 
 /** What the stream timers depend on. */
@@ -39,6 +50,7 @@ export class GpuMemClient implements IDisposable {
     this._refreshRateMs = options.refreshRateMs;
     this._helloTimeoutMs = options.helloTimeoutMs;
     this._requestTimeoutMs = options.requestTimeoutMs;
+    this._whoTimeoutMs = options.whoTimeoutMs ?? 15000;
   }
 
   get kernel(): IKernelLike | null {
@@ -59,6 +71,7 @@ export class GpuMemClient implements IDisposable {
       return;
     }
     this._setSession(null, '');
+    this._clearWhoRetry();
     this._isDisposed = true;
     Signal.clearData(this);
   }
@@ -92,8 +105,42 @@ export class GpuMemClient implements IDisposable {
     if (visible) {
       this._start();
     } else {
+      // Cells may run unseen meanwhile: read `who` again when shown.
+      this._whoDue = true;
+      this._clearWhoRetry();
       this._stop();
     }
+  }
+
+  /**
+   * The Who tab is shown or not. `who` reads the kernel's namespace (on its
+   * shell thread, between cells): it is read only while the tab is shown and
+   * the panel visible, when the tab is shown with an older reading, after each
+   * measured cell once the kernel is idle, and again once the cell ends after a
+   * `busy` reply.
+   */
+  setWhoShown(shown: boolean): void {
+    if (shown === this._whoShown || this._isDisposed) {
+      return;
+    }
+    this._whoShown = shown;
+    if (shown) {
+      this._maybeFetchWho();
+    } else {
+      this._clearWhoRetry();
+    }
+  }
+
+  /**
+   * Read who holds the memory now (the Refresh button): sent also while a
+   * cell runs, when the kernel answers `busy` and the tab reads again once the
+   * cell ends.
+   */
+  async fetchWho(): Promise<void> {
+    if (this._whoInFlight !== this._generation) {
+      this._whoBusyRetries = 0;
+    }
+    await this._fetchWho();
   }
 
   /**
@@ -184,6 +231,14 @@ export class GpuMemClient implements IDisposable {
     switch (outcome.kind) {
       case 'reply':
         this._dispatch({ type: 'reply', action, reply: outcome.reply, args });
+        if (
+          outcome.reply.status === 'ok' &&
+          (action === 'track' || action === 'release_traceback')
+        ) {
+          // Lines appear or go with tracking; a released traceback frees.
+          this._whoDue = true;
+          this._maybeFetchWho();
+        }
         break;
       case 'timeout':
       case 'stale':
@@ -207,7 +262,126 @@ export class GpuMemClient implements IDisposable {
   }
 
   private _dispatch(event: GpuMemEvent): void {
+    const wasBusy = this._state.busy;
     this._store.dispatch(event);
+    if (wasBusy && !this._state.busy) {
+      // A cell ended (or the process went away: then nothing is read).
+      this._maybeFetchWho();
+    }
+  }
+
+  /**
+   * Whether the Who tab wants readings now: shown, in the visible panel, of
+   * a kernel that answers and knows `who`.
+   */
+  private _whoWanted(): boolean {
+    const kind = this._state.status.kind;
+    return (
+      this._whoShown &&
+      this._visible &&
+      this._kernel !== null &&
+      (kind === 'ok' || kind === 'not_initialized') &&
+      this._state.actions.includes('who')
+    );
+  }
+
+  /**
+   * Read `who` if the tab wants it, its reading is out of date and no cell
+   * runs (it would answer `busy`).
+   */
+  private _maybeFetchWho(): void {
+    if (
+      this._whoDue &&
+      !this._state.busy &&
+      this._whoInFlight !== this._generation &&
+      this._whoWanted()
+    ) {
+      void this._fetchWho();
+    }
+  }
+
+  private async _fetchWho(): Promise<void> {
+    const kernel = this._kernel;
+    const generation = this._generation;
+    if (
+      !kernel ||
+      this._isDisposed ||
+      !this._state.actions.includes('who') ||
+      this._whoInFlight === generation
+    ) {
+      return;
+    }
+    this._clearWhoRetry();
+    this._whoDue = false;
+    this._whoInFlight = generation;
+    this._dispatch({ type: 'who_sent' });
+    let outcome: RequestOutcome;
+    try {
+      outcome = await this._request('who', { n: WHO_ROWS }, this._whoTimeoutMs);
+    } finally {
+      if (this._whoInFlight === generation) {
+        this._whoInFlight = null;
+      }
+    }
+    if (generation !== this._generation || kernel !== this._kernel) {
+      // Another kernel, or the process restarted: its reading is stale.
+      return;
+    }
+    switch (outcome.kind) {
+      case 'reply': {
+        const reply = outcome.reply;
+        this._dispatch({ type: 'reply', action: 'who', reply, at: Date.now() });
+        if (reply.status === 'error' && reply.error.code === 'busy') {
+          // Not now: when the cell ends.
+          this._whoBusy();
+          return;
+        }
+        this._whoBusyRetries = 0;
+        break;
+      }
+      case 'timeout':
+      case 'stale':
+        this._dispatch({ type: 'who_failed', code: 'timeout', message: '' });
+        break;
+      case 'error':
+        this._dispatch({
+          type: 'who_failed',
+          code: 'local',
+          message: outcome.message
+        });
+        break;
+    }
+    // A cell ended or tracking switched while it travelled: read again.
+    this._maybeFetchWho();
+  }
+
+  /**
+   * The kernel answered `busy`: read again when the cell ends. The end of a
+   * cell the panel has seen start does that (`_dispatch`); otherwise look
+   * again shortly, a few times.
+   */
+  private _whoBusy(): void {
+    this._whoDue = true;
+    if (this._state.busy || this._whoBusyRetries >= WHO_BUSY_RETRIES) {
+      return;
+    }
+    const delay = 1000 * 2 ** this._whoBusyRetries;
+    this._whoBusyRetries += 1;
+    const generation = this._generation;
+    this._clearWhoRetry();
+    this._whoRetry = setTimeout(() => {
+      this._whoRetry = null;
+      if (generation === this._generation) {
+        this._maybeFetchWho();
+      }
+    }, delay);
+  }
+
+  private _clearWhoRetry(): void {
+    if (this._whoRetry !== null) {
+      clearTimeout(this._whoRetry);
+      this._whoRetry = null;
+    }
   }
 
   private _dispatchFollow(): void {
@@ -249,6 +423,7 @@ export class GpuMemClient implements IDisposable {
     this._disconnect();
     this._kernel = kernel;
     this._generation += 1;
+    this._whoReset();
     this._processes.reset();
     this._dispatchFollow();
     if (!kernel) {
@@ -286,6 +461,14 @@ export class GpuMemClient implements IDisposable {
     kernel.disposed.disconnect(this._onKernelDisposed, this);
   }
 
+  /** Another kernel or process: nothing of `who` carries over. */
+  private _whoReset(): void {
+    this._clearWhoRetry();
+    this._whoDue = true;
+    this._whoInFlight = null;
+    this._whoBusyRetries = 0;
+  }
+
   private _onKernelDisposed(): void {
     // JupyterLab disposes a connection whose kernel died: keep saying so.
     const dead = this._state.status.kind === 'dead';
@@ -310,6 +493,7 @@ export class GpuMemClient implements IDisposable {
         this._subscribed = false;
         this._dropComm();
         this._generation += 1;
+        this._whoReset();
         this._needHello = status !== 'dead';
         this._dispatch({ type: 'kernel_status', status });
         break;
@@ -454,6 +638,8 @@ export class GpuMemClient implements IDisposable {
     if (outcome.reply.status !== 'ok') {
       return;
     }
+    // The Who tab may be waiting for a kernel that knows `who`.
+    this._maybeFetchWho();
     // Listen before subscribing: the first messages of the stream may travel
     // faster (IOPub) than the reply to subscribe (control).
     const stream = (outcome.reply.result as Partial<IHelloResult>).stream;
@@ -592,6 +778,12 @@ export class GpuMemClient implements IDisposable {
       if (data) {
         this._lastCommAt = Date.now();
         this._dispatch({ type: 'comm', commId: comm.commId, data });
+        if (data.type === 'cell') {
+          // A measured cell ended: read `who` again once the kernel is idle
+          // (now, or at the status that ends the cell).
+          this._whoDue = true;
+          this._maybeFetchWho();
+        }
       }
     };
     comm.onClose = () => {
@@ -757,6 +949,16 @@ export class GpuMemClient implements IDisposable {
   private _subscribing = 0;
   private _helloTimeoutMs: number;
   private _requestTimeoutMs: number;
+  private _whoTimeoutMs: number;
+  /** A Who tab is shown. */
+  private _whoShown = false;
+  /** The `who` reading shown may be out of date: read when wanted. */
+  private _whoDue = true;
+  /** Generation whose `who` awaits its reply. */
+  private _whoInFlight: number | null = null;
+  /** Looks again after a `busy` the panel saw no cell for. */
+  private _whoRetry: ReturnType<typeof setTimeout> | null = null;
+  private _whoBusyRetries = 0;
   private _isDisposed = false;
 }
 
@@ -770,5 +972,10 @@ export namespace GpuMemClient {
     helloTimeoutMs: number;
     /** Time to wait for the reply of an action. */
     requestTimeoutMs: number;
+    /**
+     * Time to wait for `who` (the kernel waits up to 10.5 s for its shell
+     * thread); 15 s when absent.
+     */
+    whoTimeoutMs?: number;
   }
 }
