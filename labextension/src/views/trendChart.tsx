@@ -13,7 +13,7 @@ import { ITrendPoint } from '../reducer';
 const TREND_WIDTH = 300;
 const TREND_HEIGHT = 64;
 
-function cellTooltip(
+export function cellTooltip(
   cell: ICellMarker,
   index: number,
   units: Units,
@@ -40,6 +40,27 @@ function cellTooltip(
     if (device.peak_allocated !== null) {
       lines.push(
         trans.__('Peak allocated %1', formatBytes(device.peak_allocated, units))
+      );
+    }
+    // Tracking on: the cell's lines that allocated what it kept.
+    for (const kept of device.kept_at ?? []) {
+      lines.push(
+        trans.__(
+          'kept at line %1 `%2` %3',
+          kept.line,
+          kept.text,
+          formatBytes(kept.bytes, units)
+        )
+      );
+    }
+  }
+  for (const postmortem of cell.postmortems ?? []) {
+    if (postmortem.device === index) {
+      lines.push(
+        trans.__(
+          'Out of memory: asked for %1 (Who holds it explains)',
+          formatBytes(postmortem.requested, units)
+        )
       );
     }
   }
