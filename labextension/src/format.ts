@@ -65,3 +65,38 @@ export function formatPercent(fraction: number): string {
   const rounded = Math.round(percent * 10) / 10;
   return `${Number.isInteger(rounded) ? rounded.toFixed(0) : rounded.toFixed(1)}%`;
 }
+
+const KERNEL_BINARY: readonly [string, number][] = [
+  ['TiB', 2 ** 40],
+  ['GiB', 2 ** 30],
+  ['MiB', 2 ** 20],
+  ['KiB', 2 ** 10]
+];
+const KERNEL_DECIMAL: readonly [string, number][] = [
+  ['TB', 1e12],
+  ['GB', 1e9],
+  ['MB', 1e6],
+  ['KB', 1e3]
+];
+
+/**
+ * Format a byte count as the kernel side writes sizes (format_bytes of
+ * jupyter_gpumem/units.py): two decimals, "64.00 MiB", "3.00 MiB", "512 B".
+ * The Who tab uses it: its figures sit next to the kernel's own sentences
+ * (fixes, details) that quote sizes, and must read the same.
+ */
+export function formatSize(bytes: number, units: Units = 'binary'): string {
+  if (!Number.isFinite(bytes)) {
+    return String(bytes);
+  }
+  const sign = bytes < 0 ? '-' : '';
+  const value = Math.abs(bytes);
+  for (const [name, size] of units === 'decimal'
+    ? KERNEL_DECIMAL
+    : KERNEL_BINARY) {
+    if (value >= size) {
+      return `${sign}${(value / size).toFixed(2)} ${name}`;
+    }
+  }
+  return `${sign}${Math.round(value)} B`;
+}

@@ -24,8 +24,8 @@ import { ITab, TABS } from './views/tabs';
 export const TRANSLATION_DOMAIN = 'jupyter_gpumem';
 
 /**
- * The whole panel for one state: the header, the kernel's message, the tabs
- * (today only Overview, so no tab strip) and the status line.
+ * The whole panel for one state: the header, the kernel's message, the tab
+ * strip, the selected tab (Overview, Who holds it) and the status line.
  */
 export function GpuMemView(
   props: IViewProps & { tabs?: readonly ITab[] }

@@ -1,6 +1,11 @@
 import { describe, expect, it } from 'vitest';
 
-import { formatBytes, formatDelta, formatPercent } from '../src/format';
+import {
+  formatBytes,
+  formatDelta,
+  formatPercent,
+  formatSize
+} from '../src/format';
 
 describe('formatBytes', () => {
   it('shows 1.5 GiB in binary and decimal units', () => {
@@ -41,5 +46,27 @@ describe('formatBytes', () => {
   it('formats fractions as percentages', () => {
     expect(formatPercent(0.3)).toBe('30%');
     expect(formatPercent(0.125)).toBe('12.5%');
+  });
+});
+
+describe('formatSize', () => {
+  it('writes sizes as the kernel does: two decimals', () => {
+    expect(formatSize(64 * 1024 ** 2)).toBe('64.00 MiB');
+    expect(formatSize(3 * 1024 ** 2)).toBe('3.00 MiB');
+    expect(formatSize(128 * 1024 ** 2)).toBe('128.00 MiB');
+    expect(formatSize(557826048)).toBe('531.98 MiB');
+    expect(formatSize(1.5 * 1024 ** 4)).toBe('1.50 TiB');
+    expect(formatSize(2 ** 50)).toBe('1024.00 TiB');
+  });
+
+  it('uses the kernel unit names in decimal units', () => {
+    expect(formatSize(1500, 'decimal')).toBe('1.50 KB');
+    expect(formatSize(141 * 1000 ** 3, 'decimal')).toBe('141.00 GB');
+  });
+
+  it('shows small and negative counts', () => {
+    expect(formatSize(0)).toBe('0 B');
+    expect(formatSize(1023)).toBe('1023 B');
+    expect(formatSize(-2 * 1024 ** 3)).toBe('-2.00 GiB');
   });
 });

@@ -9,7 +9,8 @@ import { cachedFree } from '../bar';
 import { formatBytes, formatPercent, Units } from '../format';
 import { IDevice } from '../protocol';
 
-function Figure(props: {
+/** One figure: its label (with help on hover) and its value. */
+export function Figure(props: {
   label: string;
   value: string;
   help: string;

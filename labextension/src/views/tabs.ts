@@ -1,13 +1,15 @@
 /**
  * The sections of the panel, as tabs. To add one: write its view in views/
  * (a component of `IViewProps`) and add an entry to `TABS`. The tab strip
- * shows only once there is more than one.
+ * shows only once there is more than one. Only the selected tab's view is
+ * mounted.
  */
 import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
 import { Overview } from './overview';
 import { IViewProps } from './props';
+import { WhoHoldsIt } from './whoHoldsIt';
 
 export interface ITab {
   /** Stable id, used in DOM ids and `data-tab`. */
@@ -23,5 +25,10 @@ export const TABS: readonly ITab[] = [
     id: 'overview',
     label: trans => trans.__('Overview'),
     view: Overview
+  },
+  {
+    id: 'who',
+    label: trans => trans.__('Who holds it'),
+    view: WhoHoldsIt
   }
 ];
