@@ -4,12 +4,15 @@
  *
  * Registration (sidebar tab, palette), the "No kernel" and "not loaded"
  * states, Attach, then with figures: allocate, watch the bars move during a
- * long cell, press every button; a kernel restart, following the active
- * notebook. GPUMEM_UI_MODE says where the figures come from: a real GPU, the
- * replay backend (JUPYTER_GPUMEM_REPLAY), or neither (then only the attach is
- * checked).
+ * long cell, press every button; the "Who holds it" tab against the
+ * attribution recorded on a GPU (replay); a kernel restart, following the
+ * active notebook. GPUMEM_UI_MODE says where the figures come from: a real
+ * GPU, the replay backend (JUPYTER_GPUMEM_REPLAY), or neither (then only the
+ * attach is checked).
  */
 import { Browser, expect, Page, test } from '@playwright/test';
+import * as fs from 'fs';
+import * as path from 'path';
 
 import {
   BODY,
@@ -271,7 +274,8 @@ function figureTests(allocator: IAllocator): void {
     );
     await page.evaluate(() => {
       const w = window as any;
-      const kernel = w.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+      const kernel =
+        w.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
       w.__gpumemStatuses = [];
       w.__gpumemStatusTimer = setInterval(
         () => w.__gpumemStatuses.push(kernel.status),
@@ -450,26 +454,280 @@ function figureTests(allocator: IAllocator): void {
   });
 
   test(`${mode}: the panel follows the dark theme`, async () => {
-    const setTheme = (theme: string) =>
-      page.evaluate(
-        (name: string) =>
-          (window as any).jupyterapp.commands.execute('apputils:change-theme', {
-            theme: name
-          }),
-        theme
-      );
     await setTheme('JupyterLab Dark');
-    await expect(page.locator('body')).toHaveAttribute(
-      'data-jp-theme-light',
-      'false'
-    );
     await page.waitForTimeout(500);
     await screenshot(page, `${mode}-dark`);
     await setTheme('JupyterLab Light');
-    await expect(page.locator('body')).toHaveAttribute(
-      'data-jp-theme-light',
-      'true'
+  });
+}
+
+/** Switch JupyterLab's theme. */
+async function setTheme(theme: 'JupyterLab Light' | 'JupyterLab Dark') {
+  await page.evaluate(
+    (name: string) =>
+      (window as any).jupyterapp.commands.execute('apputils:change-theme', {
+        theme: name
+      }),
+    theme
+  );
+  await expect(page.locator('body')).toHaveAttribute(
+    'data-jp-theme-light',
+    theme === 'JupyterLab Light' ? 'true' : 'false'
+  );
+}
+
+/**
+ * What the replay kernel answers `who` from: recorded on an H200 beside the
+ * replayed readings (tests/gpu/record_attribution.py); `cells.truth` holds the
+ * bytes each owner and line really took.
+ */
+const ATTRIBUTION = process.env.JUPYTER_GPUMEM_REPLAY
+  ? path.join(
+      path.dirname(process.env.JUPYTER_GPUMEM_REPLAY),
+      'attribution.json'
+    )
+  : '';
+
+interface ITruth {
+  owners: Record<string, number>;
+  lines: Record<string, number>;
+}
+
+/** A size as the kernel writes it (jupyter_gpumem/units.py): "64.00 MiB". */
+function kernelSize(bytes: number): string {
+  const units: [string, number][] = [
+    ['TiB', 2 ** 40],
+    ['GiB', 2 ** 30],
+    ['MiB', 2 ** 20],
+    ['KiB', 2 ** 10]
+  ];
+  for (const [name, size] of units) {
+    if (bytes >= size) {
+      return `${(bytes / size).toFixed(2)} ${name}`;
+    }
+  }
+  return `${bytes} B`;
+}
+
+/** Count the panel's `who` requests from now on. */
+async function countWhoRequests(): Promise<void> {
+  await page.evaluate(() => {
+    const w = window as any;
+    const kernel =
+      w.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+    w.__gpumemWho = 0;
+    if (w.__gpumemWhoKernel !== kernel) {
+      w.__gpumemWhoKernel = kernel;
+      kernel.anyMessage.connect((_: any, args: any) => {
+        if (
+          args.direction === 'send' &&
+          args.msg.header.msg_type === 'gpumem_request' &&
+          args.msg.content.action === 'who'
+        ) {
+          w.__gpumemWho += 1;
+        }
+      });
+    }
+  });
+}
+
+async function whoRequests(): Promise<number> {
+  return page.evaluate(() => (window as any).__gpumemWho);
+}
+
+function whoTests(): void {
+  const panel = () => page.locator(PANEL);
+  const who = () => page.locator(`${PANEL} .jp-GpuMem-who`);
+  const table = (by: 'variable' | 'line') =>
+    page.locator(`${PANEL} table.jp-GpuMem-whoTable[data-by="${by}"]`);
+  const row = (by: 'variable' | 'line', key: string) =>
+    table(by).locator(`tr[data-key="${key}"]`);
+  const truth = (): ITruth =>
+    JSON.parse(fs.readFileSync(ATTRIBUTION, 'utf8')).cells.truth;
+
+  test('replay: Who holds it shows the recorded owners with their sizes', async () => {
+    await countWhoRequests();
+    const tab = panel().getByRole('tab', { name: 'Who holds it' });
+    await expect(
+      panel().getByRole('tab', { name: 'Overview' })
+    ).toHaveAttribute('aria-selected', 'true');
+    await tab.click();
+    await expect(tab).toHaveAttribute('aria-selected', 'true');
+    // Shown: read at once.
+    await expect(who()).toHaveAttribute('data-who', 'ok');
+    expect(await whoRequests()).toBe(1);
+    // Refresh reads again.
+    await panel()
+      .getByRole('button', { name: /^Refresh/ })
+      .click();
+    await expect.poll(whoRequests).toBe(2);
+    await expect(who()).toHaveAttribute('data-who', 'ok');
+    await expect(
+      row('variable', 'base').locator('.jp-GpuMem-whoBytes')
+    ).toHaveText('64.00 MiB');
+    await expect(
+      row('variable', 'a').locator('.jp-GpuMem-whoBytes')
+    ).toHaveText('3.00 MiB');
+    // Every owner recorded, with the bytes its tensors took on the GPU.
+    for (const [owner, bytes] of Object.entries(truth().owners)) {
+      const [key, how] = owner.split('|');
+      const found = row('variable', key).filter({
+        has: page.locator('.jp-GpuMem-whoDetail', { hasText: how })
+      });
+      await expect(found, owner).toHaveCount(1);
+      await expect(found).toHaveAttribute('data-bytes', String(bytes));
+      await expect(found.locator('.jp-GpuMem-whoBytes')).toHaveText(
+        kernelSize(bytes)
+      );
+    }
+    await expect(
+      page.locator(`${PANEL} .jp-GpuMem-whoExplained`).first()
+    ).toHaveText(/^names explain .+ of 207\.05 MiB \(\d+(\.\d)?%\)$/);
+    // No lines until tracking is on.
+    await expect(table('line')).toHaveCount(0);
+  });
+
+  test('replay: with tracking on, the lines that allocated it appear', async () => {
+    const track = panel().getByRole('checkbox', {
+      name: 'Track allocation sites'
+    });
+    await expect(track).not.toBeChecked();
+    // Keyboard-reachable: focus and press Space.
+    await track.focus();
+    await page.keyboard.press('Space');
+    await expect(track).toBeChecked();
+    await expect(statusLine(page)).toHaveText(
+      'Allocation tracking is on (replay)'
     );
+    await expect(table('line')).toBeVisible();
+    for (const [key, bytes] of Object.entries(truth().lines)) {
+      if ((await row('line', key).count()) === 0) {
+        continue; // summed into the "N more lines" row
+      }
+      await expect(row('line', key)).toHaveAttribute(
+        'data-bytes',
+        String(bytes)
+      );
+    }
+    await expect(row('line', 'In[8] line 1')).toHaveAttribute(
+      'data-bytes',
+      String(64 << 20)
+    );
+    await expect(
+      row('line', 'In[8] line 1').locator('.jp-GpuMem-whoBytes')
+    ).toHaveText('64.00 MiB');
+    await expect(row('line', 'In[3] line 3')).toHaveCount(1);
+    // The rows add up to the allocated bytes.
+    const sum = await table('line')
+      .locator('tbody tr')
+      .evaluateAll(rows =>
+        rows.reduce((s, r) => s + Number(r.getAttribute('data-bytes')), 0)
+      );
+    expect(sum).toBe(217111552);
+    // With tracking, an owner says which line allocated it.
+    await expect(row('variable', 'base')).toContainText(
+      'allocated at In[8] line 1'
+    );
+  });
+
+  test('replay: the out-of-memory block puts the fragmentation fix first', async () => {
+    const oom = page.locator(`${PANEL} .jp-GpuMem-oom`);
+    await expect(oom).toHaveCount(1);
+    await expect(oom.locator('.jp-GpuMem-oomTitle')).toHaveText(
+      'Out of memory on GPU 0'
+    );
+    const figure = (name: string) => oom.locator(`[data-figure="oom_${name}"]`);
+    await expect(figure('requested')).toHaveText('128.00 MiB');
+    await expect(figure('largest_free_block')).toHaveText('64.00 MiB');
+    await expect(figure('free_pieces')).toHaveText('13 pieces, 531.98 MiB');
+    await expect(figure('cap')).toHaveText('1.13 GiB');
+    const fixes = oom.locator('.jp-GpuMem-fix');
+    await expect(fixes.first()).toHaveAttribute('data-fix', 'fragmentation');
+    await expect(fixes.first()).toContainText(
+      'largest free block 64.00 MiB < 128.00 MiB requested'
+    );
+    await expect(fixes.first().locator('.jp-GpuMem-fits')).toHaveText('fits');
+    // Best first: every fix after which the request fits comes before the others.
+    const fits = await fixes.evaluateAll(items =>
+      items.map(i => i.getAttribute('data-fits'))
+    );
+    expect(fits.length).toBeGreaterThan(1);
+    expect(fits.indexOf('yes')).toBe(0);
+    expect(fits.lastIndexOf('yes')).toBeLessThan(
+      Math.min(...['no', 'maybe'].map(f => fits.indexOf(f)).filter(i => i >= 0))
+    );
+    // The pictures, light and dark.
+    const dismiss = page.getByRole('button', { name: 'Dismiss the message' });
+    if ((await dismiss.count()) > 0) {
+      await dismiss.click();
+    }
+    await oom.scrollIntoViewIfNeeded();
+    await panelScreenshot(page, 'panel-who-replay-oom');
+    const top = () => page.locator(PANEL).evaluate(el => el.scrollTo(0, 0));
+    await top();
+    await panelScreenshot(page, 'panel-who-replay');
+    await setTheme('JupyterLab Dark');
+    await page.waitForTimeout(500);
+    await top();
+    await panelScreenshot(page, 'panel-who-replay-dark');
+    await oom.scrollIntoViewIfNeeded();
+    await panelScreenshot(page, 'panel-who-replay-oom-dark');
+    await setTheme('JupyterLab Light');
+  });
+
+  test('replay: busy while a cell runs, the rows come back when it ends', async () => {
+    await countWhoRequests();
+    await runCell(page, 'import time; time.sleep(4)');
+    await expect(page.locator(`${PANEL} .jp-GpuMem-busy`)).toBeVisible({
+      timeout: 10_000
+    });
+    await panel()
+      .getByRole('button', { name: /^Refresh/ })
+      .click();
+    const busy = page.locator(`${PANEL} .jp-GpuMem-whoBusy`);
+    await expect(busy).toContainText('busy: available when the cell ends');
+    await expect(who()).toHaveAttribute('data-who', 'busy');
+    // The older reading stays, dimmed.
+    await expect(page.locator(`${PANEL} .jp-GpuMem-whoData`)).toHaveClass(
+      /jp-mod-stale/
+    );
+    const asked = await whoRequests();
+    expect(asked).toBe(1);
+    await page.locator(PANEL).evaluate(el => el.scrollTo(0, 0));
+    await panelScreenshot(page, 'panel-who-replay-busy');
+    await waitForKernelIdle(page);
+    // Read again once the cell ended, with no press.
+    await expect(who()).toHaveAttribute('data-who', 'ok');
+    await expect(busy).toHaveCount(0);
+    expect(await whoRequests()).toBe(2);
+    await expect(page.locator(`${PANEL} .jp-GpuMem-whoData`)).not.toHaveClass(
+      /jp-mod-stale/
+    );
+    await expect(
+      row('variable', 'base').locator('.jp-GpuMem-whoBytes')
+    ).toHaveText('64.00 MiB');
+  });
+
+  test('replay: a measured cell reads again; the Overview tab reads nothing', async () => {
+    await countWhoRequests();
+    await runCellAndWait(page, '%%gpumem -q\nq = 1');
+    await expect.poll(whoRequests).toBe(1);
+    await expect(who()).toHaveAttribute('data-who', 'ok');
+    // Tracking off again: the lines go.
+    const track = panel().getByRole('checkbox', {
+      name: 'Track allocation sites'
+    });
+    await track.click();
+    await expect(track).not.toBeChecked();
+    await expect(table('line')).toHaveCount(0);
+    await panel().getByRole('tab', { name: 'Overview' }).click();
+    await countWhoRequests();
+    await runCellAndWait(page, '%%gpumem -q\nq = 2');
+    await page.waitForTimeout(1000);
+    expect(await whoRequests()).toBe(0);
+    await expect(
+      page.locator(`${PANEL} .jp-GpuMem-segment-allocated`).first()
+    ).toBeVisible();
   });
 }
 
@@ -500,6 +758,14 @@ test.describe('with the kernel side', () => {
   test.describe('with figures', () => {
     test.skip(MODE === 'none', 'no GPU and no replay fixture');
     figureTests(ALLOCATORS[MODE === 'gpu' ? 'gpu' : 'replay']);
+  });
+
+  test.describe('who holds it', () => {
+    test.skip(
+      MODE !== 'replay' || !fs.existsSync(ATTRIBUTION),
+      'needs the replay kernel and tests/fixtures/attribution.json'
+    );
+    whoTests();
   });
 });
 
