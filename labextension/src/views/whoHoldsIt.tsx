@@ -454,7 +454,6 @@ function Fix(props: { fix: IFix; trans: TranslationBundle }): JSX.Element {
       <span
         className={`jp-GpuMem-fits jp-mod-${fits}`}
         title={fitsHelp(fix.fits, trans)}
-        aria-label={fitsHelp(fix.fits, trans)}
       >
         {fitsLabel(fix.fits, trans)}
       </span>
