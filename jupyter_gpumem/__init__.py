@@ -40,7 +40,7 @@ def who(device: int | None = None, by: str = "variable", n: int | None = None) -
     cell (``"cell"``); the rows of a device add up to its ``allocated``.
 
     Returns a pandas DataFrame (columns ``device, by, key, detail, bytes, blocks, example,
-    kind``) when pandas is installed, else the list of
+    kind, site``) when pandas is installed, else the list of
     :class:`~jupyter_gpumem.model.WhoReport` records. Call it between cells, not from a
     thread while a cell runs.
     """
@@ -57,7 +57,7 @@ def who(device: int | None = None, by: str = "variable", n: int | None = None) -
     except ImportError:
         return reports
     records = [{"device": r.device, "by": r.by, **row.to_dict()} for r in reports for row in r.rows]
-    columns = ["device", "by", "key", "detail", "bytes", "blocks", "example", "kind"]
+    columns = ["device", "by", "key", "detail", "bytes", "blocks", "example", "kind", "site"]
     return pd.DataFrame.from_records(records, columns=columns)
 
 

@@ -473,7 +473,9 @@ class WhoRow:
     bytes: int
     blocks: int
     example: str = ""  # a path to one of the tensors, or the top holder of a line
-    kind: str = ""  # "owner", "site", "cell", "unreachable", "untracked", "outside"
+    # "owner", "site", "cell", "unreachable", "untracked", "rest" (the rows past n, summed)
+    kind: str = ""
+    site: str = ""  # by owner, with tracking: the line that allocated most of it
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -483,6 +485,7 @@ class WhoRow:
             "blocks": self.blocks,
             "example": self.example,
             "kind": self.kind,
+            "site": self.site,
         }
 
 
@@ -588,9 +591,13 @@ class PostMortem:
     owners: tuple[WhoRow, ...]  # allocated by owner (top rows)
     lines: tuple[WhoRow, ...]  # allocated by line (top rows; empty without tracking)
     fixes: tuple[Fix, ...]  # best first
+    execution_count: int | None = None  # the cell that failed
+    time: float = 0.0  # when (unix seconds)
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "execution_count": self.execution_count,
+            "time": self.time,
             "device": self.device,
             "requested": self.requested,
             "free": self.free,

@@ -50,7 +50,7 @@ def test_with_tracking_an_owner_names_the_line_that_allocated_it():
     a = rows[("a", "tensor")]
     line = next(k for k, v in rec["truth"]["lines"].items() if v == 3 * MiB)
     code = "a = torch.empty(3 << 20, dtype=torch.uint8, device='cuda')"
-    assert a.detail == f"tensor; allocated at {line} `{code}`"
+    assert (a.detail, a.site) == ("tensor", f"{line} `{code}`")
 
 
 def test_lines_and_cells_get_exact_bytes():

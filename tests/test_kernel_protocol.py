@@ -181,7 +181,7 @@ def test_namespace_requests_wait_for_the_cell_and_run_between_cells(kernel):
 
     truth = json.loads((FIXTURES.parent / "attribution.json").read_text())["cells"]["truth"]
     _, content, _, _ = listener.request("track", enabled=True)
-    assert content["result"] == {"tracking": True,
+    assert content["result"] == {"tracking": {"active": True, "wanted": True},
                                  "message": "allocation tracking is on (replay)"}  # fmt: skip
     _, content, _, _ = listener.request("who", n=50)
     assert content["status"] == "ok", content
@@ -208,6 +208,6 @@ def test_namespace_requests_wait_for_the_cell_and_run_between_cells(kernel):
     assert wait_execute(kc, "import sys; assert not hasattr(sys, 'last_traceback')")[
         "content"]["status"] == "ok"  # fmt: skip
     _, content, _, _ = listener.request("track", enabled=False)
-    assert content["result"]["tracking"] is False
+    assert content["result"]["tracking"] == {"active": False, "wanted": False}
     _, content, _, _ = listener.request("who")
     assert content["result"]["devices"][0]["by_line"] is None  # no sites without tracking

@@ -276,7 +276,8 @@ def session_handler(shell):
 
 def test_attribution_actions_validate_against_the_schema(session_handler):
     h, session = session_handler
-    assert req(h, "track", enabled=True)["result"]["tracking"] is True
+    assert req(h, "track", enabled=True)["result"]["tracking"] == {"active": True, "wanted": True}
+    assert req(h, "hello")["result"]["tracking"] == {"active": True, "wanted": True}
     who = req(h, "who", n=3)["result"]
     dev = who["devices"][0]
     assert len([r for r in dev["by_variable"]["rows"] if r["kind"] == "owner"]) <= 4
@@ -285,7 +286,7 @@ def test_attribution_actions_validate_against_the_schema(session_handler):
     assert len(seg["segments"]) == 3 and seg["labels"]
     assert req(h, "history")["result"] == {"cells": []}
     assert req(h, "release_traceback")["result"]["frames"] == 0
-    assert req(h, "track", enabled=False)["result"]["tracking"] is False
+    assert req(h, "track", enabled=False)["result"]["tracking"]["active"] is False
     assert req(h, "who")["result"]["devices"][0]["by_line"] is None
     session.busy = True  # a cell runs: the namespace is not read
     r = req(h, "who")

@@ -358,16 +358,15 @@ class Attributor:
             after = report.after.device(device)
             if after is None:
                 continue
-            out.append(
-                explain_oom(
-                    event,
-                    after,
-                    snap.device_segments(device),
-                    held.get(device),
-                    self._other_processes(device),
-                    snap.settings,
-                )
+            pm = explain_oom(
+                event,
+                after,
+                snap.device_segments(device),
+                held.get(device),
+                self._other_processes(device),
+                snap.settings,
             )
+            out.append(replace(pm, execution_count=report.execution_count, time=report.after.time))
         return tuple(out)
 
     def _other_processes(self, device: int) -> list[tuple[int, str, int]]:

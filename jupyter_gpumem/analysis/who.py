@@ -105,12 +105,9 @@ class DeviceHoldings:
         for (owner, via), addresses in groups.items():
             size = sum(self.blocks[a]["size"] for a in addresses)
             top = max(addresses, key=lambda a: self.blocks[a]["size"])
-            detail = VIA_WORDS.get(via, via)
-            if self.tracking:
-                site = self._top_site(addresses)
-                if site is not None:
-                    detail += f"; allocated at {site}"
-            rows.append(WhoRow(owner, detail, size, len(addresses), self.owners[top].path, "owner"))
+            site = (self._top_site(addresses) or "") if self.tracking else ""
+            rows.append(WhoRow(owner, VIA_WORDS.get(via, via), size, len(addresses),
+                               self.owners[top].path, "owner", site))  # fmt: skip
         rows.sort(key=lambda r: (-r.bytes, r.key))
         explained = sum(r.bytes for r in rows)
         rows = _top(rows, n, "owners")
@@ -125,8 +122,9 @@ class DeviceHoldings:
                     detail,
                     sum(self.blocks[a]["size"] for a in unreached),
                     len(unreached),
-                    self._top_site(unreached) or "",
+                    "",
                     "unreachable",
+                    self._top_site(unreached) or "",
                 )
             )
         return rows, explained
@@ -243,7 +241,7 @@ def _top(rows: list[WhoRow], n: int | None, what: str) -> list[WhoRow]:
         sum(r.bytes for r in rest),
         sum(r.blocks for r in rest),
         "",
-        rows[0].kind,
+        "rest",
     )
     return [*rows[:n], more]
 

@@ -27,7 +27,9 @@ PROTOCOL_VERSION = 1
 # 2: who, track, release_traceback; CellMarker.kept_at and .postmortems; error code busy.
 # 3: segments, history.
 # 4: Device.children (the kernel's child processes on the device).
-PROTOCOL_REVISION = 4
+# 5: hello.tracking; track's tracking as {active, wanted}; WhoRow.site and kind "rest";
+#    PostMortem.execution_count and .time.
+PROTOCOL_REVISION = 5
 REQUEST = "gpumem_request"
 REPLY = "gpumem_reply"
 COMM_TARGET = "jupyter_gpumem"
@@ -157,6 +159,7 @@ class Handler:
         return {
             "protocol": PROTOCOL_VERSION,
             "revision": PROTOCOL_REVISION,
+            "tracking": self._tracking(),
             "version": __version__,
             "actions": list(ACTIONS),
             "sample": self.collector.measure().to_dict(),
@@ -233,9 +236,17 @@ class Handler:
     def history(self, n: int = 200) -> dict[str, Any]:
         return {"cells": self.session.history.cells(n)}
 
+    def _tracking(self) -> dict[str, bool]:
+        """``active``: sites are being recorded; ``wanted``: asked for (recording starts
+        once torch is imported)."""
+        a = getattr(self.session, "attributor", None)  # a bare session (tests) has none
+        if a is None:
+            return {"active": False, "wanted": False}
+        return {"active": a.tracking, "wanted": a.recording.wanted}
+
     def track(self, enabled: bool) -> dict[str, Any]:
         message = self.session.attributor.set_tracking(enabled)
-        return {"tracking": self.session.attributor.tracking, "message": message}
+        return {"tracking": self._tracking(), "message": message}
 
     def release_traceback(self) -> dict[str, Any]:
         attributor = self.session.attributor

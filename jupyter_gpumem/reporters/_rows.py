@@ -168,10 +168,8 @@ def _who_note(w: object) -> str:
     from ..model import WhoRow
 
     assert isinstance(w, WhoRow)
-    note = w.detail
-    if w.example:
-        note += ("; " if note else "") + w.example
-    return note
+    parts = [w.detail, f"allocated at {w.site}" if w.site else "", w.example]
+    return "; ".join(p for p in parts if p)
 
 
 def traceback_section(t: TracebackHoldings) -> Section:

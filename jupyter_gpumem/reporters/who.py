@@ -19,11 +19,17 @@ def who_table(
     r: WhoReport, clip: int | None = None
 ) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
     """``clip``: longest detail/example text (the text view: a table must stay readable)."""
-    header: tuple[str, ...] = (_FIRST[r.by], "bytes", "blocks", _DETAIL[r.by], _EXAMPLE[r.by])
-    rows: list[tuple[str, ...]] = [
-        (w.key, fb(w.bytes), str(w.blocks), _clip(w.detail, clip), _clip(w.example, clip))
-        for w in r.rows
-    ]
+    header: tuple[str, ...] = (_FIRST[r.by], "bytes", "blocks", _DETAIL[r.by])
+    sites = r.by == "variable" and any(w.site for w in r.rows)
+    if sites:
+        header += ("allocated at",)
+    header += (_EXAMPLE[r.by],)
+    rows: list[tuple[str, ...]] = []
+    for w in r.rows:
+        row: tuple[str, ...] = (w.key, fb(w.bytes), str(w.blocks), _clip(w.detail, clip))
+        if sites:
+            row += (_clip(w.site, clip),)
+        rows.append((*row, _clip(w.example, clip)))
     return header, rows
 
 
@@ -53,7 +59,7 @@ def who_notes(r: WhoReport) -> list[str]:
 def who_text(reports: Sequence[WhoReport]) -> str:
     out = []
     for r in reports:
-        header, rows = who_table(r, clip=80)
+        header, rows = who_table(r, clip=60)
         out.append(who_title(r))
         out.append(table_text(header, rows))
         out += [f"  {n}" for n in who_notes(r)]
