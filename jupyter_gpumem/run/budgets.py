@@ -1,0 +1,171 @@
+"""Memory budgets: parse ``peak<=20GiB`` and check it against a cell's figures.
+
+Grammar (whitespace allowed around each part, metric names case-insensitive)::
+
+    budget := METRIC OP SIZE
+    METRIC := peak | kept | allocated | reserved
+    OP     := <= | <
+    SIZE   := a number with a unit: B, KB, MB, GB, TB (powers of 1000) or
+              KiB, MiB, GiB, TiB (powers of 1024); 0 alone is allowed
+
+A cell's tags carry budgets as ``gpumem: peak<=4GiB`` (also ``gpumem:peak<=4GiB``; several
+budgets in one tag separated by ``,`` or ``;``, or several tags). A cell's budget for a
+metric replaces the global ``--budget`` of that metric for that cell.
+
+Everything here is plain records and pure functions: no kernel, no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..units import format_bytes, parse_size
+
+# The figures of a HistoryCell device row that each metric reads.
+METRICS: dict[str, tuple[str, str]] = {
+    "peak": ("peak_allocated", "the cell's exact peak of allocated memory"),
+    "kept": ("allocated_delta", "allocated after the cell minus before (what the cell kept)"),
+    "allocated": ("allocated", "allocated after the cell"),
+    "reserved": ("reserved", "reserved (cached by PyTorch) after the cell"),
+}
+OPS = ("<=", "<")
+TAG_PREFIX = "gpumem:"
+
+FORM = (
+    "METRIC<=SIZE or METRIC<SIZE, METRIC one of peak, kept, allocated, reserved; "
+    "SIZE like 20GiB, 512MiB, 24GB (GiB/MiB: powers of 1024; GB/MB: powers of 1000), "
+    "e.g. 'peak<=20GiB'"
+)
+
+_EXPR = re.compile(r"^\s*([A-Za-z_]+)\s*(<=|<)\s*(.+?)\s*$")
+_ZERO = re.compile(r"^\s*(?:0+(?:\.0*)?|\.0+)\s*([A-Za-z]*)\s*$")
+
+
+class BudgetError(ValueError):
+    """A budget that does not parse; the message shows the accepted form."""
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    metric: str  # a key of METRICS
+    op: str  # "<=" or "<"
+    limit: int  # bytes
+    text: str  # as written, normalised: "peak<=20GiB"
+    scope: str = "global"  # "global" (--budget) or "cell" (a tag)
+
+    def holds(self, value: int) -> bool:
+        return value <= self.limit if self.op == "<=" else value < self.limit
+
+    @property
+    def field(self) -> str:
+        return METRICS[self.metric][0]
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetResult:
+    budget: Budget
+    device: int | None  # None: no device had the figure
+    value: int | None  # None: not measured, so not checked
+    ok: bool | None  # None: not checked
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "expression": self.budget.text,
+            "scope": self.budget.scope,
+            "metric": self.budget.metric,
+            "op": self.budget.op,
+            "limit": self.budget.limit,
+            "device": self.device,
+            "value": self.value,
+            "ok": self.ok,
+        }
+
+    def describe(self) -> str:
+        """``peak 5.20 GiB (5583457484 B) > 4.00 GiB (4294967296 B) on cuda:0``."""
+        b = self.budget
+        if self.value is None:
+            return f"{b.metric}: not measured, {b.text} not checked"
+        if self.ok:
+            rel = b.op
+        else:
+            rel = ">" if b.op == "<=" else ">="
+        where = f" on cuda:{self.device}" if self.device is not None else ""
+        return f"{b.metric} {_exact(self.value, b.metric)} {rel} {_exact(b.limit)}{where}"
+
+
+def _exact(n: int, metric: str = "") -> str:
+    """``5.20 GiB (5583457484 B)``; ``512 B`` alone. Kept memory gets its sign."""
+    text = format_bytes(n)
+    if metric == "kept" and n > 0:
+        text = "+" + text
+    return text if abs(n) < 1024 else f"{text} ({n} B)"
+
+
+def _size(text: str) -> int:
+    zero = _ZERO.match(text)
+    if zero is not None:  # parse_size wants at least one byte; a budget may say 0
+        parse_size("1" + zero.group(1))  # the unit must still be one
+        return 0
+    return parse_size(text)
+
+
+def parse_budget(text: str, scope: str = "global") -> Budget:
+    """``'peak<=20GiB'`` -> :class:`Budget`; :class:`BudgetError` with the form otherwise."""
+    m = _EXPR.match(text)
+    if m is None:
+        raise BudgetError(f"not a budget: {text!r}; expected {FORM}")
+    metric, op, size = m.group(1).lower(), m.group(2), m.group(3)
+    if metric not in METRICS:
+        raise BudgetError(f"unknown metric {m.group(1)!r} in budget {text!r}; expected {FORM}")
+    if size.startswith("="):  # "peak<==4GiB"
+        raise BudgetError(f"not a budget: {text!r}; expected {FORM}")
+    try:
+        limit = _size(size)
+    except ValueError as e:
+        raise BudgetError(f"bad size in budget {text!r}: {e}; expected {FORM}") from None
+    return Budget(metric, op, limit, f"{metric}{op}{size.replace(' ', '')}", scope)
+
+
+def tag_budgets(tags: Iterable[Any]) -> list[Budget]:
+    """The budgets in a cell's ``gpumem: ...`` tags (other tags are ignored)."""
+    out: list[Budget] = []
+    for tag in tags:
+        if not isinstance(tag, str):
+            continue
+        t = tag.strip()
+        if not t.lower().startswith(TAG_PREFIX):
+            continue
+        body = t[len(TAG_PREFIX) :]
+        parts = [p for p in re.split(r"[;,]", body) if p.strip()]
+        if not parts:
+            raise BudgetError(f"empty budget tag {tag!r}; expected 'gpumem: {FORM}'")
+        for part in parts:
+            out.append(parse_budget(part.strip(), scope="cell"))
+    return out
+
+
+def effective(global_budgets: Sequence[Budget], cell_budgets: Sequence[Budget]) -> list[Budget]:
+    """What one cell must satisfy: its own budgets, plus the global ones for metrics its
+    tags do not mention (a tag's metric replaces the global budget of that metric)."""
+    own = {b.metric for b in cell_budgets}
+    return [*cell_budgets, *(b for b in global_budgets if b.metric not in own)]
+
+
+def check(budgets: Sequence[Budget], devices: Sequence[Mapping[str, Any]]) -> list[BudgetResult]:
+    """Check each budget on each device row (a HistoryCell's ``devices``) that has the
+    figure; a budget no device has a figure for is reported as not checked."""
+    results: list[BudgetResult] = []
+    for b in budgets:
+        checked = False
+        for d in devices:
+            value = d.get(b.field)
+            if value is None:
+                continue
+            checked = True
+            results.append(BudgetResult(b, int(d["index"]), int(value), b.holds(int(value))))
+        if not checked:
+            results.append(BudgetResult(b, None, None, None))
+    return results
