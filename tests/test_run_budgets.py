@@ -72,7 +72,8 @@ def test_a_cell_budget_replaces_the_global_one_of_its_metric():
 
 def test_check_per_device_and_boundaries():
     devices = [
-        {"index": 0, "peak_allocated": 4 * GiB, "allocated_delta": 0, "allocated": 1, "reserved": 2},
+        {"index": 0, "peak_allocated": 4 * GiB, "allocated_delta": 0, "allocated": 1,
+         "reserved": 2},
         {"index": 1, "peak_allocated": 5 * GiB, "allocated_delta": -GiB, "allocated": None,
          "reserved": None},
     ]  # fmt: skip
@@ -87,9 +88,7 @@ def test_check_per_device_and_boundaries():
         ("kept<=0", 1, True),  # freeing memory holds
         ("allocated<=1B", 0, True),  # device 1 has no figure: skipped
     ]
-    assert r[1].describe() == (
-        "peak 5.00 GiB (5368709120 B) > 4.00 GiB (4294967296 B) on cuda:1"
-    )
+    assert r[1].describe() == ("peak 5.00 GiB (5368709120 B) > 4.00 GiB (4294967296 B) on cuda:1")
     assert r[2].describe().startswith("peak 4.00 GiB (4294967296 B) >= 4.00 GiB")
     unchecked = check([le], [])
     assert [(x.device, x.value, x.ok) for x in unchecked] == [(None, None, None)]

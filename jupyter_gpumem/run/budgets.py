@@ -8,9 +8,9 @@ Grammar (whitespace allowed around each part, metric names case-insensitive)::
     SIZE   := a number with a unit: B, KB, MB, GB, TB (powers of 1000) or
               KiB, MiB, GiB, TiB (powers of 1024); 0 alone is allowed
 
-A cell's tags carry budgets as ``gpumem: peak<=4GiB`` (also ``gpumem:peak<=4GiB``; several
-budgets in one tag separated by ``,`` or ``;``, or several tags). A cell's budget for a
-metric replaces the global ``--budget`` of that metric for that cell.
+A cell's tags carry budgets as ``gpumem: peak<=4GiB`` (also ``gpumem:peak<=4GiB``). Several
+budgets: several tags, or ``;`` between them in one tag (nbformat forbids commas in tags).
+A cell's budget for a metric replaces the global ``--budget`` of that metric for that cell.
 
 Everything here is plain records and pure functions: no kernel, no I/O.
 """
@@ -139,7 +139,7 @@ def tag_budgets(tags: Iterable[Any]) -> list[Budget]:
         if not t.lower().startswith(TAG_PREFIX):
             continue
         body = t[len(TAG_PREFIX) :]
-        parts = [p for p in re.split(r"[;,]", body) if p.strip()]
+        parts = [p for p in body.split(";") if p.strip()]
         if not parts:
             raise BudgetError(f"empty budget tag {tag!r}; expected 'gpumem: {FORM}'")
         for part in parts:

@@ -1,0 +1,295 @@
+"""``jupyter-gpumem run NOTEBOOK``: run a notebook headless and check GPU memory budgets.
+
+Exit codes: 0 every budget held; 1 a budget failed (or, with ``--fits``, a cell ran out of
+memory); 2 usage errors and notebooks that fail to run. Details: ``docs/run.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from .._version import __version__
+
+PROG = "jupyter-gpumem"
+USAGE_ERROR = 2
+
+DESCRIPTION = """\
+Run a notebook headless (through nbclient, with jupyter-gpumem in auto mode) and check
+what each cell does to PyTorch GPU memory.
+
+Exit codes: 0 every budget held (or none was given); 1 a budget failed, or with --fits a
+cell ran out of GPU memory; 2 usage errors, a notebook that fails to run (a cell raised,
+the kernel died) and budgets given where the kernel has no GPU figures.
+"""
+
+RUN_EPILOG = """\
+budgets:
+  METRIC<=SIZE or METRIC<SIZE, METRIC one of
+    peak       the cell's exact peak of allocated memory
+    kept       allocated after the cell minus before (negative when it freed)
+    allocated  allocated after the cell
+    reserved   reserved (cached by PyTorch) after the cell
+  SIZE: 20GiB, 512MiB (powers of 1024), 24GB, 500MB (powers of 1000), 0.
+  --budget applies to every measured cell, on every device (so peak<=20GiB is also the
+  whole run's peak). A cell's own budgets go in its tags: 'gpumem: peak<=4GiB' (several
+  tags, or ';' between budgets); a tag's metric replaces --budget's for that cell.
+
+examples:
+  jupyter-gpumem run train.ipynb --budget 'peak<=20GiB' --budget 'kept<=1GiB'
+  jupyter-gpumem run train.ipynb --fits 23GiB --json gpumem.json --html gpumem.html
+"""
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(USAGE_ERROR, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    run = sub.add_parser(
+        "run",
+        help="run a notebook and check its GPU memory budgets",
+        description=DESCRIPTION,
+        epilog=RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("notebook", metavar="NOTEBOOK.ipynb", help="the notebook to run")
+    run.add_argument(
+        "--budget",
+        action="append",
+        default=[],
+        metavar="EXPR",
+        help="a budget every measured cell must hold, e.g. 'peak<=20GiB' (repeatable)",
+    )
+    run.add_argument(
+        "--fits",
+        metavar="SIZE",
+        help="cap what PyTorch may reserve on cuda:0 at SIZE before the first cell; a cell "
+        "that runs out of memory under the cap fails the run (exit 1)",
+    )
+    run.add_argument("--json", metavar="PATH", help="write the results as JSON (docs/run.md)")
+    run.add_argument("--html", metavar="PATH", help="write a self-contained HTML report")
+    run.add_argument(
+        "--output",
+        metavar="PATH",
+        help="write the executed notebook, with each cell's report and figures",
+    )
+    run.add_argument("--force", action="store_true", help="overwrite existing output files")
+    run.add_argument(
+        "--kernel", metavar="NAME", help="kernel to run it with (default: the notebook's)"
+    )
+    run.add_argument(
+        "--timeout",
+        type=_positive_int,
+        metavar="SECONDS",
+        help="fail (exit 2) when one cell runs longer (default: no limit)",
+    )
+    run.add_argument(
+        "--allow-errors",
+        action="store_true",
+        help="keep going after a cell raises; report it instead of exit 2",
+    )
+    run.add_argument("-q", "--quiet", action="store_true", help="no progress lines and no table")
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of seconds: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be at least 1 second: {text!r}")
+    return value
+
+
+def say(msg: str) -> None:
+    print(f"{PROG}: {msg}", file=sys.stderr, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command != "run":
+        parser.print_help(sys.stderr)
+        return USAGE_ERROR
+    try:
+        return run(args)
+    except UsageError as e:
+        say(f"error: {e}")
+        return USAGE_ERROR
+    except KeyboardInterrupt:
+        say("interrupted")
+        return 130
+    except Exception as e:  # the tool itself failed: a message, never a traceback
+        say(f"error: {type(e).__name__}: {e}")
+        return USAGE_ERROR
+
+
+# -- run ----------------------------------------------------------------------------------
+def _outputs(args: argparse.Namespace, notebook: Path) -> dict[str, Path]:
+    outs: dict[str, Path] = {}
+    for kind in ("json", "html", "output"):
+        value = getattr(args, kind)
+        if value is None:
+            continue
+        path = Path(value).expanduser()
+        if path.is_dir():
+            raise UsageError(f"--{kind} {value}: is a folder; give a file name")
+        if path.exists() and not args.force:
+            raise UsageError(f"--{kind} {value} exists; choose a new file name or add --force")
+        parent = path.resolve().parent
+        if not parent.is_dir():
+            raise UsageError(f"--{kind} {value}: no folder {parent}")
+        if path.resolve() == notebook.resolve() and not args.force:
+            raise UsageError(f"--{kind} would overwrite the notebook itself")
+        outs[kind] = path
+    seen: dict[Path, str] = {}
+    for kind, path in outs.items():
+        other = seen.setdefault(path.resolve(), kind)
+        if other != kind:
+            raise UsageError(f"--{other} and --{kind} name the same file {path}")
+    return outs
+
+
+def _read_notebook(path: Path) -> Any:
+    import nbformat
+
+    if not path.exists():
+        raise UsageError(f"no such notebook: {path}")
+    if path.is_dir():
+        raise UsageError(f"{path} is a folder, not a notebook")
+    try:
+        nb = nbformat.read(str(path), as_version=4)
+    except Exception as e:  # NotJSONError, ValidationError, OSError, UnicodeDecodeError...
+        raise UsageError(f"cannot read {path} as a notebook: {_short(e)}") from None
+    return nb
+
+
+def _short(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return (text[:300] + "…") if len(text) > 300 else text or type(e).__name__
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..units import format_bytes, parse_size
+    from .budgets import BudgetError, effective, parse_budget, tag_budgets
+    from .execute import CellRun, RunError, first_code_line, run_notebook
+    from .report import (
+        annotate_notebook,
+        html_report,
+        json_document,
+        progress_line,
+        table_text,
+    )
+    from .verdict import apply_budgets, judge
+
+    try:
+        budgets = [parse_budget(b) for b in args.budget]
+    except BudgetError as e:
+        raise UsageError(f"--budget: {e}") from None
+    fits = None
+    if args.fits is not None:
+        try:
+            fits = parse_size(args.fits)
+        except ValueError as e:
+            raise UsageError(f"--fits: {e}") from None
+    notebook = Path(args.notebook).expanduser()
+    nb = _read_notebook(notebook)
+    outs = _outputs(args, notebook)
+
+    cells: list[CellRun] = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or not cell.source.strip():
+            continue
+        first = first_code_line(cell.source)
+        try:
+            own = tag_budgets(cell.metadata.get("tags", []))
+        except BudgetError as e:
+            raise UsageError(f"cell {i + 1} `{first[:60]}`: bad budget tag: {e}") from None
+        cells.append(CellRun(i, first, effective(budgets, own)))
+
+    def progress(cell: CellRun, k: int, total: int) -> None:
+        if not args.quiet:
+            apply_budgets([cell])
+            print(progress_line(cell, k, total), file=sys.stderr, flush=True)
+
+    setup = (
+        "%load_ext jupyter_gpumem; "
+        + (f"import torch; cap cuda:0 at {format_bytes(fits)} (set_limit); " if fits else "")
+        + "%gpumem auto on"
+    )
+    if not args.quiet:
+        kernel = args.kernel or nb.metadata.get("kernelspec", {}).get("name") or "python3"
+        say(f"running {notebook} ({len(cells)} code cells) with kernel {kernel}")
+    try:
+        result = run_notebook(
+            nb,
+            notebook,
+            cells,
+            kernel=args.kernel,
+            fits=fits,
+            allow_errors=args.allow_errors,
+            timeout=args.timeout,
+            progress=progress,
+        )
+    except RunError as e:
+        say(f"error: {e}")
+        return USAGE_ERROR
+
+    verdict = judge(result, budgets, fits)
+    document = json_document(result, verdict, str(notebook), budgets, fits)
+    if not args.quiet and cells:
+        print(table_text(result.cells), flush=True)
+    for w in verdict.warnings:
+        say(f"warning: {w}")
+    for p in verdict.problems:
+        say(f"FAILED: {p}")
+    failed_write = None
+    try:
+        for kind, path in outs.items():
+            if kind == "json":
+                text = json.dumps(document, indent=2) + "\n"
+            elif kind == "html":
+                text = html_report(result, verdict, document)
+            else:
+                import nbformat
+
+                text = nbformat.writes(annotate_notebook(result, document, setup))
+            _write(path, text, args.force)
+            if not args.quiet:
+                say(f"wrote {path} (--{kind})")
+    except OSError as e:
+        failed_write = f"could not write {e.filename or ''}: {e.strerror or e}"
+    word = {"pass": "OK", "fail": "FAIL", "error": "ERROR"}[verdict.result]
+    say(f"{word} (exit {verdict.exit_code}): {verdict.headline}")
+    if failed_write is not None:
+        say(f"error: {failed_write} (exit 2)")
+        return USAGE_ERROR
+    return verdict.exit_code
+
+
+def _write(path: Path, text: str, force: bool) -> None:
+    with open(path, "w" if force else "x", encoding="utf-8") as f:
+        f.write(text)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,407 @@
+"""Run a notebook headless through nbclient, with the extension in auto mode, and collect
+what the kernel measured for each cell.
+
+The kernel stays the source of the numbers: after each code cell the runner asks it, on
+the control channel, for its last measured cell (protocol action ``history``, n=1) and
+matches the record by execution count. Nothing here measures memory itself.
+
+Before the first cell a silent setup step (not a notebook cell: no execution count, no
+output in the executed notebook) runs ``%load_ext jupyter_gpumem`` and
+``%gpumem auto on``; with ``--fits SIZE`` it imports torch and caps PyTorch's memory on
+device 0 through the protocol's ``set_limit``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .budgets import Budget, BudgetResult
+
+OOM_NAMES = frozenset({"OutOfMemoryError"})  # torch.OutOfMemoryError, torch.cuda.OutOfMemoryError
+REQUEST_TIMEOUT_S = 10.0
+WHO_TIMEOUT_S = 20.0
+MIN_REVISION = 3  # the protocol revision that added the history action
+TIMEOUT = "CellTimeout"  # the error a cell past --timeout gets
+
+
+class RunError(Exception):
+    """The notebook could not be run (exit code 2); the message says why."""
+
+
+@dataclass
+class CellRun:
+    """One code cell of the notebook and what the kernel measured for it."""
+
+    index: int  # position in the notebook, 0-based
+    first_line: str
+    budgets: list[Budget]  # what this cell must satisfy (its tags, then the global ones)
+    status: str = "not_run"  # "ok", "error" (raised) or "not_run"
+    execution_count: int | None = None
+    error: tuple[str, str] | None = None  # (ename, evalue)
+    expected_error: bool = False  # tagged raises-exception
+    wall_time: float | None = None  # the kernel's figure when measured, else ours
+    measured: bool = False  # the kernel has a history record for it
+    devices: list[dict[str, Any]] = field(default_factory=list)  # HistoryCell devices
+    oom: bool = False  # raised OutOfMemoryError
+    oom_fix: str | None = None  # the first fix of the kernel's post-mortem
+    results: list[BudgetResult] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """``cell 5 [3] `x = f()```: the notebook position (1-based), the execution count
+        the executed notebook shows, and the first line of code."""
+        n = f" [{self.execution_count}]" if self.execution_count is not None else ""
+        line = self.first_line if len(self.first_line) <= 60 else self.first_line[:59] + "…"
+        return f"cell {self.index + 1}{n} `{line}`"
+
+    @property
+    def has_figures(self) -> bool:
+        return any(d.get("peak_allocated") is not None for d in self.devices)
+
+    @property
+    def failed_budgets(self) -> list[BudgetResult]:
+        return [r for r in self.results if r.ok is False]
+
+
+@dataclass
+class RunResult:
+    notebook: Any  # the executed nbformat NotebookNode
+    kernel: str
+    cells: list[CellRun]
+    started: float  # unix seconds
+    duration: float = 0.0
+    kernel_version: str | None = None  # jupyter-gpumem in the kernel
+    sample: dict[str, Any] | None = None  # the protocol's Sample at the end
+    limit: dict[str, Any] | None = None  # the cap set for --fits: {device, bytes, fraction}
+    stopped: str | None = None  # why the run ended early (exit 2)
+    notes: list[str] = field(default_factory=list)  # warnings for the user
+
+    @property
+    def has_figures(self) -> bool:
+        return any(c.has_figures for c in self.cells)
+
+
+def first_code_line(source: str) -> str:
+    for line in source.splitlines():
+        s = line.strip()
+        if s:
+            return s[:200]
+    return ""
+
+
+def _silent_logger() -> logging.Logger:
+    log = logging.getLogger("jupyter_gpumem.run.nbclient")
+    log.propagate = False
+    if not log.handlers:
+        log.addHandler(logging.NullHandler())
+    return log
+
+
+class Runner:
+    def __init__(
+        self,
+        nb: Any,
+        path: Path,
+        cells: Sequence[CellRun],
+        *,
+        kernel: str | None = None,
+        fits: int | None = None,
+        allow_errors: bool = False,
+        timeout: int | None = None,
+        startup_timeout: int = 60,
+        progress: Callable[[CellRun, int, int], None] | None = None,
+    ) -> None:
+        self.nb = nb
+        self.path = path
+        self.cells = list(cells)
+        self.kernel = kernel or nb.metadata.get("kernelspec", {}).get("name") or "python3"
+        self.fits = fits
+        self.allow_errors = allow_errors
+        self.timeout = timeout
+        self.startup_timeout = startup_timeout
+        self.progress = progress
+        self.client: Any = None
+        self._reply: dict[str, Any] | None = None
+        self._answering = True  # the kernel answers gpumem requests
+
+    # -- kernel messages -------------------------------------------------------------
+    async def request(
+        self, action: str, timeout: float = REQUEST_TIMEOUT_S, **args: Any
+    ) -> dict[str, Any] | None:
+        """Send a ``gpumem_request`` on the control channel; the reply's content, or None
+        when none came in time."""
+        kc = self.client.kc
+        msg = kc.session.msg("gpumem_request", {"protocol": 1, "action": action, "args": args})
+        kc.control_channel.send(msg)
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                reply = await kc.control_channel.get_msg(timeout=left)
+            except queue.Empty:
+                return None
+            if reply.get("parent_header", {}).get("msg_id") == msg["header"]["msg_id"]:
+                return dict(reply["content"])
+
+    async def silent(self, code: str) -> dict[str, Any]:
+        """Run code without an execution count or history; its execute_reply content."""
+        kc = self.client.kc
+        msg_id = kc.execute(code, silent=True, store_history=False)
+        reply = await self.client.async_wait_for_reply(msg_id)
+        if reply is None:
+            raise RunError(f"the kernel did not answer the setup step ({code!r})")
+        return dict(reply["content"])
+
+    async def setup(self, result: RunResult) -> None:
+        reply = await self.silent("%load_ext jupyter_gpumem")
+        if reply["status"] != "ok":
+            raise RunError(
+                f"the kernel {self.kernel!r} could not load jupyter_gpumem "
+                f"({reply.get('ename')}: {reply.get('evalue')}); install jupyter-gpumem in "
+                "that kernel's environment"
+            )
+        hello = await self.request("hello")
+        if hello is None or hello.get("status") != "ok":
+            raise RunError(
+                "the kernel loaded jupyter_gpumem but does not answer its requests"
+                + (f" ({hello['error']['message']})" if hello and "error" in hello else "")
+            )
+        info = hello["result"]
+        result.kernel_version = info.get("version")
+        if info.get("revision", 0) < MIN_REVISION or "history" not in info.get("actions", []):
+            raise RunError(
+                f"the kernel's jupyter-gpumem {info.get('version')} is too old for "
+                "`jupyter-gpumem run` (it needs the protocol's history action): upgrade it in "
+                "the kernel's environment"
+            )
+        if self.fits is not None:
+            await self.cap(result)
+        reply = await self.silent("%gpumem auto on")
+        if reply["status"] != "ok":
+            raise RunError(f"could not switch auto mode on: {reply.get('evalue')}")
+
+    async def cap(self, result: RunResult) -> None:
+        from ..units import format_bytes
+
+        size = format_bytes(self.fits)
+        reply = await self.silent('__import__("torch")')
+        if reply["status"] != "ok":
+            raise RunError(
+                f"--fits {size}: the kernel cannot import torch "
+                f"({reply.get('ename')}: {reply.get('evalue')})"
+            )
+        answer = await self.request("set_limit", device=0, bytes=self.fits)
+        if answer is None:
+            raise RunError(f"--fits {size}: the kernel did not answer the request for a cap")
+        if answer.get("status") != "ok":
+            raise RunError(f"--fits {size}: cannot cap GPU memory: {answer['error']['message']}")
+        limit = answer["result"].get("limit")
+        result.limit = {"device": 0, **limit} if limit else None
+
+    async def measured(self, cell: CellRun) -> None:
+        """Ask the kernel for its last measured cell; keep it when it is this one."""
+        if not self._answering or cell.execution_count is None:
+            return
+        reply = await self.request("history", n=1)
+        if reply is None:
+            self._answering = False
+            raise _Lost()
+        if reply.get("status") != "ok":
+            return
+        rows = reply["result"]["cells"]
+        if rows and rows[-1]["execution_count"] == cell.execution_count:
+            row = rows[-1]
+            cell.measured = True
+            cell.devices = [{**d, "touched": True} for d in row["devices"]]
+            cell.wall_time = float(row["wall_time"])
+            if not cell.devices:
+                await self.untouched(cell)
+
+    async def untouched(self, cell: CellRun) -> None:
+        """A history record lists only the devices a cell changed. On the others the cell
+        kept nothing and its peak was what was allocated, before and after alike: read
+        that from a sample taken now (nothing ran since the cell ended)."""
+        reply = await self.request("sample")
+        if reply is None or reply.get("status") != "ok":
+            return
+        for d in reply["result"]["sample"]["devices"]:
+            if d.get("initialized") and d.get("allocated") is not None:
+                cell.devices.append(
+                    {
+                        "index": d["index"],
+                        "allocated": d["allocated"],
+                        "allocated_delta": 0,
+                        "reserved": d["reserved"],
+                        "reserved_delta": 0,
+                        "peak_allocated": d["allocated"],
+                        "peak_above_start": 0,
+                        "kept_at": None,
+                        "touched": False,
+                    }
+                )
+
+    async def postmortem_fix(self, cell: CellRun) -> None:
+        """The first fix of the kernel's post-mortem of the cell that ran out of memory
+        (the ``who`` action carries the last post-mortem)."""
+        if not self._answering:
+            return
+        reply = await self.request("who", timeout=WHO_TIMEOUT_S, n=1)
+        if reply is None or reply.get("status") != "ok":
+            return
+        for pm in reply["result"].get("postmortems", []):
+            fixes = pm.get("fixes") or []
+            if fixes:
+                cell.oom_fix = str(fixes[0]["text"])
+                return
+
+    # -- the run ---------------------------------------------------------------------
+    def _on_executed(self, **kw: Any) -> None:
+        self._reply = kw.get("execute_reply")
+
+    async def run(self) -> RunResult:
+        from jupyter_client.kernelspec import NoSuchKernel
+        from nbclient import NotebookClient
+        from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+        result = RunResult(self.nb, self.kernel, self.cells, time.time())
+        t0 = time.monotonic()
+        self.client = NotebookClient(
+            self.nb,
+            kernel_name=self.kernel,
+            timeout=self.timeout,
+            # A cell past --timeout is interrupted, so that the kernel ends it and shuts
+            # down cleanly; the runner sees this error and stops.
+            interrupt_on_timeout=True,
+            error_on_timeout={"ename": TIMEOUT, "evalue": f"ran longer than {self.timeout} s"},
+            startup_timeout=self.startup_timeout,
+            allow_errors=True,  # the runner decides what an error means
+            resources={"metadata": {"path": str(self.path.parent)}},
+            log=_silent_logger(),
+            on_cell_executed=self._on_executed,
+        )
+        try:
+            async with self.client.async_setup_kernel():
+                info = await self.client.async_wait_for_reply(self.client.kc.kernel_info())
+                if info is not None and "language_info" in info["content"]:
+                    self.nb.metadata["language_info"] = info["content"]["language_info"]
+                await self.setup(result)
+                await self.execute_cells(result)
+                if self._answering:
+                    s = await self.request("sample")
+                    if s is not None and s.get("status") == "ok":
+                        result.sample = s["result"]["sample"]
+        except NoSuchKernel:
+            raise RunError(
+                f"no kernel named {self.kernel!r} here (`jupyter kernelspec list` shows "
+                "them); choose one with --kernel NAME"
+            ) from None
+        except DeadKernelError:
+            self._interrupted("DeadKernelError", "the kernel died")
+            result.stopped = "the kernel died" + self._where()
+        except CellTimeoutError:
+            self._interrupted(TIMEOUT, f"ran longer than {self.timeout} s")
+            result.stopped = f"a cell ran longer than --timeout {self.timeout} s" + self._where()
+        except RunError:
+            raise
+        except RuntimeError as e:  # kernel start-up failures surface as RuntimeError
+            if self._current is None and not any(c.status != "not_run" for c in self.cells):
+                raise RunError(f"the kernel {self.kernel!r} did not start: {e}") from None
+            self._interrupted(type(e).__name__, str(e))
+            result.stopped = f"the kernel failed: {e}" + self._where()
+        finally:
+            result.duration = time.monotonic() - t0
+        for c in self.cells:
+            if c.status == "not_run":
+                nb_cell = self.nb.cells[c.index]
+                nb_cell.outputs = []
+                nb_cell.execution_count = None
+        return result
+
+    _current: CellRun | None = None
+
+    def _interrupted(self, ename: str, evalue: str) -> None:
+        """The cell that was running when the run broke off ran, and did not end well."""
+        c = self._current
+        if c is not None:
+            c.status = "error"
+            c.error = (ename, evalue)
+
+    def _where(self) -> str:
+        c = self._current
+        return f" while running {c.label}" if c is not None else ""
+
+    async def execute_cells(self, result: RunResult) -> None:
+        total = len(self.cells)
+        for k, cell in enumerate(self.cells, 1):
+            self._current = cell
+            nb_cell = self.nb.cells[cell.index]
+            self._reply = None
+            t = time.monotonic()
+            await self.client.async_execute_cell(nb_cell, cell.index)
+            elapsed = time.monotonic() - t
+            reply: dict[str, Any] = self._reply["content"] if self._reply else {}
+            cell.execution_count = reply.get("execution_count", nb_cell.get("execution_count"))
+            cell.wall_time = elapsed
+            if reply.get("status") == "error":
+                cell.status = "error"
+                cell.error = (str(reply.get("ename", "")), str(reply.get("evalue", "")))
+                cell.oom = is_oom(*cell.error)
+                cell.expected_error = "raises-exception" in nb_cell.metadata.get("tags", [])
+            else:
+                cell.status = "ok"
+            try:
+                await self.measured(cell)
+                if cell.oom:
+                    await self.postmortem_fix(cell)
+            except _Lost:
+                result.notes.append(
+                    f"the kernel stopped answering jupyter-gpumem's requests after "
+                    f"{cell.label} (did the notebook unload the extension?): later cells "
+                    "have no figures"
+                )
+            if self.progress is not None:
+                self.progress(cell, k, total)
+            if cell.status == "error" and not cell.expected_error and not self.allow_errors:
+                if cell.oom and self.fits is not None:
+                    break  # it does not fit: exit 1, named by the verdict
+                else:
+                    ename, evalue = cell.error or ("", "")
+                    if ename == TIMEOUT:
+                        result.stopped = (
+                            f"{cell.label} ran longer than --timeout {self.timeout} s (interrupted)"
+                        )
+                        break
+                    result.stopped = f"{cell.label} raised {ename}: {_clip(evalue)}"
+                    if cell.oom_fix:
+                        result.stopped += f"; the post-mortem's first fix: {cell.oom_fix}"
+                    break
+        self._current = None
+
+
+def is_oom(ename: str, evalue: str) -> bool:
+    """torch's OutOfMemoryError, or an error that re-raised one as text (old torch raised
+    a RuntimeError; some libraries wrap it)."""
+    return ename in OOM_NAMES or "CUDA out of memory" in evalue
+
+
+class _Lost(Exception):
+    pass
+
+
+def _clip(text: str, n: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def run_notebook(nb: Any, path: Path, cells: Sequence[CellRun], **kw: Any) -> RunResult:
+    """Run it (blocking); :class:`RunError` when it cannot start."""
+    return asyncio.run(Runner(nb, path, cells, **kw).run())

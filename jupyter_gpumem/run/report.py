@@ -1,0 +1,415 @@
+"""Views of a run: the progress line, the text table, the JSON document (schema:
+``schema.json`` beside this file, explained in ``docs/run.md``), the self-contained HTML
+report and the metadata written into the executed notebook. Pure functions of the
+records in ``execute`` and ``verdict``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from functools import cache
+from html import escape
+from importlib import resources
+from typing import Any
+
+from .._version import __version__
+from ..units import format_bytes, format_delta
+from .budgets import Budget
+from .execute import CellRun, RunResult
+from .verdict import Verdict, peak_cell
+
+JSON_VERSION = 1
+
+
+@cache
+def schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of the ``--json`` document."""
+    return dict(json.loads(resources.files(__package__).joinpath("schema.json").read_text()))
+
+
+def seconds(s: float | None) -> str:
+    if s is None:
+        return "-"
+    return f"{s * 1000:.1f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def _devices(c: CellRun) -> list[dict[str, Any]]:
+    return [d for d in c.devices if d.get("peak_allocated") is not None]
+
+
+def figures(c: CellRun) -> str:
+    """``kept +1.00 GiB, peak 5.20 GiB`` (one device), each device named when several."""
+    devs = _devices(c)
+    parts = [
+        f"kept {format_delta(d.get('allocated_delta'))}, peak {format_bytes(d['peak_allocated'])}"
+        for d in devs
+    ]
+    if len(devs) > 1:
+        parts = [f"cuda:{d['index']} {p}" for d, p in zip(devs, parts, strict=True)]
+    return "; ".join(parts)
+
+
+def progress_line(c: CellRun, k: int, total: int) -> str:
+    """``[3/12] cell 5 [3] `x = f()`: kept +1.00 GiB, peak 5.20 GiB, 1.30 s``."""
+    if c.status == "error":
+        ename, evalue = c.error or ("", "")
+        what = f"FAILED {ename}: {_one_line(evalue, 120)}"
+        if c.has_figures:
+            what += f"; {figures(c)}"
+    elif not c.measured:
+        what = "not measured"
+    elif not c.has_figures:
+        what = "no GPU figures"
+    else:
+        what = figures(c)
+    line = f"[{k}/{total}] {c.label}: {what}, {seconds(c.wall_time)}"
+    broken = [r.budget.text for r in c.failed_budgets]
+    if broken:
+        line += f"  BUDGET FAILED: {', '.join(dict.fromkeys(broken))}"
+    return line
+
+
+def _budget_cell(c: CellRun) -> str:
+    if not c.results:
+        return "-"
+    broken = [r.budget.text for r in c.failed_budgets]
+    if broken:
+        return "FAIL " + ", ".join(dict.fromkeys(broken))
+    if all(r.ok is None for r in c.results):
+        return "not checked"
+    return "ok"
+
+
+def _one_line(text: str, n: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def table_rows(cells: Sequence[CellRun]) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    for c in cells:
+        n = f"[{c.execution_count}]" if c.execution_count is not None else ""
+        code = _one_line(c.first_line, 48)
+        status = {"error": "raised", "not_run": "not run"}.get(c.status, "")
+        if c.status == "error" and c.error:
+            status = f"raised {c.error[0]}"
+        devs = _devices(c)
+        if not devs:
+            what = status or ("not measured" if not c.measured else "no GPU figures")
+            took = seconds(c.wall_time) if c.status != "not_run" else "-"
+            rows.append((str(c.index + 1), n, "-", "-", "-", took, _budget_cell(c), what, code))
+            continue
+        for i, d in enumerate(devs):
+            first = i == 0
+            rows.append(
+                (
+                    str(c.index + 1) if first else "",
+                    n if first else "",
+                    f"cuda:{d['index']}",
+                    format_delta(d.get("allocated_delta")),
+                    format_bytes(d["peak_allocated"]),
+                    seconds(c.wall_time) if first else "",
+                    _budget_cell(c) if first else "",
+                    status if first else "",
+                    code if first else "",
+                )
+            )
+    return rows
+
+
+TABLE_HEAD = ("cell", "[n]", "device", "kept", "peak", "time", "budgets", "status", "code")
+_RIGHT = {0, 3, 4, 5}
+
+
+def table_text(cells: Sequence[CellRun]) -> str:
+    rows = [TABLE_HEAD, *table_rows(cells)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(TABLE_HEAD))]
+
+    def fmt(r: tuple[str, ...]) -> str:
+        return "  ".join(
+            v.rjust(w) if i in _RIGHT else v.ljust(w)
+            for i, (v, w) in enumerate(zip(r, widths, strict=True))
+        ).rstrip()
+
+    lines = [fmt(rows[0]), "  ".join("-" * w for w in widths)]
+    lines += [fmt(r) for r in rows[1:]]
+    return "\n".join(lines)
+
+
+# -- JSON --------------------------------------------------------------------------------
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, tz=timezone.utc).isoformat(timespec="seconds")
+
+
+def _gpu(sample: dict[str, Any] | None) -> dict[str, Any] | None:
+    if sample is None:
+        return None
+    return {
+        "state": sample.get("state"),
+        "message": sample.get("message") or "",
+        "torch_version": sample.get("torch_version"),
+        "devices": [
+            {
+                "index": d["index"],
+                "name": d.get("name", ""),
+                "backend": d.get("backend"),
+                "total": d.get("total"),
+                "limit": d.get("limit"),
+            }
+            for d in sample.get("devices", [])
+        ],
+    }
+
+
+def cell_record(c: CellRun) -> dict[str, Any]:
+    return {
+        "index": c.index,
+        "execution_count": c.execution_count,
+        "first_line": c.first_line,
+        "status": c.status,
+        "error": None if c.error is None else {"ename": c.error[0], "evalue": c.error[1]},
+        "expected_error": c.expected_error,
+        "out_of_memory": c.oom,
+        "postmortem_fix": c.oom_fix,
+        "measured": c.measured,
+        "wall_time": c.wall_time,
+        "devices": [
+            {
+                "index": d["index"],
+                "kept": d.get("allocated_delta"),
+                "peak": d.get("peak_allocated"),
+                "peak_above_start": d.get("peak_above_start"),
+                "allocated": d.get("allocated"),
+                "reserved": d.get("reserved"),
+                "reserved_delta": d.get("reserved_delta"),
+                "kept_at": d.get("kept_at"),
+                "touched": bool(d.get("touched", True)),
+            }
+            for d in c.devices
+        ],
+        "budgets": [r.to_dict() for r in c.results],
+    }
+
+
+def json_document(
+    result: RunResult,
+    verdict: Verdict,
+    notebook: str,
+    budgets: Sequence[Budget],
+    fits: int | None,
+) -> dict[str, Any]:
+    top = peak_cell(result.cells)
+    results = [r for c in result.cells for r in c.results]
+    return {
+        "version": JSON_VERSION,
+        "tool": {"name": "jupyter-gpumem", "version": __version__},
+        "notebook": notebook,
+        "kernel": {"name": result.kernel, "jupyter_gpumem": result.kernel_version},
+        "started": _iso(result.started),
+        "duration": round(result.duration, 3),
+        "options": {
+            "budgets": [b.text for b in budgets],
+            "fits": fits,
+        },
+        "limit": result.limit,
+        "gpu": _gpu(result.sample),
+        "cells": [cell_record(c) for c in result.cells],
+        "summary": {
+            "exit_code": verdict.exit_code,
+            "result": verdict.result,
+            "message": verdict.headline,
+            "problems": list(verdict.problems),
+            "warnings": list(verdict.warnings),
+            "gpu_figures": result.has_figures,
+            "cells": {
+                "code": len(result.cells),
+                "run": sum(c.status != "not_run" for c in result.cells),
+                "measured": sum(c.measured for c in result.cells),
+                "raised": sum(c.status == "error" for c in result.cells),
+            },
+            "budgets": {
+                "held": sum(r.ok is True for r in results),
+                "failed": sum(r.ok is False for r in results),
+                "not_checked": sum(r.ok is None for r in results),
+            },
+            "peak": None
+            if top is None
+            else {
+                "bytes": top[1]["peak_allocated"],
+                "device": top[1]["index"],
+                "cell_index": top[0].index,
+                "execution_count": top[0].execution_count,
+            },
+        },
+    }
+
+
+# -- the executed notebook ----------------------------------------------------------------
+def annotate_notebook(result: RunResult, document: dict[str, Any], setup: str) -> Any:
+    """Write each cell's figures and budget results into its metadata
+    (``metadata.jupyter_gpumem``) and the summary into the notebook's metadata. The setup
+    step is not a cell: it is described there."""
+    nb = result.notebook
+    for c, rec in zip(result.cells, document["cells"], strict=True):
+        nb.cells[c.index].metadata["jupyter_gpumem"] = {
+            k: rec[k] for k in ("status", "measured", "devices", "budgets", "postmortem_fix")
+        }
+    nb.metadata["jupyter_gpumem"] = {
+        "run": {
+            "tool_version": __version__,
+            "setup": setup,
+            "started": document["started"],
+            "limit": document["limit"],
+            "summary": document["summary"],
+        }
+    }
+    return nb
+
+
+# -- HTML ---------------------------------------------------------------------------------
+_CSS = """
+:root { color-scheme: light dark; --fg: #1b1b1b; --bg: #ffffff; --muted: #5f6368;
+  --line: #d0d0d0; --ok: #1b7f3b; --fail: #c62828; --warn: #a15c00; --zebra: #f4f4f4;
+  --jp-ui-font-color2: #5f6368; --jp-border-color1: #999999;
+  --jp-brand-color1: #1976d2; --jp-brand-color3: #64a8e8; --jp-warn-color2: #f39c12; }
+@media (prefers-color-scheme: dark) {
+  :root { --fg: #e6e6e6; --bg: #1e1e1e; --muted: #a0a0a0; --line: #444444; --ok: #5cc77f;
+    --fail: #ff6b6b; --warn: #f0b35a; --zebra: #262626; --jp-ui-font-color2: #a0a0a0;
+    --jp-border-color1: #777777; --jp-brand-color1: #64a8e8; --jp-brand-color3: #2f6da8; }
+}
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; color: var(--fg);
+  background: var(--bg); margin: 2em auto; max-width: 1100px; padding: 0 1em; }
+h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
+.verdict { font-weight: 600; padding: .5em .8em; border-left: 5px solid; }
+.pass { color: var(--ok); } .fail, .error { color: var(--fail); } .warn { color: var(--warn); }
+.meta { color: var(--muted); }
+table { border-collapse: collapse; width: 100%; font-size: .9em; }
+th, td { padding: .25em .6em; border-bottom: 1px solid var(--line); text-align: left;
+  vertical-align: top; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+tbody tr:nth-child(even) { background: var(--zebra); }
+code { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; }
+.legend span { margin-right: 12px; }
+"""
+
+
+def _e(v: Any) -> str:
+    return escape(str(v), quote=True)
+
+
+def _chart(result: RunResult) -> str:
+    from .._history import DeviceRow, HistoryRow
+    from ..reporters.history_plot import COLORS, history_svg
+
+    rows = [
+        HistoryRow(
+            c.execution_count,
+            0.0,
+            c.first_line[:60],
+            c.wall_time or 0.0,
+            c.status == "error",
+            None,
+            tuple(
+                DeviceRow(
+                    d["index"],
+                    d.get("allocated"),
+                    d.get("allocated_delta"),
+                    d.get("reserved"),
+                    d.get("reserved_delta"),
+                    d.get("peak_allocated"),
+                    d.get("peak_above_start"),
+                    None,
+                    None,
+                    d.get("kept_at"),
+                )
+                for d in c.devices
+            ),
+        )
+        for c in result.cells
+        if c.has_figures
+    ]
+    indices = sorted({d.device for r in rows for d in r.devices if d.allocated is not None})
+    if not indices:
+        return ""
+    legend = "".join(
+        f'<span><span style="display:inline-block;width:14px;height:3px;background:'
+        f'{COLORS[k]};margin-right:4px;vertical-align:middle"></span>{k}</span>'
+        for k in ("allocated", "reserved", "peak")
+    )
+    # Inline SVG in HTML needs no namespace: leave the URL out, the file fetches nothing.
+    svgs = "".join(
+        history_svg(rows, i).replace(' xmlns="http://www.w3.org/2000/svg"', "") for i in indices
+    )
+    return (
+        "<h2>Allocated and reserved after each measured cell, and its peak</h2>"
+        f'<div class="legend">{legend}</div>{svgs}'
+    )
+
+
+def html_report(result: RunResult, verdict: Verdict, document: dict[str, Any]) -> str:
+    title = f"GPU memory: {document['notebook']}"
+    cls = verdict.result
+    word = {"pass": "PASS", "fail": "FAIL", "error": "ERROR"}[cls]
+    parts = [
+        "<!doctype html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{_e(title)}</h1>",
+        f'<p class="verdict {cls}">{word} (exit code {verdict.exit_code}): '
+        f"{_e(verdict.headline)}</p>",
+    ]
+    if verdict.problems:
+        parts.append(
+            '<ul class="fail">' + "".join(f"<li>{_e(p)}</li>" for p in verdict.problems) + "</ul>"
+        )
+    if verdict.warnings:
+        parts.append(
+            '<ul class="warn">' + "".join(f"<li>{_e(w)}</li>" for w in verdict.warnings) + "</ul>"
+        )
+    parts.append(f'<p class="meta">{_meta(document)}</p>')
+    parts.append(_chart(result))
+    parts.append("<h2>Cells</h2><table><thead><tr>")
+    parts += [
+        f'<th style="text-align:right">{_e(h)}</th>' if i in _RIGHT else f"<th>{_e(h)}</th>"
+        for i, h in enumerate(TABLE_HEAD)
+    ]
+    parts.append("</tr></thead><tbody>")
+    rows = [(c, row) for c in result.cells for row in table_rows([c])]
+    for c, row in rows:
+        tds = []
+        for i, v in enumerate(row):
+            if i == 6 and v.startswith("FAIL"):
+                tds.append(f'<td class="fail">{_e(v)}</td>')
+            elif i == 8:
+                title = f' title="{_e(c.first_line)}"' if v else ""
+                tds.append(f"<td{title}><code>{_e(v)}</code></td>")
+            else:
+                tds.append(f'<td class="num">{_e(v)}</td>' if i in _RIGHT else f"<td>{_e(v)}</td>")
+        parts.append("<tr>" + "".join(tds) + "</tr>")
+    parts.append("</tbody></table>")
+    parts.append(
+        '<p class="meta">kept: allocated after the cell minus before; peak: the exact peak '
+        "of allocated memory inside the cell (PyTorch's counter, reset before each cell); "
+        "time: the cell's wall time. Generated by jupyter-gpumem "
+        f"{_e(__version__)}.</p></body></html>"
+    )
+    return "\n".join(parts)
+
+
+def _meta(doc: dict[str, Any]) -> str:
+    bits = [f"kernel {_e(doc['kernel']['name'])}", f"started {_e(doc['started'])}",
+            f"took {_e(seconds(doc['duration']))}"]  # fmt: skip
+    gpu = doc.get("gpu")
+    if gpu:
+        if gpu.get("torch_version"):
+            bits.append(f"torch {_e(gpu['torch_version'])}")
+        for d in gpu.get("devices", []):
+            total = f" ({_e(format_bytes(d['total']))})" if d.get("total") else ""
+            bits.append(f"cuda:{_e(d['index'])} {_e(d['name'])}{total}")
+    if doc.get("limit"):
+        bits.append(f"capped at {_e(format_bytes(doc['limit']['bytes']))} (--fits)")
+    if doc["options"]["budgets"]:
+        bits.append("budgets for every cell: " + _e(", ".join(doc["options"]["budgets"])))
+    return " · ".join(bits)

@@ -1,0 +1,166 @@
+"""`jupyter-gpumem run`'s verdict and views from plain records (no kernel): exit codes,
+the table, the JSON document against its schema, the HTML report with hostile text."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import nbformat
+import pytest
+
+from jupyter_gpumem.run.budgets import effective, parse_budget, tag_budgets
+from jupyter_gpumem.run.execute import CellRun, RunResult
+from jupyter_gpumem.run.report import (
+    annotate_notebook,
+    html_report,
+    json_document,
+    progress_line,
+    schema,
+    table_text,
+)
+from jupyter_gpumem.run.verdict import judge
+
+GiB = 1 << 30
+HOSTILE = "x = '</code></td><script>alert(1)</script>\" onmouseover=\"alert(2)'"
+
+
+def dev(index=0, peak=2 * GiB, kept=GiB, allocated=GiB, reserved=3 * GiB, touched=True):
+    return {"index": index, "allocated": allocated, "allocated_delta": kept,
+            "reserved": reserved, "reserved_delta": 0, "peak_allocated": peak,
+            "peak_above_start": peak - allocated + kept, "kept_at": None,
+            "touched": touched}  # fmt: skip
+
+
+def cell(index, first_line, devices=(), budgets=(), tags=(), status="ok", count=None, **kw):
+    c = CellRun(index, first_line, effective(list(budgets), tag_budgets(tags)), **kw)
+    c.status = status
+    c.execution_count = count if count is not None else (index if status != "not_run" else None)
+    c.measured = (status != "not_run" and bool(devices)) or kw.get("measured", False)
+    c.devices = list(devices)
+    c.wall_time = None if status == "not_run" else 0.25
+    return c
+
+
+def result(*cells, sample=True, **kw):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(f"# {i}") for i in range(max(c.index for c in cells) + 1)]
+    s = {"state": "ok", "message": "", "torch_version": "2.11.0+cu130",
+         "devices": [{"index": 0, "name": "NVIDIA H200 <b>", "backend": "cuda",
+                      "total": 140 * GiB, "limit": None}]}  # fmt: skip
+    return RunResult(nb, "python3", list(cells), 1.7e9, 3.0, "0.1.0", s if sample else None, **kw)
+
+
+def validate(doc):
+    jsonschema.validate(doc, schema(), cls=jsonschema.Draft202012Validator)
+
+
+def test_pass_with_two_devices_and_an_untouched_cell():
+    peak = [parse_budget("peak<=4GiB")]
+    r = result(
+        cell(0, "model = Net()", [dev(0), dev(1, peak=3 * GiB, kept=0)], peak),
+        cell(2, "y = 1", [dev(0, kept=0, peak=GiB, touched=False)], peak),
+    )
+    v = judge(r, peak, None)
+    assert (v.exit_code, v.result) == (0, "pass")
+    assert v.headline == (
+        "2 code cells ran, peak 3.00 GiB on cuda:1 in cell 1 [0] `model = Net()`, "
+        "3 budget checks held"
+    )
+    table = table_text(r.cells).splitlines()
+    assert table[0].split() == ["cell", "[n]", "device", "kept", "peak", "time", "budgets",
+                                "status", "code"]  # fmt: skip
+    assert table[2].split() == ["1", "[0]", "cuda:0", "+1.00", "GiB", "2.00", "GiB", "250.0",
+                                "ms", "ok", "model", "=", "Net()"]  # fmt: skip
+    assert table[3].split() == ["cuda:1", "0", "B", "3.00", "GiB"]  # second device, same cell
+    assert progress_line(r.cells[0], 1, 2) == (
+        "[1/2] cell 1 [0] `model = Net()`: cuda:0 kept +1.00 GiB, peak 2.00 GiB; "
+        "cuda:1 kept 0 B, peak 3.00 GiB, 250.0 ms"
+    )
+    doc = json_document(r, v, "nb.ipynb", peak, None)
+    validate(doc)
+    assert doc["summary"]["peak"] == {"bytes": 3 * GiB, "device": 1, "cell_index": 0,
+                                      "execution_count": 0}  # fmt: skip
+    assert doc["cells"][1]["devices"][0]["touched"] is False
+
+
+def test_exit_codes():
+    b = [parse_budget("peak<=1GiB")]
+    # a failed budget: 1, named with the cell and the numbers
+    v = judge(result(cell(1, "a = f()", [dev()], b)), b, None)
+    assert v.exit_code == 1 and v.headline == "1 budget check failed"
+    assert v.problems == [
+        "cell 2 [1] `a = f()`: peak 2.00 GiB (2147483648 B) > 1.00 GiB (1073741824 B) on "
+        "cuda:0 (budget peak<=1GiB from --budget)"
+    ]
+    # the notebook failed to run: 2, also when a budget failed before
+    r = result(cell(1, "a = f()", [dev()], b), cell(2, "1/0", status="error"),
+               cell(3, "z", status="not_run"), stopped="cell 3 [2] `1/0` raised ...")  # fmt: skip
+    v = judge(r, b, None)
+    assert v.exit_code == 2 and v.headline.startswith("the notebook failed to run: cell 3")
+    assert len(v.problems) == 1
+    # budgets but no GPU figures anywhere: 2; without budgets: 0 and a warning
+    r = result(cell(1, "x = 1", [], measured=True), sample=False)
+    assert judge(r, b, None).exit_code == 2
+    assert "no GPU figures: budgets can't be checked" in judge(r, b, None).headline
+    v = judge(r, [], None)
+    assert v.exit_code == 0 and v.warnings == ["no GPU figures: the kernel gave no reading"]
+    # a tag budget alone counts as a budget
+    r = result(cell(1, "x = 1", [], tags=["gpumem: kept<=0"], measured=True))
+    assert judge(r, [], None).exit_code == 2
+    # out of memory under --fits: 1 with the fix; a raises-exception cell's error is expected
+    oom = cell(1, "big()", [dev()], status="error", error=("OutOfMemoryError", "CUDA out"),
+               oom=True, oom_fix="`del blocks` frees 512.00 MiB: enough")  # fmt: skip
+    v = judge(result(oom), [], 2 * GiB)
+    assert v.exit_code == 1
+    assert v.headline == "the notebook does not fit in 2.00 GiB (cell 2 [1] `big()`)"
+    fix = "the post-mortem's first fix: `del blocks` frees 512.00 MiB: enough"
+    assert v.problems[0].endswith(fix)
+    oom.expected_error = True
+    assert judge(result(oom), [], 2 * GiB).exit_code == 0
+
+
+def test_json_and_notebook_metadata_validate():
+    b = [parse_budget("kept<=0")]
+    r = result(
+        cell(0, "a = 1", [dev()], b, tags=["gpumem: peak<=1TiB"]),
+        cell(1, "1/0", [dev(kept=0)], b, status="error", error=("ZeroDivisionError", "x")),
+        cell(2, "b = 2", status="not_run"),
+        stopped="cell 2 [1] `1/0` raised ZeroDivisionError: x",
+        limit={"device": 0, "fraction": 0.1, "bytes": 14 * GiB},
+    )
+    v = judge(r, b, 14 * GiB)
+    doc = json_document(r, v, "nb.ipynb", b, 14 * GiB)
+    validate(doc)
+    json.dumps(doc)  # plain JSON
+    assert doc["summary"]["cells"] == {"code": 3, "run": 2, "measured": 2, "raised": 1}
+    assert doc["summary"]["budgets"] == {"held": 2, "failed": 1, "not_checked": 0}
+    assert doc["cells"][2]["budgets"] == []
+    nb = annotate_notebook(r, doc, "%load_ext jupyter_gpumem; %gpumem auto on")
+    nbformat.validate(nb)
+    assert nb.cells[0].metadata["jupyter_gpumem"]["budgets"][0]["expression"] == "peak<=1TiB"
+    assert nb.metadata["jupyter_gpumem"]["run"]["summary"]["exit_code"] == 2
+
+
+@pytest.mark.parametrize("bad", [{"version": 2}, {"cells": [{"index": -1}]}])
+def test_schema_rejects_drift(bad):
+    r = result(cell(0, "a", [dev()]))
+    doc = json_document(r, judge(r, [], None), "nb.ipynb", [], None)
+    doc.update(bad)
+    with pytest.raises(jsonschema.ValidationError):
+        validate(doc)
+
+
+def test_html_escapes_everything_and_fetches_nothing():
+    b = [parse_budget("peak<=1GiB")]
+    r = result(cell(0, HOSTILE, [dev()], b), cell(1, "<b>y</b>", status="error",
+               error=("E<i>", "<script>")))  # fmt: skip
+    v = judge(r, b, None)
+    page = html_report(r, v, json_document(r, v, "<evil>.ipynb", b, None))
+    assert "<script>" not in page and 'onmouseover="alert' not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "&lt;evil&gt;.ipynb" in page and "NVIDIA H200 &lt;b&gt;" in page
+    assert "<b>" not in page and "<i>" not in page
+    assert "http://" not in page and "https://" not in page
+    assert 'class="verdict error"' in page or 'class="verdict fail"' in page
+    assert "<svg" in page and "prefers-color-scheme: dark" in page
