@@ -251,10 +251,18 @@ def test_a_cell_that_raises_stops_the_run(tmp_path):
     assert "warning: cell 3 [2] `1 / 0` raised ZeroDivisionError" in p.stderr
 
 
-def test_raises_exception_tag_is_expected(tmp_path):
-    nb = notebook(tmp_path / "x.ipynb", ("1 / 0", ["raises-exception"]), "y = 1")
-    p = run("run", nb, "--budget", "peak<=1TiB", "-q")
+def test_raises_exception_and_skip_execution_tags(tmp_path):
+    nb = notebook(tmp_path / "x.ipynb", ("1 / 0", ["raises-exception"]),
+                  ("1 / 0", ["skip-execution"]), "y = 1")  # fmt: skip
+    js = tmp_path / "x.json"
+    p = run("run", nb, "--budget", "peak<=1TiB", "--json", js)
     assert p.returncode == 0, p.stderr
+    assert "[2/3] cell 3 `1 / 0`: skipped (tagged skip-execution), -" in p.stderr
+    doc = json.loads(js.read_text())
+    validate(doc)
+    assert [c["status"] for c in doc["cells"]] == ["error", "skipped", "ok"]
+    assert doc["cells"][0]["expected_error"] is True
+    assert doc["summary"]["cells"]["run"] == 2
 
 
 def test_kernel_death_and_timeout(tmp_path):
@@ -262,8 +270,8 @@ def test_kernel_death_and_timeout(tmp_path):
     p = run("run", nb, "-q")
     assert p.returncode == 2, p.stderr
     assert "the kernel died while running cell 3 `import os; os._exit(1)`" in p.stderr
-    nb = notebook(tmp_path / "s.ipynb", "import time; time.sleep(30)")
-    p = run("run", nb, "--timeout", "2", "-q")
+    nb = notebook(tmp_path / "s.ipynb", "import time; time.sleep(30)", "y = 2")
+    p = run("run", nb, "--timeout", "2", "--allow-errors", "-q")  # a timeout always stops
     assert p.returncode == 2, p.stderr
     assert "ran longer than --timeout 2 s (interrupted)" in p.stderr
 

@@ -42,7 +42,7 @@ class CellRun:
     index: int  # position in the notebook, 0-based
     first_line: str
     budgets: list[Budget]  # what this cell must satisfy (its tags, then the global ones)
-    status: str = "not_run"  # "ok", "error" (raised) or "not_run"
+    status: str = "not_run"  # "ok", "error" (raised), "skipped" (skip-execution), "not_run"
     execution_count: int | None = None
     error: tuple[str, str] | None = None  # (ename, evalue)
     expected_error: bool = False  # tagged raises-exception
@@ -348,7 +348,12 @@ class Runner:
             t = time.monotonic()
             await self.client.async_execute_cell(nb_cell, cell.index)
             elapsed = time.monotonic() - t
-            reply: dict[str, Any] = self._reply["content"] if self._reply else {}
+            if self._reply is None:  # nbclient skipped it (tagged skip-execution)
+                cell.status = "skipped"
+                if self.progress is not None:
+                    self.progress(cell, k, total)
+                continue
+            reply: dict[str, Any] = self._reply["content"]
             cell.execution_count = reply.get("execution_count", nb_cell.get("execution_count"))
             cell.wall_time = elapsed
             if reply.get("status") == "error":
@@ -370,20 +375,18 @@ class Runner:
                 )
             if self.progress is not None:
                 self.progress(cell, k, total)
+            ename, evalue = cell.error or ("", "")
+            if ename == TIMEOUT:  # also with --allow-errors: the run is not what it claims
+                result.stopped = (
+                    f"{cell.label} ran longer than --timeout {self.timeout} s (interrupted)"
+                )
+                break
             if cell.status == "error" and not cell.expected_error and not self.allow_errors:
-                if cell.oom and self.fits is not None:
-                    break  # it does not fit: exit 1, named by the verdict
-                else:
-                    ename, evalue = cell.error or ("", "")
-                    if ename == TIMEOUT:
-                        result.stopped = (
-                            f"{cell.label} ran longer than --timeout {self.timeout} s (interrupted)"
-                        )
-                        break
+                if not (cell.oom and self.fits is not None):
                     result.stopped = f"{cell.label} raised {ename}: {_clip(evalue)}"
                     if cell.oom_fix:
                         result.stopped += f"; the post-mortem's first fix: {cell.oom_fix}"
-                    break
+                break  # an OOM under --fits: it does not fit, exit 1 (the verdict says so)
         self._current = None
 
 

@@ -52,7 +52,9 @@ def figures(c: CellRun) -> str:
 
 def progress_line(c: CellRun, k: int, total: int) -> str:
     """``[3/12] cell 5 [3] `x = f()`: kept +1.00 GiB, peak 5.20 GiB, 1.30 s``."""
-    if c.status == "error":
+    if c.status == "skipped":
+        what = "skipped (tagged skip-execution)"
+    elif c.status == "error":
         ename, evalue = c.error or ("", "")
         what = f"FAILED {ename}: {_one_line(evalue, 120)}"
         if c.has_figures:
@@ -91,13 +93,13 @@ def table_rows(cells: Sequence[CellRun]) -> list[tuple[str, ...]]:
     for c in cells:
         n = f"[{c.execution_count}]" if c.execution_count is not None else ""
         code = _one_line(c.first_line, 48)
-        status = {"error": "raised", "not_run": "not run"}.get(c.status, "")
+        status = {"error": "raised", "not_run": "not run", "skipped": "skipped"}.get(c.status, "")
         if c.status == "error" and c.error:
             status = f"raised {c.error[0]}"
         devs = _devices(c)
         if not devs:
             what = status or ("not measured" if not c.measured else "no GPU figures")
-            took = seconds(c.wall_time) if c.status != "not_run" else "-"
+            took = seconds(c.wall_time) if c.status in ("ok", "error") else "-"
             rows.append((str(c.index + 1), n, "-", "-", "-", took, _budget_cell(c), what, code))
             continue
         for i, d in enumerate(devs):
@@ -224,7 +226,7 @@ def json_document(
             "gpu_figures": result.has_figures,
             "cells": {
                 "code": len(result.cells),
-                "run": sum(c.status != "not_run" for c in result.cells),
+                "run": sum(c.status in ("ok", "error") for c in result.cells),
                 "measured": sum(c.measured for c in result.cells),
                 "raised": sum(c.status == "error" for c in result.cells),
             },

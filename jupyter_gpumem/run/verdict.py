@@ -38,7 +38,7 @@ def apply_budgets(cells: Sequence[CellRun]) -> None:
     figures; a cell's own (tag) budgets are always reported, as not checked when the
     cell has no figures."""
     for c in cells:
-        if c.status == "not_run":
+        if c.status not in ("ok", "error"):
             c.results = []
             continue
         wanted = c.budgets if c.has_figures else [b for b in c.budgets if b.scope == "cell"]
@@ -78,7 +78,7 @@ def judge(result: RunResult, global_budgets: Sequence[Budget], fits: int | None)
         elif c.status == "error" and not c.expected_error and result.stopped is None:
             ename, evalue = c.error or ("", "")
             warnings.append(f"{c.label} raised {ename}: {_clip(evalue)} (--allow-errors)")
-        if c.status == "not_run":
+        if c.status not in ("ok", "error"):
             continue
         own = [b.text for b in c.budgets if b.scope == "cell"]
         if own and not c.measured:
@@ -102,7 +102,7 @@ def judge(result: RunResult, global_budgets: Sequence[Budget], fits: int | None)
         if no_fit is not None and fits is not None:
             said.append(f"the notebook does not fit in {format_bytes(fits)} ({no_fit.label})")
         return Verdict(FAIL, "; ".join(said), problems, warnings)
-    n_run = sum(c.status != "not_run" for c in result.cells)
+    n_run = sum(c.status in ("ok", "error") for c in result.cells)
     held = sum(r.ok is True for c in result.cells for r in c.results)
     top = peak_cell(result.cells)
     peak = (
