@@ -200,7 +200,10 @@ class Session:
             except Exception as e:
                 warn(f"report listener failed: {e!r}")
         if not opts.quiet:
-            show_report(report, compact=opts.compact)
+            # In auto mode an out-of-memory error or a traceback that holds memory gets the
+            # full report: its explanation is what the line can't say.
+            explain = bool(report.postmortems) or bool(report.traceback and report.traceback.bytes)
+            show_report(report, compact=opts.compact and not explain)
         return report
 
 
