@@ -98,7 +98,7 @@ def test_who_names_the_holder_and_is_busy_while_a_cell_runs(kernel):
 def test_tracking_from_the_panel_and_kept_lines_in_cell_markers(kernel):
     kc, listener = kernel
     _, content, _, _ = listener.request("track", enabled=True)
-    assert content["status"] == "ok" and content["result"]["tracking"] is True
+    assert content["status"] == "ok" and content["result"]["tracking"]["active"] is True
     _, content, _, _ = listener.request("subscribe", interval_ms=1000, client="who")
     comm_id = content["result"]["stream"]["comm_id"]
     wait_execute(kc, "%%gpumem -q\nq = 1\nkept = torch.empty(32 << 20, dtype=torch.uint8,"
