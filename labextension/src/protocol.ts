@@ -1,5 +1,5 @@
 /**
- * Types of the kernel <-> panel protocol, version 1, revision 2.
+ * Types of the kernel <-> panel protocol, version 1, revision 5.
  *
  * docs/protocol.md and jupyter_gpumem/protocol/schema.json are the contract;
  * these types mirror them and must change with them.
@@ -11,7 +11,7 @@ export const PROTOCOL_VERSION = 1;
  * The revision this panel knows. A kernel of an older revision lacks some
  * actions: check `hello`'s `actions` before using one.
  */
-export const PROTOCOL_REVISION = 2;
+export const PROTOCOL_REVISION = 5;
 
 /** Message type of a request sent on the control channel. */
 export const REQUEST_MSG_TYPE = 'gpumem_request';
@@ -61,6 +61,18 @@ export interface IDevice {
   process_used: number | null;
   limit: ILimit | null;
   error: string | null;
+  /**
+   * Revision 5: the kernel's child processes on this device (NVML), largest
+   * first; absent when the kernel has none or NVML cannot tell.
+   */
+  children?: IChildProcess[];
+}
+
+/** A child process of the kernel (a worker, a launcher's rank) on a device. */
+export interface IChildProcess {
+  pid: number;
+  name: string;
+  used: number;
 }
 
 export interface ISample {
@@ -120,7 +132,7 @@ export interface ICellMarker {
 }
 
 export type WhoRowKind =
-  'owner' | 'site' | 'cell' | 'unreachable' | 'untracked';
+  'owner' | 'site' | 'cell' | 'unreachable' | 'untracked' | 'rest';
 
 /** One row of a `who` report: an owner, a line or a cell, and what it holds. */
 export interface IWhoRow {
@@ -133,6 +145,11 @@ export interface IWhoRow {
   /** A path to one tensor (by variable), the top holder (by line). */
   example: string;
   kind: WhoRowKind;
+  /**
+   * Revision 4, by variable with tracking on: where the owner's largest
+   * block was allocated (`In[7] line 3`); empty when unknown.
+   */
+  site: string;
 }
 
 export type WhoBy = 'variable' | 'line' | 'cell';
@@ -184,6 +201,10 @@ export interface IOtherProcess {
 
 /** Why a request ran out of memory on one device, and the fixes, best first. */
 export interface IPostMortem {
+  /** The cell that ran out of memory (revision 4). */
+  execution_count: number | null;
+  /** Unix seconds when it ran out (revision 4). */
+  time: number;
   device: number;
   requested: number;
   free: number;
@@ -215,7 +236,9 @@ export const ACTIONS = [
   'unsubscribe',
   'who',
   'track',
-  'release_traceback'
+  'release_traceback',
+  'segments',
+  'history'
 ] as const;
 
 export type Action = (typeof ACTIONS)[number];
@@ -243,10 +266,19 @@ export type ErrorCode = (typeof ERROR_CODES)[number];
  */
 export const BUSY_MESSAGE = 'busy: available when the cell ends';
 
+/** Allocation tracking: recording now, and asked for (revision 3). */
+export interface ITracking {
+  active: boolean;
+  /** Asked for; not yet active until torch is imported. */
+  wanted: boolean;
+}
+
 export interface IHelloResult {
   protocol: number;
   /** Absent before revision 2. */
   revision?: number;
+  /** Absent before revision 3. */
+  tracking?: ITracking;
   version: string;
   actions: string[];
   sample: ISample;
@@ -292,8 +324,89 @@ export interface IWhoResult {
 }
 
 export interface ITrackResult {
-  tracking: boolean;
+  /** A boolean before revision 3. */
+  tracking: ITracking | boolean;
   message: string;
+}
+
+/** Kinds of blocks in a segment, in the user's words. */
+export type BlockKind = 'allocated' | 'pending' | 'piece' | 'cached';
+
+/**
+ * One block: offset from the segment's start, size, kind, and the index of
+ * the line that allocated it in the map's `labels` (-1: unknown).
+ */
+export type SegmentBlock = [number, number, BlockKind, number];
+
+export interface ISegment {
+  address: number;
+  size: number;
+  pool: string;
+  stream: number;
+  expandable: boolean;
+  blocks: SegmentBlock[];
+}
+
+export interface ISegmentSummary {
+  segments: number;
+  reserved: number;
+  allocated: number;
+  cached_free: number;
+  releasable: number;
+  /** Free pieces in segments that also hold live blocks. */
+  pieces: number;
+  pieces_bytes: number;
+  largest_free_block: number;
+  /** Share of the free memory that is in pieces, 0..1. */
+  fragmentation: number;
+}
+
+/** Every segment of one device and the blocks inside it (revision 5). */
+export interface ISegmentMap {
+  device: number;
+  summary: ISegmentSummary;
+  /** Largest first, at most `max_segments`. */
+  segments: ISegment[];
+  /** Allocation sites the blocks' label indices point into. */
+  labels: string[];
+  /** Segments left out by the limit, and their bytes. */
+  omitted: number;
+  omitted_bytes: number;
+  tracking: boolean;
+}
+
+export interface ISegmentsResult {
+  devices: ISegmentMap[];
+}
+
+/** One device of a measured cell, as the kernel keeps it (revision 5). */
+export interface IHistoryCellDevice {
+  index: number;
+  allocated: number | null;
+  allocated_delta: number | null;
+  reserved: number | null;
+  reserved_delta: number | null;
+  peak_allocated: number | null;
+  /** The peak above what was allocated when the cell started. */
+  peak_above_start: number | null;
+  /** With tracking: the line that allocated most of what the cell kept. */
+  kept_at: string | null;
+}
+
+/** A measured cell (revision 5). */
+export interface IHistoryCell {
+  execution_count: number | null;
+  /** Unix seconds when the cell ended. */
+  time: number;
+  first_line: string;
+  wall_time: number;
+  failed: boolean;
+  devices: IHistoryCellDevice[];
+}
+
+export interface IHistoryResult {
+  /** Oldest first. */
+  cells: IHistoryCell[];
 }
 
 export interface IReleaseTracebackResult {

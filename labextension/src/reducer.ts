@@ -16,6 +16,7 @@ import {
   ISetLimitResult,
   IStreamState,
   ITrackResult,
+  ITracking,
   IWhoResult,
   Reply,
   SampleState
@@ -145,8 +146,13 @@ export interface IGpuMemState {
   trendMinutes: number;
   /** Who holds the memory: the last `who` reading. */
   who: IWhoState;
-  /** Allocation tracking in the kernel, from `who` and `track`; null: unknown. */
+  /**
+   * Allocation tracking is recording in the kernel, from `hello`, `who` and
+   * `track`; null: unknown.
+   */
   tracking: boolean | null;
+  /** Tracking was asked for (it starts once the notebook imports torch). */
+  trackingWanted: boolean;
   /**
    * The last out-of-memory post-mortems, from a `who` reply or a cell marker
    * (the kernel keeps those of the last cell that ran out of memory).
@@ -214,8 +220,25 @@ export function initialState(trendMinutes = 5): IGpuMemState {
     trendMinutes,
     who: WHO_IDLE,
     tracking: null,
+    trackingWanted: false,
     postmortems: []
   };
+}
+
+/**
+ * Read a tracking figure: `{active, wanted}` since revision 3, a boolean
+ * before.
+ */
+export function readTracking(value: unknown): ITracking | null {
+  if (typeof value === 'boolean') {
+    return { active: value, wanted: value };
+  }
+  if (typeof value === 'object' && value !== null) {
+    const v = value as Partial<ITracking>;
+    const active = v.active === true;
+    return { active, wanted: active || v.wanted === true };
+  }
+  return null;
 }
 
 function bounds(state: IGpuMemState): IBounds {
@@ -250,6 +273,7 @@ function forgetProcess(state: IGpuMemState): IGpuMemState {
     pending: null,
     who: WHO_IDLE,
     tracking: null,
+    trackingWanted: false,
     postmortems: []
   };
 }
@@ -431,6 +455,14 @@ function applyReply(
         stream: hello.stream ?? null
       };
       next = withCommId(next, hello.stream ?? null);
+      const tracking = readTracking(hello.tracking);
+      if (tracking) {
+        next = {
+          ...next,
+          tracking: tracking.active,
+          trackingWanted: tracking.wanted
+        };
+      }
       break;
     }
     case 'subscribe':
@@ -477,10 +509,12 @@ function applyReply(
       break;
     case 'track': {
       const track = result as unknown as ITrackResult;
-      const tracking = track.tracking === true;
+      const read = readTracking(track.tracking);
+      const tracking = read !== null && read.active;
       next = {
         ...next,
         tracking,
+        trackingWanted: read !== null && read.wanted,
         notice: {
           kind: 'tracking',
           requested: args.enabled === true,
@@ -625,6 +659,7 @@ export function reduce(state: IGpuMemState, event: GpuMemEvent): IGpuMemState {
         actions: [],
         who: WHO_IDLE,
         tracking: null,
+        trackingWanted: false,
         postmortems: []
       };
     case 'reply':

@@ -117,7 +117,8 @@ export function whoReport(overrides: Partial<IWhoReport> = {}): IWhoReport {
         bytes: 64 * MiB,
         blocks: 1,
         example: 'base',
-        kind: 'owner'
+        kind: 'owner',
+        site: 'In[8] line 1'
       },
       {
         key: 'a',
@@ -125,7 +126,8 @@ export function whoReport(overrides: Partial<IWhoReport> = {}): IWhoReport {
         bytes: 3 * MiB,
         blocks: 1,
         example: 'a',
-        kind: 'owner'
+        kind: 'owner',
+        site: 'In[8] line 1'
       },
       {
         key: 'not reachable from the namespace',
@@ -133,7 +135,8 @@ export function whoReport(overrides: Partial<IWhoReport> = {}): IWhoReport {
         bytes: 33 * MiB,
         blocks: 3,
         example: '',
-        kind: 'unreachable'
+        kind: 'unreachable',
+        site: ''
       }
     ],
     tracking: false,
@@ -157,7 +160,8 @@ export function lineReport(): IWhoReport {
         bytes: 64 * MiB,
         blocks: 1,
         example: 'held by base',
-        kind: 'site'
+        kind: 'site',
+        site: ''
       },
       {
         key: 'no Python stack (backward pass or C++)',
@@ -165,7 +169,8 @@ export function lineReport(): IWhoReport {
         bytes: 36 * MiB,
         blocks: 4,
         example: '',
-        kind: 'untracked'
+        kind: 'untracked',
+        site: ''
       }
     ]
   });
@@ -174,6 +179,8 @@ export function lineReport(): IWhoReport {
 /** The recorded fragmentation OOM: 128 MiB asked, 64 MiB the largest block. */
 export function postmortem(overrides: Partial<IPostMortem> = {}): IPostMortem {
   return {
+    execution_count: 9,
+    time: 1_763_000_000,
     device: 0,
     requested: 128 * MiB,
     free: 138 * GiB,

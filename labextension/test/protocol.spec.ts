@@ -15,17 +15,26 @@ import {
   ERROR_CODES,
   ICellMarker,
   ICellMarkerDevice,
+  IChildProcess,
   IDevice,
   IFix,
   IHelloResult,
+  IHistoryCell,
+  IHistoryCellDevice,
+  IHistoryResult,
   ILimit,
   ILineShare,
   IOtherProcess,
   IPostMortem,
   IReleaseTracebackResult,
   ISample,
+  ISegment,
+  ISegmentMap,
+  ISegmentsResult,
+  ISegmentSummary,
   IStreamState,
   ITrackResult,
+  ITracking,
   IWhoDevice,
   IWhoReport,
   IWhoResult,
@@ -67,8 +76,10 @@ const device: Required<IDevice> = {
   device_used: 0,
   process_used: 0,
   limit: null,
-  error: null
+  error: null,
+  children: []
 };
+const child: Required<IChildProcess> = { pid: 1, name: '', used: 0 };
 const sample: Required<ISample> = {
   time: 0,
   state: 'ok',
@@ -115,7 +126,8 @@ const whoRow: Required<IWhoRow> = {
   bytes: 0,
   blocks: 0,
   example: 'a',
-  kind: 'owner'
+  kind: 'owner',
+  site: ''
 };
 const whoReport: Required<IWhoReport> = {
   device: 0,
@@ -137,6 +149,8 @@ const fix: Required<IFix> = {
 };
 const otherProcess: Required<IOtherProcess> = { pid: 1, name: '', bytes: 0 };
 const postmortem: Required<IPostMortem> = {
+  execution_count: 1,
+  time: 0,
   device: 0,
   requested: 0,
   free: 0,
@@ -155,9 +169,11 @@ const postmortem: Required<IPostMortem> = {
   lines: [],
   fixes: []
 };
+const tracking: Required<ITracking> = { active: false, wanted: false };
 const hello: Required<IHelloResult> = {
   protocol: 1,
-  revision: 2,
+  revision: 5,
+  tracking,
   version: '',
   actions: [],
   sample,
@@ -173,7 +189,55 @@ const who: Required<IWhoResult> = {
   tracking: false,
   postmortems: []
 };
-const track: Required<ITrackResult> = { tracking: true, message: '' };
+const track: Required<ITrackResult> = { tracking, message: '' };
+const summary: Required<ISegmentSummary> = {
+  segments: 0,
+  reserved: 0,
+  allocated: 0,
+  cached_free: 0,
+  releasable: 0,
+  pieces: 0,
+  pieces_bytes: 0,
+  largest_free_block: 0,
+  fragmentation: 0
+};
+const segment: Required<ISegment> = {
+  address: 0,
+  size: 0,
+  pool: 'large',
+  stream: 0,
+  expandable: false,
+  blocks: [[0, 512, 'allocated', -1]]
+};
+const segmentMap: Required<ISegmentMap> = {
+  device: 0,
+  summary,
+  segments: [],
+  labels: [],
+  omitted: 0,
+  omitted_bytes: 0,
+  tracking: false
+};
+const segments: Required<ISegmentsResult> = { devices: [] };
+const historyDevice: Required<IHistoryCellDevice> = {
+  index: 0,
+  allocated: 0,
+  allocated_delta: 0,
+  reserved: 0,
+  reserved_delta: 0,
+  peak_allocated: 0,
+  peak_above_start: 0,
+  kept_at: null
+};
+const historyCell: Required<IHistoryCell> = {
+  execution_count: 1,
+  time: 0,
+  first_line: '',
+  wall_time: 0,
+  failed: false,
+  devices: []
+};
+const history: Required<IHistoryResult> = { cells: [] };
 const released: Required<IReleaseTracebackResult> = { frames: 0, freed: {} };
 
 const result = (action: string) =>
@@ -221,6 +285,42 @@ describe('protocol mirror', () => {
       )
     );
     expect(sorted(Object.keys(lineShare))).toEqual(props('line_share'));
+    expect(sorted(Object.keys(child))).toEqual(
+      sorted(
+        Object.keys(schema.$defs.device.properties.children.items.properties)
+      )
+    );
+  });
+
+  it('has the fields of the segment map and the history (revision 5)', () => {
+    expect(sorted(Object.keys(segmentMap))).toEqual(props('segment_map'));
+    expect(sorted(Object.keys(summary))).toEqual(
+      sorted(
+        Object.keys(schema.$defs.segment_map.properties.summary.properties)
+      )
+    );
+    const segmentSchema = schema.$defs.segment_map.properties.segments.items;
+    expect(sorted(Object.keys(segment))).toEqual(
+      sorted(Object.keys(segmentSchema.properties))
+    );
+    const blockItems = segmentSchema.properties.blocks.items.prefixItems;
+    expect(blockItems).toHaveLength(segment.blocks[0].length);
+    const blockKinds: ISegment['blocks'][number][2][] = [
+      'allocated',
+      'pending',
+      'piece',
+      'cached'
+    ];
+    expect(sorted(blockKinds)).toEqual(sorted(blockItems[2].enum));
+    expect(sorted(Object.keys(historyCell))).toEqual(props('history_cell'));
+    expect(sorted(Object.keys(historyDevice))).toEqual(
+      sorted(
+        Object.keys(
+          schema.$defs.history_cell.properties.devices.items.properties
+        )
+      )
+    );
+    expect(sorted(Object.keys(tracking))).toEqual(props('tracking'));
   });
 
   it('has the fields of the attribution records (revision 2)', () => {
@@ -249,6 +349,8 @@ describe('protocol mirror', () => {
     );
     expect(sorted(Object.keys(track))).toEqual(result('track'));
     expect(sorted(Object.keys(released))).toEqual(result('release_traceback'));
+    expect(sorted(Object.keys(segments))).toEqual(result('segments'));
+    expect(sorted(Object.keys(history))).toEqual(result('history'));
   });
 
   it('uses only the kinds the schema allows', () => {
@@ -258,7 +360,8 @@ describe('protocol mirror', () => {
       'site',
       'cell',
       'unreachable',
-      'untracked'
+      'untracked',
+      'rest'
     ];
     expect(sorted(rowKinds)).toEqual(sorted(kinds('who_row')));
     const fixKinds: IFix['kind'][] = [

@@ -679,6 +679,35 @@ describe('reduce: who holds it', () => {
     ]);
   });
 
+  it('reads tracking as {active, wanted} from hello and track, and the old boolean', () => {
+    const hello = (tracking: unknown): GpuMemEvent => ({
+      type: 'reply',
+      action: 'hello',
+      reply: okReply('hello', { ...helloResult(), tracking } as any)
+    });
+    const wanted = run([follow, hello({ active: false, wanted: true })]);
+    expect(wanted.tracking).toBe(false);
+    expect(wanted.trackingWanted).toBe(true);
+    const on = run([follow, hello({ active: true, wanted: false })]);
+    expect([on.tracking, on.trackingWanted]).toEqual([true, true]);
+    // A kernel before revision 3 says nothing: unknown stays unknown.
+    const old = run([follow, hello(undefined)]);
+    expect([old.tracking, old.trackingWanted]).toEqual([null, false]);
+    const off = run([
+      ...connected,
+      {
+        type: 'reply',
+        action: 'track',
+        reply: okReply('track', {
+          tracking: { active: false, wanted: false },
+          message: 'allocation tracking is off'
+        }),
+        args: { enabled: false }
+      }
+    ]);
+    expect([off.tracking, off.trackingWanted]).toEqual([false, false]);
+  });
+
   it('words the track and release_traceback replies in the status line', () => {
     const tracked = run([
       ...connected,

@@ -222,7 +222,8 @@ describe('the Who holds it tab', () => {
                 bytes: 1 * GiB,
                 blocks: 1,
                 example: 'big',
-                kind: 'owner'
+                kind: 'owner',
+                site: ''
               }
             ]
           }),
@@ -393,7 +394,8 @@ describe('the Who holds it tab', () => {
                       bytes: 1,
                       blocks: 1,
                       example: evil,
-                      kind: 'owner'
+                      kind: 'owner',
+                      site: ''
                     }
                   ]
                 }),

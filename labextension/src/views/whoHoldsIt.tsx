@@ -149,7 +149,8 @@ function deviceName(state: IGpuMemState, index: number): string {
  */
 function WhoControls(props: IViewProps): JSX.Element {
   const { model, state, trans } = props;
-  const tracking = state.tracking === true;
+  // Asked for counts as on: recording starts once the notebook imports torch.
+  const tracking = state.tracking === true || state.trackingWanted;
   const track = availability(state, 'track', trans);
   const data = state.who.data;
   const traceback =
