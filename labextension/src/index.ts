@@ -15,6 +15,7 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 import { Token } from '@lumino/coreutils';
 
+import { notebookCellScroller } from './cellScroller';
 import { ActiveKernelFollower, ITrackerLike } from './kernel/follower';
 import { availability } from './messages';
 import { GpuMemModel } from './model';
@@ -76,6 +77,11 @@ const plugin: JupyterFrontEndPlugin<GpuMemModel> = {
   ): GpuMemModel => {
     const trans = (translator ?? nullTranslator).load(TRANSLATION_DOMAIN);
     const model = new GpuMemModel();
+    if (notebookTracker) {
+      model.setCellScroller(
+        notebookCellScroller(notebookTracker, () => model.state.kernelId)
+      );
+    }
     const panel = new GpuMemPanel({
       model,
       translator: translator ?? undefined

@@ -8,6 +8,7 @@ import {
   IActionError,
   IGpuMemState,
   Notice,
+  ReadingView,
   PanelStatus,
   UserAction
 } from './reducer';
@@ -239,6 +240,12 @@ export function actionLabel(action: string, trans: ITrans): string {
       return trans.__('Allocation tracking');
     case 'release_traceback':
       return trans.__('Release traceback');
+    case 'segments':
+      return trans.__('Segments');
+    case 'history':
+      return trans.__('History');
+    case 'scroll_to_cell':
+      return trans.__('Go to cell');
     case 'hello':
     case 'sample':
       return trans.__('Reading the kernel');
@@ -265,6 +272,19 @@ export function errorText(error: IActionError, trans: ITrans): string {
       }
       // The kernel reads the namespace only between cells.
       return trans.__('%1: busy, available when the cell ends.', label);
+    case 'not_found':
+      if (error.action === 'scroll_to_cell') {
+        return trans.__(
+          'Cell [%1] is not in the notebook any more (re-run or deleted).',
+          error.message
+        );
+      }
+      return trans.__('%1: not found.', label);
+    case 'unknown_action':
+      return trans.__(
+        "%1: this kernel's jupyter_gpumem is older than the panel (upgrade it and restart the kernel).",
+        label
+      );
     case 'no_answer':
       return trans.__(
         'The kernel loaded jupyter_gpumem, but it does not answer the panel: is its version older than the panel?'
@@ -298,7 +318,7 @@ function initializedDevices(state: IGpuMemState): IDevice[] {
  */
 export function availability(
   state: IGpuMemState,
-  action: UserAction | 'who',
+  action: UserAction | 'who' | ReadingView,
   trans: ITrans,
   device?: IDevice
 ): IAvailability {
@@ -328,6 +348,11 @@ export function availability(
     // A reading, not an action: the other actions do not wait for it.
     return state.who.status === 'loading'
       ? disabled(trans.__('Reading who holds the memory…'))
+      : ENABLED;
+  }
+  if (action === 'segments' || action === 'history') {
+    return state.readings[action].status === 'loading'
+      ? disabled(trans.__('Reading…'))
       : ENABLED;
   }
   if (state.pending !== null) {

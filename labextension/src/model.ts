@@ -14,7 +14,10 @@ import { ISignal, Signal } from '@lumino/signaling';
 import { CapValue } from './cap';
 import { GpuMemClient } from './kernel/client';
 import { IKernelLike, IKernelSource } from './kernel/types';
-import { IGpuMemState } from './reducer';
+import { IGpuMemState, ReadingView } from './reducer';
+
+/** Scrolls the followed notebook to a cell; whether it found it. */
+export type CellScroller = (executionCount: number) => Promise<boolean>;
 import { clampInterval, DEFAULT_SETTINGS, ISettings } from './settings';
 import { GpuMemStore } from './store';
 
@@ -98,7 +101,10 @@ export class GpuMemModel implements IDisposable {
     if (this._settings.refreshRateMs !== before.refreshRateMs) {
       this._client.intervalChanged();
     }
-    if (this._settings.units !== before.units) {
+    if (
+      this._settings.units !== before.units ||
+      this._settings.barScale !== before.barScale
+    ) {
       this._stateChanged.emit(this._store.state);
     }
   }
@@ -185,6 +191,44 @@ export class GpuMemModel implements IDisposable {
   }
 
   /**
+   * The Segments or History tab is shown or hidden: read while shown.
+   */
+  setReadingShown(view: ReadingView, shown: boolean): void {
+    this._client.setReadingShown(view, shown);
+  }
+
+  /** Read the segment map or the measured cells now (Refresh). */
+  fetchReading(view: ReadingView): Promise<void> {
+    return this._client.fetchReading(view);
+  }
+
+  /**
+   * Scroll the followed notebook to the cell that ran with this execution
+   * count (a trend marker or a History row was clicked). Says so in the status
+   * line when the notebook has no such cell (any more).
+   */
+  async scrollToCell(executionCount: number): Promise<void> {
+    const scroller = this._cellScroller;
+    const found = scroller ? await scroller(executionCount) : false;
+    if (!found) {
+      this._store.dispatch({
+        type: 'local_error',
+        action: 'scroll_to_cell',
+        code: 'not_found',
+        message: String(executionCount)
+      });
+    }
+  }
+
+  /**
+   * Who scrolls to a cell: the application sets it (index.ts); returns
+   * whether the cell was found.
+   */
+  setCellScroller(scroller: CellScroller | null): void {
+    this._cellScroller = scroller;
+  }
+
+  /**
    * Switch allocation-site tracking: blocks allocated from then on carry the
    * line that allocated them (the Who tab's lines).
    */
@@ -215,6 +259,7 @@ export class GpuMemModel implements IDisposable {
   private _store: GpuMemStore;
   private _client: GpuMemClient;
   private _isDisposed = false;
+  private _cellScroller: CellScroller | null = null;
 }
 
 export namespace GpuMemModel {

@@ -8,10 +8,12 @@ import {
   ICellMarker,
   IEmptyCacheResult,
   IHelloResult,
+  IHistoryResult,
   ILimit,
   IPostMortem,
   IReleaseTracebackResult,
   ISample,
+  ISegmentsResult,
   ISetCachingResult,
   ISetLimitResult,
   IStreamState,
@@ -56,6 +58,8 @@ export interface ITrendPoint {
   time: number;
   allocated: number;
   reserved: number;
+  /** What this process uses on the device (NVML); null when unknown. */
+  process: number | null;
 }
 
 /**
@@ -115,6 +119,41 @@ export const WHO_IDLE: IWhoState = {
   fetchedAt: null
 };
 
+/** The views read on request (their tab shown), not streamed. */
+export type ReadingView = 'segments' | 'history';
+
+export const READING_VIEWS: readonly ReadingView[] = ['segments', 'history'];
+
+/** What each reading view reads. */
+export interface IReadings {
+  segments: IReading<ISegmentsResult>;
+  history: IReading<IHistoryResult>;
+}
+
+/**
+ * A reading of a view: never read, on its way, failed or read. The last data
+ * stays while the next reading loads or fails.
+ */
+export interface IReading<T> {
+  status: 'idle' | 'loading' | 'error' | 'ok';
+  data: T | null;
+  error: IActionError | null;
+  /** When `data` was read: ms since the epoch, the panel's clock. */
+  fetchedAt: number | null;
+}
+
+export const READING_IDLE: IReading<never> = {
+  status: 'idle',
+  data: null,
+  error: null,
+  fetchedAt: null
+};
+
+const NO_READINGS: IReadings = {
+  segments: READING_IDLE,
+  history: READING_IDLE
+};
+
 export interface IGpuMemState {
   status: PanelStatus;
   /** Id of the followed kernel; replies are only applied for it. */
@@ -153,6 +192,8 @@ export interface IGpuMemState {
   tracking: boolean | null;
   /** Tracking was asked for (it starts once the notebook imports torch). */
   trackingWanted: boolean;
+  /** The segment map and the measured cells, read while their tab shows. */
+  readings: IReadings;
   /**
    * The last out-of-memory post-mortems, from a `who` reply or a cell marker
    * (the kernel keeps those of the last cell that ran out of memory).
@@ -174,6 +215,9 @@ export type GpuMemEvent =
       at?: number;
     }
   | { type: 'who_sent' }
+  | { type: 'reading_sent'; view: ReadingView }
+  /** A reading got no protocol reply (timeout, no kernel, bad reply). */
+  | { type: 'reading_failed'; view: ReadingView; code: string; message: string }
   /** A `who` request got no protocol reply (timeout, no kernel, bad reply). */
   | { type: 'who_failed'; code: string; message: string }
   | { type: 'no_reply'; action: Action }
@@ -221,6 +265,7 @@ export function initialState(trendMinutes = 5): IGpuMemState {
     who: WHO_IDLE,
     tracking: null,
     trackingWanted: false,
+    readings: NO_READINGS,
     postmortems: []
   };
 }
@@ -274,6 +319,7 @@ function forgetProcess(state: IGpuMemState): IGpuMemState {
     who: WHO_IDLE,
     tracking: null,
     trackingWanted: false,
+    readings: NO_READINGS,
     postmortems: []
   };
 }
@@ -304,7 +350,9 @@ export function applySample(
         {
           time: sample.time,
           allocated: device.allocated,
-          reserved: device.reserved
+          reserved: device.reserved,
+          process:
+            typeof device.process_used === 'number' ? device.process_used : null
         },
         limits
       );
@@ -407,6 +455,76 @@ function whoFailed(
   };
 }
 
+function isReadingView(action: string): action is ReadingView {
+  return (READING_VIEWS as readonly string[]).includes(action);
+}
+
+function withReading(
+  state: IGpuMemState,
+  view: ReadingView,
+  reading: IReading<unknown>
+): IGpuMemState {
+  return {
+    ...state,
+    readings: { ...state.readings, [view]: reading } as IReadings
+  };
+}
+
+/**
+ * Apply the reply of a reading view, unless none was asked for (the kernel
+ * changed or restarted since).
+ */
+function applyReading(
+  state: IGpuMemState,
+  view: ReadingView,
+  reply: Reply,
+  at: number | null
+): IGpuMemState {
+  const before = state.readings[view];
+  if (before.status !== 'loading') {
+    return state;
+  }
+  if (reply.status === 'error') {
+    return withReading(state, view, {
+      ...before,
+      status: 'error',
+      error: {
+        action: view,
+        code: reply.error.code,
+        message: reply.error.message
+      }
+    });
+  }
+  const result = reply.result as Record<string, unknown>;
+  const data =
+    view === 'segments'
+      ? { devices: Array.isArray(result.devices) ? result.devices : [] }
+      : { cells: Array.isArray(result.cells) ? result.cells : [] };
+  return withReading(state, view, {
+    status: 'ok',
+    data,
+    error: null,
+    fetchedAt: at
+  });
+}
+
+function readingFailed(
+  state: IGpuMemState,
+  view: ReadingView,
+  code: string,
+  message: string
+): IGpuMemState {
+  const before = state.readings[view];
+  if (before.status !== 'loading') {
+    return state;
+  }
+  return withReading(state, view, {
+    ...before,
+    status: 'error',
+    error: { action: view, code, message }
+  });
+}
+
 function applyReply(
   state: IGpuMemState,
   action: Action,
@@ -416,6 +534,9 @@ function applyReply(
 ): IGpuMemState {
   if (action === 'who') {
     return applyWho(state, reply, at);
+  }
+  if (isReadingView(action)) {
+    return applyReading(state, action, reply, at);
   }
   const pending = clearPending(state, action);
   if (reply.status === 'error') {
@@ -660,6 +781,7 @@ export function reduce(state: IGpuMemState, event: GpuMemEvent): IGpuMemState {
         who: WHO_IDLE,
         tracking: null,
         trackingWanted: false,
+        readings: NO_READINGS,
         postmortems: []
       };
     case 'reply':
@@ -683,9 +805,25 @@ export function reduce(state: IGpuMemState, event: GpuMemEvent): IGpuMemState {
       };
     case 'who_failed':
       return whoFailed(state, event.code, event.message);
+    case 'reading_sent': {
+      const before = state.readings[event.view];
+      if (state.kernelId === null || before.status === 'loading') {
+        return state;
+      }
+      return withReading(state, event.view, {
+        ...before,
+        status: 'loading',
+        error: null
+      });
+    }
+    case 'reading_failed':
+      return readingFailed(state, event.view, event.code, event.message);
     case 'no_reply':
       if (event.action === 'who') {
         return whoFailed(state, 'timeout', '');
+      }
+      if (isReadingView(event.action)) {
+        return readingFailed(state, event.action, 'timeout', '');
       }
       return {
         ...state,

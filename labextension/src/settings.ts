@@ -3,6 +3,7 @@
  */
 import type { ISettingRegistry } from '@jupyterlab/settingregistry';
 
+import type { BarScale } from './bar';
 import { Units } from './format';
 
 export interface ISettings {
@@ -11,12 +12,15 @@ export interface ISettings {
   units: Units;
   /** Length of the trend line. */
   trendMinutes: number;
+  /** What the bars' full width stands for. */
+  barScale: BarScale;
 }
 
 export const DEFAULT_SETTINGS: ISettings = {
   refreshRateMs: 500,
   units: 'binary',
-  trendMinutes: 5
+  trendMinutes: 5,
+  barScale: 'fit'
 };
 
 export function clampInterval(ms: number): number {
@@ -45,6 +49,7 @@ export function readSettings(settings: ISettingRegistry.ISettings): ISettings {
     trendMinutes:
       Number.isFinite(minutes) && minutes > 0
         ? minutes
-        : DEFAULT_SETTINGS.trendMinutes
+        : DEFAULT_SETTINGS.trendMinutes,
+    barScale: composite.barScale === 'total' ? 'total' : 'fit'
   };
 }

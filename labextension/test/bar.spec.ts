@@ -45,6 +45,41 @@ describe('barGeometry', () => {
   });
 });
 
+describe('barGeometry, fitted to the process', () => {
+  it('fits reserved, peak, cap and the process with room, and cuts the rest', () => {
+    // 1 GiB allocated, 2 reserved, 3 peak, 2.5 this process, 10 all, on 140.
+    const geometry = barGeometry(device({ total: 140 * GiB }), 'fit');
+    expect(geometry.scaleIsTotal).toBe(false);
+    expect(geometry.scale).toBeCloseTo(3 * GiB * 1.1);
+    const byKey = Object.fromEntries(
+      geometry.segments.map(s => [s.key, s] as const)
+    );
+    expect(byKey.allocated.fraction).toBeCloseTo(1 / 3.3);
+    expect(byKey.allocated.clipped).toBe(false);
+    expect(byKey.device.fraction).toBe(1);
+    expect(byKey.device.clipped).toBe(true);
+    expect(geometry.peak).toBeCloseTo(1 / 1.1);
+  });
+
+  it('fits a cap larger than the peak', () => {
+    const geometry = barGeometry(
+      device({ total: 140 * GiB, limit: { fraction: 0.1, bytes: 14 * GiB } }),
+      'fit'
+    );
+    expect(geometry.scale).toBeCloseTo(14 * GiB * 1.1);
+    expect(geometry.limit).toBeCloseTo(1 / 1.1);
+  });
+
+  it('shows the total while the process holds nothing it can fit', () => {
+    const geometry = barGeometry(
+      uninitializedDevice({ total: 100 * GiB, device_used: 5 * GiB }),
+      'fit'
+    );
+    expect(geometry.scaleIsTotal).toBe(true);
+    expect(geometry.scale).toBe(100 * GiB);
+  });
+});
+
 describe('cachedFree', () => {
   it('is reserved minus allocated', () => {
     expect(cachedFree(device())).toBe(1 * GiB);

@@ -76,7 +76,7 @@ describe('reduce: connecting', () => {
     expect(state.actions).toContain('empty_cache');
     expect(state.sample?.devices[0].allocated).toBe(1 * GiB);
     expect(state.history[0]).toEqual([
-      { time: 1000, allocated: 1 * GiB, reserved: 2 * GiB }
+      { time: 1000, allocated: 1 * GiB, reserved: 2 * GiB, process: 2.5 * GiB }
     ]);
   });
 

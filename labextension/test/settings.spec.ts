@@ -17,13 +17,28 @@ describe('settings', () => {
   it('reads the registry, with defaults for what is missing or wrong', () => {
     expect(
       readSettings(
-        registry({ refreshRateMs: 1000, units: 'decimal', trendMinutes: 2 })
+        registry({
+          refreshRateMs: 1000,
+          units: 'decimal',
+          trendMinutes: 2,
+          barScale: 'total'
+        })
       )
-    ).toEqual({ refreshRateMs: 1000, units: 'decimal', trendMinutes: 2 });
+    ).toEqual({
+      refreshRateMs: 1000,
+      units: 'decimal',
+      trendMinutes: 2,
+      barScale: 'total'
+    });
     expect(readSettings(registry({}))).toEqual(DEFAULT_SETTINGS);
     expect(
       readSettings(
-        registry({ refreshRateMs: 'fast', units: 'metric', trendMinutes: 0 })
+        registry({
+          refreshRateMs: 'fast',
+          units: 'metric',
+          trendMinutes: 0,
+          barScale: 'huge'
+        })
       )
     ).toEqual(DEFAULT_SETTINGS);
   });

@@ -103,12 +103,14 @@ function button(nodes: Child[], label: RegExp): INode {
 }
 
 describe('the Who holds it tab', () => {
-  it('is the second tab, after Overview', () => {
-    expect(TABS.map(t => [t.id, t.label(trans)])).toEqual([
+  it('is a tab after Overview, History and Segments', () => {
+    expect(TABS.slice(0, 4).map(t => [t.id, t.label(trans)])).toEqual([
       ['overview', 'Overview'],
+      ['history', 'History'],
+      ['segments', 'Segments'],
       ['who', 'Who holds it']
     ]);
-    expect(TABS[1].view).toBe(WhoHoldsIt);
+    expect(TABS[3].view).toBe(WhoHoldsIt);
   });
 
   it('shows the owners with their sizes, shares and what the names explain', () => {

@@ -18,7 +18,12 @@ import {
   IHelloResult,
   IStreamState
 } from '../protocol';
-import { GpuMemEvent, IGpuMemState } from '../reducer';
+import {
+  GpuMemEvent,
+  IGpuMemState,
+  READING_VIEWS,
+  ReadingView
+} from '../reducer';
 import { GpuMemStore } from '../store';
 import { ProcessTracker } from './process';
 import { RequestOutcome, sendRequest } from './request';
@@ -29,6 +34,13 @@ export const ATTACH_CODE = '%load_ext jupyter_gpumem';
 
 /** Rows per `who` report (the kernel sums the rest into its last rows). */
 export const WHO_ROWS = 10;
+
+/** What a reading view asks for. */
+export const READING_ARGS: Record<ReadingView, Record<string, unknown>> = {
+  // The map draws at most this many segments; the kernel says how many more.
+  segments: { max_segments: 200 },
+  history: { n: 500 }
+};
 
 /**
  * After a `busy` reply while the panel has not seen the cell (its busy status
@@ -107,6 +119,9 @@ export class GpuMemClient implements IDisposable {
     } else {
       // Cells may run unseen meanwhile: read `who` again when shown.
       this._whoDue = true;
+      for (const view of READING_VIEWS) {
+        this._readingDue.add(view);
+      }
       this._clearWhoRetry();
       this._stop();
     }
@@ -141,6 +156,29 @@ export class GpuMemClient implements IDisposable {
       this._whoBusyRetries = 0;
     }
     await this._fetchWho();
+  }
+
+  /**
+   * A reading view's tab (Segments, History) is shown or not. It is read when
+   * shown with an older reading, and after each cell while shown; the kernel
+   * answers these also while a cell runs (no namespace is read).
+   */
+  setReadingShown(view: ReadingView, shown: boolean): void {
+    if (this._isDisposed || shown === this._readingShown.has(view)) {
+      return;
+    }
+    if (shown) {
+      this._readingShown.add(view);
+      this._maybeFetchReadings();
+    } else {
+      this._readingShown.delete(view);
+    }
+  }
+
+  /** Read a view now (its Refresh button). */
+  async fetchReading(view: ReadingView): Promise<void> {
+    this._readingDue.add(view);
+    await this._fetchReading(view);
   }
 
   /**
@@ -266,7 +304,102 @@ export class GpuMemClient implements IDisposable {
     this._store.dispatch(event);
     if (wasBusy && !this._state.busy) {
       // A cell ended (or the process went away: then nothing is read).
+      for (const view of READING_VIEWS) {
+        this._readingDue.add(view);
+      }
       this._maybeFetchWho();
+    }
+    if (this._readingShown.size > 0) {
+      // Also once `hello` told the actions, after a restart, when shown.
+      this._maybeFetchReadings();
+    }
+  }
+
+  /** Read each shown view whose reading is out of date, if it can be. */
+  private _maybeFetchReadings(): void {
+    const kind = this._state.status.kind;
+    if (
+      !this._visible ||
+      this._kernel === null ||
+      (kind !== 'ok' && kind !== 'not_initialized')
+    ) {
+      return;
+    }
+    for (const view of this._readingShown) {
+      if (
+        this._readingDue.has(view) &&
+        this._readingInFlight.get(view) !== this._generation &&
+        this._state.actions.includes(view)
+      ) {
+        void this._fetchReading(view);
+      }
+    }
+  }
+
+  private async _fetchReading(view: ReadingView): Promise<void> {
+    const kernel = this._kernel;
+    const generation = this._generation;
+    if (
+      !kernel ||
+      this._isDisposed ||
+      this._readingInFlight.get(view) === generation
+    ) {
+      return;
+    }
+    if (!this._state.actions.includes(view)) {
+      this._dispatch({ type: 'reading_sent', view });
+      this._dispatch({
+        type: 'reading_failed',
+        view,
+        code: 'unknown_action',
+        message: ''
+      });
+      return;
+    }
+    this._readingDue.delete(view);
+    this._readingInFlight.set(view, generation);
+    this._dispatch({ type: 'reading_sent', view });
+    let outcome: RequestOutcome;
+    try {
+      outcome = await this._request(
+        view,
+        READING_ARGS[view],
+        this._requestTimeoutMs
+      );
+    } finally {
+      if (this._readingInFlight.get(view) === generation) {
+        this._readingInFlight.delete(view);
+      }
+    }
+    if (generation !== this._generation || kernel !== this._kernel) {
+      return;
+    }
+    switch (outcome.kind) {
+      case 'reply':
+        this._dispatch({
+          type: 'reply',
+          action: view,
+          reply: outcome.reply,
+          at: Date.now()
+        });
+        break;
+      case 'timeout':
+      case 'stale':
+        this._dispatch({
+          type: 'reading_failed',
+          view,
+          code: 'timeout',
+          message: ''
+        });
+        break;
+      case 'error':
+        this._dispatch({
+          type: 'reading_failed',
+          view,
+          code: 'local',
+          message: outcome.message
+        });
+        break;
     }
   }
 
@@ -463,6 +596,10 @@ export class GpuMemClient implements IDisposable {
 
   /** Another kernel or process: nothing of `who` carries over. */
   private _whoReset(): void {
+    for (const view of READING_VIEWS) {
+      this._readingDue.add(view);
+    }
+    this._readingInFlight.clear();
     this._clearWhoRetry();
     this._whoDue = true;
     this._whoInFlight = null;
@@ -959,6 +1096,12 @@ export class GpuMemClient implements IDisposable {
   /** Looks again after a `busy` the panel saw no cell for. */
   private _whoRetry: ReturnType<typeof setTimeout> | null = null;
   private _whoBusyRetries = 0;
+  /** Reading views whose tab is shown. */
+  private _readingShown = new Set<ReadingView>();
+  /** Reading views whose data may be out of date. */
+  private _readingDue = new Set<ReadingView>(READING_VIEWS);
+  /** The generation each reading in flight was sent for. */
+  private _readingInFlight = new Map<ReadingView, number>();
   private _isDisposed = false;
 }
 

@@ -5,7 +5,7 @@
 import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
-import { barGeometry, SegmentKey } from '../bar';
+import { barGeometry, BarScale, SegmentKey } from '../bar';
 import { formatBytes, formatPercent, Units } from '../format';
 import { IDevice } from '../protocol';
 
@@ -43,9 +43,10 @@ export function DeviceBar(props: {
   device: IDevice;
   units: Units;
   trans: TranslationBundle;
+  scale?: BarScale;
 }): JSX.Element {
   const { device, units, trans } = props;
-  const geometry = barGeometry(device);
+  const geometry = barGeometry(device, props.scale ?? 'total');
   const described = geometry.segments
     .slice()
     .reverse()
@@ -59,14 +60,19 @@ export function DeviceBar(props: {
       role="img"
       aria-label={described.join(', ')}
       data-scale={geometry.scale}
+      data-scale-total={geometry.scaleIsTotal}
     >
       {geometry.segments.map(segment => (
         <div
           key={segment.key}
-          className={`jp-GpuMem-segment jp-GpuMem-segment-${segment.key}`}
+          className={`jp-GpuMem-segment jp-GpuMem-segment-${segment.key}${
+            segment.clipped ? ' jp-mod-clipped' : ''
+          }`}
           style={{ width: `${(segment.fraction * 100).toFixed(3)}%` }}
           data-bytes={segment.bytes}
-          title={`${segmentLabel(segment.key, trans)}: ${formatBytes(segment.bytes, units)}`}
+          title={`${segmentLabel(segment.key, trans)}: ${formatBytes(segment.bytes, units)}${
+            segment.clipped ? ` (${trans.__('beyond the scale')})` : ''
+          }`}
         />
       ))}
       {geometry.peak !== null && (

@@ -3,6 +3,8 @@
  */
 import * as React from 'react';
 
+import { barGeometry } from '../bar';
+import { formatBytes } from '../format';
 import { deviceLabel } from '../messages';
 import { IDevice, ISample } from '../protocol';
 import { CapControl } from './capControl';
@@ -17,6 +19,8 @@ export function DeviceSection(
   const { model, state, trans, device, sample } = props;
   const units = model.settings.units;
   const now = Math.max(state.lastHeard ?? 0, sample.time);
+  const scale = model.settings.barScale;
+  const geometry = barGeometry(device, scale);
   return (
     <section
       className="jp-GpuMem-device"
@@ -28,7 +32,35 @@ export function DeviceSection(
         <span className="jp-GpuMem-deviceName">{device.name}</span>
         <span className="jp-GpuMem-backend">{device.backend}</span>
       </h3>
-      <DeviceBar device={device} units={units} trans={trans} />
+      <div className="jp-GpuMem-scale" data-scale={scale}>
+        <span className="jp-GpuMem-scaleText">
+          {geometry.scaleIsTotal
+            ? trans.__(
+                'Scale: the device, %1',
+                formatBytes(geometry.scale, units)
+              )
+            : trans.__(
+                'Scale: 0 to %1, fitted to this kernel',
+                formatBytes(geometry.scale, units)
+              )}
+        </span>
+        <button
+          type="button"
+          className="jp-GpuMem-linkButton"
+          aria-pressed={scale === 'total'}
+          title={trans.__(
+            'Switch the bars between the device total and a scale fitted to what this kernel holds'
+          )}
+          onClick={() =>
+            model.configure({ barScale: scale === 'fit' ? 'total' : 'fit' })
+          }
+        >
+          {scale === 'fit'
+            ? trans.__('Show the device total')
+            : trans.__('Fit to this kernel')}
+        </button>
+      </div>
+      <DeviceBar device={device} units={units} trans={trans} scale={scale} />
       <Legend device={device} units={units} trans={trans} />
       <Figures
         device={device}
@@ -45,6 +77,7 @@ export function DeviceSection(
         minutes={state.trendMinutes}
         units={units}
         trans={trans}
+        onGoTo={n => void model.scrollToCell(n)}
       />
       <CapControl model={model} device={device} state={state} trans={trans} />
     </section>

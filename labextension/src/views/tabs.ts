@@ -7,8 +7,10 @@
 import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
+import { History } from './historyTable';
 import { Overview } from './overview';
 import { IViewProps } from './props';
+import { Segments } from './segmentMap';
 import { WhoHoldsIt } from './whoHoldsIt';
 
 export interface ITab {
@@ -25,6 +27,16 @@ export const TABS: readonly ITab[] = [
     id: 'overview',
     label: trans => trans.__('Overview'),
     view: Overview
+  },
+  {
+    id: 'history',
+    label: trans => trans.__('History'),
+    view: History
+  },
+  {
+    id: 'segments',
+    label: trans => trans.__('Segments'),
+    view: Segments
   },
   {
     id: 'who',

@@ -1,0 +1,372 @@
+/**
+ * The History tab: the table of measured cells (execution count, first line,
+ * kept, peak above start, time), sortable by any column; a row scrolls the
+ * notebook to its cell.
+ */
+import { TranslationBundle } from '@jupyterlab/translation';
+import * as React from 'react';
+
+import { formatBytes, formatDelta, Units } from '../format';
+import { deviceLabel } from '../messages';
+import { IHistoryCell, IHistoryResult } from '../protocol';
+import { IViewProps } from './props';
+import { ReadingFrame, useReading } from './readingFrame';
+
+/** One row: a cell and its figures on one device. */
+export interface IHistoryRow {
+  cell: IHistoryCell;
+  executionCount: number | null;
+  firstLine: string;
+  kept: number | null;
+  peakAboveStart: number | null;
+  reservedDelta: number | null;
+  wallTime: number;
+  failed: boolean;
+  keptAt: string | null;
+}
+
+export type HistoryColumn =
+  'cell' | 'code' | 'kept' | 'peak' | 'reserved' | 'time';
+
+export interface IHistorySort {
+  column: HistoryColumn;
+  descending: boolean;
+}
+
+/** Newest cell first until the user sorts. */
+export const DEFAULT_SORT: IHistorySort = { column: 'cell', descending: true };
+
+/** The devices the cells measured, in order. */
+export function historyDevices(cells: readonly IHistoryCell[]): number[] {
+  const seen = new Set<number>();
+  for (const cell of cells) {
+    for (const device of cell.devices) {
+      seen.add(device.index);
+    }
+  }
+  return [...seen].sort((a, b) => a - b);
+}
+
+/** The rows of one device, oldest first (the kernel's order). */
+export function historyRows(
+  cells: readonly IHistoryCell[],
+  device: number
+): IHistoryRow[] {
+  const rows: IHistoryRow[] = [];
+  for (const cell of cells) {
+    const d = cell.devices.find(x => x.index === device);
+    if (!d) {
+      continue;
+    }
+    rows.push({
+      cell,
+      executionCount: cell.execution_count,
+      firstLine: cell.first_line,
+      kept: d.allocated_delta,
+      peakAboveStart: d.peak_above_start,
+      reservedDelta: d.reserved_delta,
+      wallTime: cell.wall_time,
+      failed: cell.failed,
+      keptAt: d.kept_at
+    });
+  }
+  return rows;
+}
+
+function sortValue(
+  row: IHistoryRow,
+  column: HistoryColumn
+): number | string | null {
+  switch (column) {
+    case 'cell':
+      // Unnumbered cells (run with store_history off) by their time.
+      return row.executionCount ?? null;
+    case 'code':
+      return row.firstLine;
+    case 'kept':
+      return row.kept;
+    case 'peak':
+      return row.peakAboveStart;
+    case 'reserved':
+      return row.reservedDelta;
+    case 'time':
+      return row.wallTime;
+  }
+}
+
+/**
+ * Sort rows by a column; unknown figures last whatever the direction, ties in
+ * the order the cells ran.
+ */
+export function sortHistory(
+  rows: readonly IHistoryRow[],
+  sort: IHistorySort
+): IHistoryRow[] {
+  const order = rows.map((row, i) => ({ row, i }));
+  order.sort((a, b) => {
+    const va = sortValue(a.row, sort.column);
+    const vb = sortValue(b.row, sort.column);
+    if (va === null || vb === null) {
+      if (va === vb) {
+        return a.i - b.i;
+      }
+      return va === null ? 1 : -1;
+    }
+    let c =
+      typeof va === 'string' || typeof vb === 'string'
+        ? String(va).localeCompare(String(vb))
+        : va - vb;
+    if (c === 0) {
+      c = a.row.cell.time - b.row.cell.time || a.i - b.i;
+      return c;
+    }
+    return sort.descending ? -c : c;
+  });
+  return order.map(o => o.row);
+}
+
+function columnLabel(column: HistoryColumn, trans: TranslationBundle): string {
+  switch (column) {
+    case 'cell':
+      return trans.__('Cell');
+    case 'code':
+      return trans.__('First line');
+    case 'kept':
+      return trans.__('Kept');
+    case 'peak':
+      return trans.__('Peak above start');
+    case 'reserved':
+      return trans.__('Reserved');
+    case 'time':
+      return trans.__('Time');
+  }
+}
+
+function columnHelp(column: HistoryColumn, trans: TranslationBundle): string {
+  switch (column) {
+    case 'cell':
+      return trans.__('Execution count');
+    case 'code':
+      return trans.__("The cell's first line");
+    case 'kept':
+      return trans.__('Allocated after the cell minus before: what it kept');
+    case 'peak':
+      return trans.__(
+        'The exact peak inside the cell above what was allocated when it started'
+      );
+    case 'reserved':
+      return trans.__("Change of the caching allocator's reserved memory");
+    case 'time':
+      return trans.__('Wall time of the cell');
+  }
+}
+
+const COLUMNS: readonly HistoryColumn[] = [
+  'cell',
+  'code',
+  'kept',
+  'peak',
+  'reserved',
+  'time'
+];
+
+const NUMERIC: ReadonlySet<HistoryColumn> = new Set([
+  'cell',
+  'kept',
+  'peak',
+  'reserved',
+  'time'
+]);
+
+function delta(value: number | null, units: Units): string {
+  return value === null ? '–' : formatDelta(value, units);
+}
+
+/**
+ * The table of one device's cells; pure, for tests.
+ */
+export function HistoryTable(props: {
+  rows: readonly IHistoryRow[];
+  device: number;
+  sort: IHistorySort;
+  onSort: (sort: IHistorySort) => void;
+  onGoTo: (executionCount: number) => void;
+  units: Units;
+  trans: TranslationBundle;
+}): JSX.Element {
+  const { rows, sort, onSort, onGoTo, units, trans } = props;
+  const sorted = sortHistory(rows, sort);
+  return (
+    <table
+      className="jp-GpuMem-historyTable"
+      data-device={props.device}
+      aria-label={trans.__(
+        'Measured cells on %1',
+        deviceLabel(props.device, trans)
+      )}
+    >
+      <thead>
+        <tr>
+          {COLUMNS.map(column => {
+            const active = sort.column === column;
+            return (
+              <th
+                key={column}
+                scope="col"
+                className={NUMERIC.has(column) ? 'jp-GpuMem-num' : ''}
+                aria-sort={
+                  active
+                    ? sort.descending
+                      ? 'descending'
+                      : 'ascending'
+                    : 'none'
+                }
+                data-column={column}
+              >
+                <button
+                  type="button"
+                  className="jp-GpuMem-sortButton"
+                  title={columnHelp(column, trans)}
+                  onClick={() =>
+                    onSort({
+                      column,
+                      // A new column starts with the largest (or newest) first.
+                      descending: active ? !sort.descending : column !== 'code'
+                    })
+                  }
+                >
+                  {columnLabel(column, trans)}
+                  <span aria-hidden="true" className="jp-GpuMem-sortMark">
+                    {active ? (sort.descending ? ' ▾' : ' ▴') : ''}
+                  </span>
+                </button>
+              </th>
+            );
+          })}
+        </tr>
+      </thead>
+      <tbody>
+        {sorted.map((row, i) => {
+          const n = row.executionCount;
+          const go = () => {
+            if (n !== null) {
+              onGoTo(n);
+            }
+          };
+          return (
+            <tr
+              key={`${row.cell.time}-${i}`}
+              className={
+                row.failed
+                  ? 'jp-GpuMem-historyRow jp-mod-failed'
+                  : 'jp-GpuMem-historyRow'
+              }
+              data-cell={n ?? ''}
+              tabIndex={n === null ? undefined : 0}
+              title={
+                n === null
+                  ? undefined
+                  : trans.__('Go to cell [%1] in the notebook', n)
+              }
+              onClick={go}
+              onKeyDown={event => {
+                if (event.key === 'Enter' || event.key === ' ') {
+                  event.preventDefault();
+                  go();
+                }
+              }}
+            >
+              <td className="jp-GpuMem-num">{n === null ? '[ ]' : `[${n}]`}</td>
+              <td className="jp-GpuMem-historyCode">
+                <code>{row.firstLine}</code>
+                {row.failed && (
+                  <span className="jp-GpuMem-historyFailed">
+                    {trans.__('failed')}
+                  </span>
+                )}
+                {row.keptAt && (
+                  <span className="jp-GpuMem-historyKeptAt">
+                    {trans.__('kept at %1', row.keptAt)}
+                  </span>
+                )}
+              </td>
+              <td className="jp-GpuMem-num" data-figure="kept">
+                {delta(row.kept, units)}
+              </td>
+              <td className="jp-GpuMem-num" data-figure="peak">
+                {row.peakAboveStart === null
+                  ? '–'
+                  : formatBytes(row.peakAboveStart, units)}
+              </td>
+              <td className="jp-GpuMem-num" data-figure="reserved">
+                {delta(row.reservedDelta, units)}
+              </td>
+              <td className="jp-GpuMem-num">
+                {trans.__('%1 s', row.wallTime.toFixed(2))}
+              </td>
+            </tr>
+          );
+        })}
+      </tbody>
+    </table>
+  );
+}
+
+/**
+ * What the tab shows for one reading; pure (the sort comes in), for tests.
+ */
+export function HistoryView(
+  props: IViewProps & {
+    sort: IHistorySort;
+    onSort: (sort: IHistorySort) => void;
+  }
+): JSX.Element | null {
+  const { model, trans } = props;
+  const units = model.settings.units;
+  return (
+    <ReadingFrame<IHistoryResult>
+      {...props}
+      view="history"
+      title={trans.__('History')}
+      help={trans.__('Read the measured cells the kernel keeps')}
+    >
+      {data =>
+        data.cells.length === 0 ? (
+          <p className="jp-GpuMem-whoHint">
+            {trans.__(
+              'No measured cells yet: run a cell with %%gpumem, or switch on %gpumem auto to measure every cell.'
+            )}
+          </p>
+        ) : (
+          historyDevices(data.cells).map(device => (
+            <section
+              key={device}
+              className="jp-GpuMem-historyDevice"
+              data-device={device}
+            >
+              <h3 className="jp-GpuMem-deviceTitle">
+                <span>{deviceLabel(device, trans)}</span>
+              </h3>
+              <HistoryTable
+                rows={historyRows(data.cells, device)}
+                device={device}
+                sort={props.sort}
+                onSort={props.onSort}
+                onGoTo={n => void model.scrollToCell(n)}
+                units={units}
+                trans={trans}
+              />
+            </section>
+          ))
+        )
+      }
+    </ReadingFrame>
+  );
+}
+
+/** The History tab. */
+export function History(props: IViewProps): JSX.Element | null {
+  useReading(props, 'history');
+  const [sort, setSort] = React.useState<IHistorySort>(DEFAULT_SORT);
+  return <HistoryView {...props} sort={sort} onSort={setSort} />;
+}
