@@ -127,7 +127,7 @@ export function whoReport(overrides: Partial<IWhoReport> = {}): IWhoReport {
         blocks: 1,
         example: 'a',
         kind: 'owner',
-        site: 'In[8] line 1'
+        site: ''
       },
       {
         key: 'not reachable from the namespace',

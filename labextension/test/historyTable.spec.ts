@@ -173,7 +173,11 @@ describe('the table of measured cells', () => {
         type: 'reply',
         action: 'history',
         reply: okReply('history', {
-          cells: [...CELLS, cell(9, 0, 0, { first_line: evil })]
+          cells: [
+            ...CELLS,
+            cell(9, 0, 0, { first_line: evil }),
+            cell(10, null, null, { devices: [], first_line: 'import torch' })
+          ]
         } as any),
         at: 5
       }
@@ -188,7 +192,10 @@ describe('the table of measured cells', () => {
       })
     );
     const tables = findAll(nodes, n => n.type === 'table');
-    expect(tables.map(t => t.props['data-device'])).toEqual([0, 1]);
+    // Cells run before CUDA was initialised have a table of their own.
+    expect(tables.map(t => t.props['data-device'])).toEqual([0, 1, 'none']);
+    expect(text(tables[2])).toContain('[10]');
+    expect(text(tables[2])).toContain('import torch');
     expect(text(tables[0])).toContain(evil);
     expect(findAll(nodes, n => n.type === 'script')).toHaveLength(0);
     byClass(tables[0], 'jp-GpuMem-historyRow')[0].props.onClick();

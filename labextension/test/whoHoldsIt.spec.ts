@@ -118,6 +118,13 @@ describe('the Who holds it tab', () => {
     const nodes = view(stateAfter(read()), model);
     const base = row(nodes, 'variable', 'base');
     expect(base.props['data-bytes']).toBe(64 * MiB);
+    // Tracking on: where the owner's block was allocated.
+    expect(text(byClass(base, 'jp-GpuMem-whoSite'))).toBe(
+      'allocated at In[8] line 1'
+    );
+    expect(byClass(row(nodes, 'variable', 'a'), 'jp-GpuMem-whoSite')).toEqual(
+      []
+    );
     expect(text(byClass(base, 'jp-GpuMem-whoBytes'))).toBe('64.00 MiB');
     expect(byClass(base, 'jp-GpuMem-shareFill')[0].props.style.width).toBe(
       '64.00%'

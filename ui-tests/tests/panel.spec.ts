@@ -734,6 +734,201 @@ function whoTests(): void {
   });
 }
 
+/** Where the notebook stands: its active cell and whether it is in view. */
+async function notebookAt(): Promise<{
+  active: number | null;
+  inView: boolean;
+}> {
+  return page.evaluate(() => {
+    const notebook = (window as any).jupyterapp.shell.currentWidget.content;
+    const cell = notebook.activeCell;
+    if (!cell) {
+      return { active: null, inView: false };
+    }
+    const box = cell.node.getBoundingClientRect();
+    const view = notebook.node.getBoundingClientRect();
+    return {
+      active: cell.model.executionCount ?? null,
+      inView: box.height > 0 && box.bottom > view.top && box.top < view.bottom
+    };
+  });
+}
+
+/** Scroll the notebook to its last cell and make that one active. */
+async function toLastCell(): Promise<void> {
+  await page.evaluate(async () => {
+    const notebook = (window as any).jupyterapp.shell.currentWidget.content;
+    const last = notebook.widgets.length - 1;
+    notebook.activeCellIndex = last;
+    await notebook.scrollToItem(last, 'end');
+  });
+}
+
+/** Execution count of the cell whose source starts with `start`. */
+async function executionCountOf(start: string): Promise<number> {
+  return page.evaluate((prefix: string) => {
+    const notebook = (window as any).jupyterapp.shell.currentWidget.content;
+    for (const cell of notebook.widgets) {
+      if (cell.model.sharedModel.getSource().startsWith(prefix)) {
+        return cell.model.executionCount;
+      }
+    }
+    return -1;
+  }, start);
+}
+
+/**
+ * The History and Segments tabs, the [N] markers of the trend and the bar
+ * scale, against the replay kernel (its segments: the H200 recording of
+ * tests/fixtures/attribution.json; its cells: the ones run here).
+ */
+function viewTests(): void {
+  const panel = () => page.locator(PANEL);
+  const tab = (name: string) => panel().getByRole('tab', { name });
+
+  test('replay: measured cells fill the History tab; a row scrolls to its cell', async () => {
+    // Enough cells that the first measured one scrolls out of view.
+    await runCellAndWait(page, "%%gpumem -q\nmark = 'first'");
+    for (let i = 0; i < 12; i++) {
+      await runCellAndWait(page, `filler_${i} = ${i}`);
+    }
+    await runCellAndWait(page, "%%gpumem -q\nmark = 'last'");
+    const first = await executionCountOf("%%gpumem -q\nmark = 'first'");
+    const last = await executionCountOf("%%gpumem -q\nmark = 'last'");
+    expect(first).toBeGreaterThan(0);
+    expect(last).toBeGreaterThan(first);
+    await tab('History').click();
+    const history = panel().locator('.jp-GpuMem-history');
+    await expect(history).toHaveAttribute('data-reading', 'ok');
+    const rows = panel().locator('.jp-GpuMem-historyRow');
+    // Newest first until sorted.
+    await expect(rows.first()).toHaveAttribute('data-cell', String(last));
+    await expect(
+      panel().locator(`.jp-GpuMem-historyRow[data-cell="${first}"]`)
+    ).toContainText("mark = 'first'");
+    // Sorting by cell flips the order.
+    await panel().locator('th[data-column="cell"] button').first().click();
+    await expect(
+      panel().locator('th[data-column="cell"]').first()
+    ).toHaveAttribute('aria-sort', 'ascending');
+    expect(Number(await rows.first().getAttribute('data-cell'))).toBeLessThan(
+      last
+    );
+    await toLastCell();
+    expect((await notebookAt()).active).not.toBe(first);
+    await panel()
+      .locator(`.jp-GpuMem-historyRow[data-cell="${first}"]`)
+      .first()
+      .click();
+    await expect.poll(notebookAt).toEqual({ active: first, inView: true });
+    await panelScreenshot(page, 'tab-history');
+    await setTheme('JupyterLab Dark');
+    await page.waitForTimeout(300);
+    await panelScreenshot(page, 'tab-history-dark');
+    await setTheme('JupyterLab Light');
+  });
+
+  test('replay: a [N] marker of the trend scrolls to its cell', async () => {
+    const last = await executionCountOf("%%gpumem -q\nmark = 'last'");
+    await tab('Overview').click();
+    // The newest marker always carries its label.
+    const marker = panel()
+      .locator(`.jp-GpuMem-markerLabel[data-cell="${last}"]`)
+      .first();
+    await expect(marker).toHaveText(`[${last}]`);
+    await expect(
+      panel().locator('.jp-GpuMem-trendLegend').first()
+    ).toContainText('Allocated');
+    await page.evaluate(async () => {
+      const notebook = (window as any).jupyterapp.shell.currentWidget.content;
+      notebook.activeCellIndex = 0;
+      await notebook.scrollToItem(0, 'start');
+    });
+    expect(await notebookAt()).not.toEqual({ active: last, inView: true });
+    await marker.click();
+    await expect.poll(notebookAt).toEqual({ active: last, inView: true });
+    // A cell the notebook no longer has: said in the status line.
+    await page.evaluate(() =>
+      (window as any).jupyterapp.pluginRegistry?._plugins
+        ?.get('jupyter-gpumem:plugin')
+        ?.service.scrollToCell(99999)
+    );
+    await expect(statusLine(page)).toContainText(
+      'Cell [99999] is not in the notebook'
+    );
+  });
+
+  test('replay: the bars fit the kernel, and show the device total on request', async () => {
+    await tab('Overview').click();
+    const bar = panel().locator('.jp-GpuMem-bar').first();
+    await expect(bar).toHaveAttribute('data-scale-total', 'false');
+    await expect(panel().locator('.jp-GpuMem-scaleText').first()).toContainText(
+      'fitted to this kernel'
+    );
+    const fitted = Number(
+      await panel()
+        .locator('.jp-GpuMem-segment-allocated')
+        .first()
+        .evaluate(el => parseFloat((el as HTMLElement).style.width))
+    );
+    await panel()
+      .getByRole('button', { name: 'Show the device total' })
+      .first()
+      .click();
+    await expect(bar).toHaveAttribute('data-scale-total', 'true');
+    const whole = Number(
+      await panel()
+        .locator('.jp-GpuMem-segment-allocated')
+        .first()
+        .evaluate(el => parseFloat((el as HTMLElement).style.width))
+    );
+    // The recorded kernel holds under 1 GiB of a 140 GiB H200: a sliver of
+    // the total (in % of the bar), a good part of the fitted bar.
+    expect(whole).toBeLessThan(2);
+    expect(fitted).toBeGreaterThan(20);
+    await panel()
+      .getByRole('button', { name: 'Fit to this kernel' })
+      .first()
+      .click();
+    await expect(bar).toHaveAttribute('data-scale-total', 'false');
+    await panelScreenshot(page, 'tab-overview');
+    await setTheme('JupyterLab Dark');
+    await page.waitForTimeout(300);
+    await panelScreenshot(page, 'tab-overview-dark');
+    await setTheme('JupyterLab Light');
+  });
+
+  test('replay: the Segments tab draws the recorded fragmentation', async () => {
+    await tab('Segments').click();
+    const segments = panel().locator('.jp-GpuMem-segments');
+    await expect(segments).toHaveAttribute('data-reading', 'ok');
+    const rec = JSON.parse(fs.readFileSync(ATTRIBUTION, 'utf8'))
+      .oom_fragmentation.truth;
+    // The recording freed every other one of 16 blocks of 64 MiB.
+    const biggest = panel().locator('.jp-GpuMem-segmentRow').first();
+    await expect(biggest.locator('.jp-GpuMem-block')).toHaveCount(16);
+    await expect(biggest.locator('.jp-GpuMem-block-piece')).toHaveCount(
+      rec.pieces_64mib
+    );
+    await expect(
+      panel().locator('.jp-GpuMem-block.jp-mod-largest')
+    ).toHaveAttribute('data-bytes', String(rec.largest_free_block));
+    await expect(panel().locator('[data-figure="largest"]')).toHaveText(
+      '64.0 MiB'
+    );
+    // A block's title names the line that allocated it.
+    await expect(
+      biggest.locator('.jp-GpuMem-block-allocated').first()
+    ).toHaveAttribute('title', /In\[14\] line 2/);
+    await panelScreenshot(page, 'tab-segments');
+    await setTheme('JupyterLab Dark');
+    await page.waitForTimeout(300);
+    await panelScreenshot(page, 'tab-segments-dark');
+    await setTheme('JupyterLab Light');
+    await tab('Overview').click();
+  });
+}
+
 test.describe('with the kernel side', () => {
   test('Attach loads the extension and the panel shows figures', async () => {
     expect(await panelState(page)).toBe('not_loaded');
@@ -769,6 +964,14 @@ test.describe('with the kernel side', () => {
       'needs the replay kernel and tests/fixtures/attribution.json'
     );
     whoTests();
+  });
+
+  test.describe('history, segments, markers and scale', () => {
+    test.skip(
+      MODE !== 'replay' || !fs.existsSync(ATTRIBUTION),
+      'needs the replay kernel and tests/fixtures/attribution.json'
+    );
+    viewTests();
   });
 });
 

@@ -47,13 +47,32 @@ export function historyDevices(cells: readonly IHistoryCell[]): number[] {
   return [...seen].sort((a, b) => a - b);
 }
 
-/** The rows of one device, oldest first (the kernel's order). */
+/**
+ * The rows of one device, oldest first (the kernel's order); with `null`, the
+ * cells without any device figures (run before CUDA was initialised).
+ */
 export function historyRows(
   cells: readonly IHistoryCell[],
-  device: number
+  device: number | null
 ): IHistoryRow[] {
   const rows: IHistoryRow[] = [];
   for (const cell of cells) {
+    if (device === null) {
+      if (cell.devices.length === 0) {
+        rows.push({
+          cell,
+          executionCount: cell.execution_count,
+          firstLine: cell.first_line,
+          kept: null,
+          peakAboveStart: null,
+          reservedDelta: null,
+          wallTime: cell.wall_time,
+          failed: cell.failed,
+          keptAt: null
+        });
+      }
+      continue;
+    }
     const d = cell.devices.find(x => x.index === device);
     if (!d) {
       continue;
@@ -187,7 +206,8 @@ function delta(value: number | null, units: Units): string {
  */
 export function HistoryTable(props: {
   rows: readonly IHistoryRow[];
-  device: number;
+  /** null: the cells without device figures. */
+  device: number | null;
   sort: IHistorySort;
   onSort: (sort: IHistorySort) => void;
   onGoTo: (executionCount: number) => void;
@@ -199,11 +219,12 @@ export function HistoryTable(props: {
   return (
     <table
       className="jp-GpuMem-historyTable"
-      data-device={props.device}
-      aria-label={trans.__(
-        'Measured cells on %1',
-        deviceLabel(props.device, trans)
-      )}
+      data-device={props.device ?? 'none'}
+      aria-label={
+        props.device === null
+          ? trans.__('Measured cells without GPU figures')
+          : trans.__('Measured cells on %1', deviceLabel(props.device, trans))
+      }
     >
       <thead>
         <tr>
@@ -330,36 +351,61 @@ export function HistoryView(
       title={trans.__('History')}
       help={trans.__('Read the measured cells the kernel keeps')}
     >
-      {data =>
-        data.cells.length === 0 ? (
-          <p className="jp-GpuMem-whoHint">
-            {trans.__(
-              'No measured cells yet: run a cell with %%gpumem, or switch on %gpumem auto to measure every cell.'
+      {data => {
+        if (data.cells.length === 0) {
+          return (
+            <p className="jp-GpuMem-whoHint">
+              {trans.__(
+                'No measured cells yet: run a cell with %%gpumem, or switch on %gpumem auto to measure every cell.'
+              )}
+            </p>
+          );
+        }
+        const bare = historyRows(data.cells, null);
+        return (
+          <>
+            {historyDevices(data.cells).map(device => (
+              <section
+                key={device}
+                className="jp-GpuMem-historyDevice"
+                data-device={device}
+              >
+                <h3 className="jp-GpuMem-deviceTitle">
+                  <span>{deviceLabel(device, trans)}</span>
+                </h3>
+                <HistoryTable
+                  rows={historyRows(data.cells, device)}
+                  device={device}
+                  sort={props.sort}
+                  onSort={props.onSort}
+                  onGoTo={n => void model.scrollToCell(n)}
+                  units={units}
+                  trans={trans}
+                />
+              </section>
+            ))}
+            {bare.length > 0 && (
+              <section className="jp-GpuMem-historyDevice" data-device="none">
+                <h3 className="jp-GpuMem-deviceTitle">
+                  <span>{trans.__('No GPU figures')}</span>
+                  <span className="jp-GpuMem-deviceName">
+                    {trans.__('CUDA was not initialised in the kernel')}
+                  </span>
+                </h3>
+                <HistoryTable
+                  rows={bare}
+                  device={null}
+                  sort={props.sort}
+                  onSort={props.onSort}
+                  onGoTo={n => void model.scrollToCell(n)}
+                  units={units}
+                  trans={trans}
+                />
+              </section>
             )}
-          </p>
-        ) : (
-          historyDevices(data.cells).map(device => (
-            <section
-              key={device}
-              className="jp-GpuMem-historyDevice"
-              data-device={device}
-            >
-              <h3 className="jp-GpuMem-deviceTitle">
-                <span>{deviceLabel(device, trans)}</span>
-              </h3>
-              <HistoryTable
-                rows={historyRows(data.cells, device)}
-                device={device}
-                sort={props.sort}
-                onSort={props.onSort}
-                onGoTo={n => void model.scrollToCell(n)}
-                units={units}
-                trans={trans}
-              />
-            </section>
-          ))
-        )
-      }
+          </>
+        );
+      }}
     </ReadingFrame>
   );
 }

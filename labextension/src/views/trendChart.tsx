@@ -115,7 +115,12 @@ export function placeMarkers(
   gap = LABEL_GAP
 ): IMarkerPlace[] {
   const places: IMarkerPlace[] = cells
-    .filter(c => c.time >= start && c.devices.some(d => d.index === device))
+    // A cell with no device figures (CUDA not initialised yet) shows on each.
+    .filter(
+      c =>
+        c.time >= start &&
+        (c.devices.length === 0 || c.devices.some(d => d.index === device))
+    )
     .map(cell => ({
       cell,
       x: Math.min(1, Math.max(0, (cell.time - start) / span)),

@@ -365,6 +365,11 @@ export function WhoTable(props: {
                 {row.detail !== '' && (
                   <span className="jp-GpuMem-whoDetail">{row.detail}</span>
                 )}
+                {!byLine && row.site && (
+                  <span className="jp-GpuMem-whoSite">
+                    {trans.__('allocated at %1', row.site)}
+                  </span>
+                )}
                 {row.example !== '' && row.example !== row.key && (
                   <span className="jp-GpuMem-whoExample">
                     {byLine ? row.example : trans.__('e.g. %1', row.example)}
