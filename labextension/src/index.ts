@@ -8,7 +8,7 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette } from '@jupyterlab/apputils';
+import { Dialog, ICommandPalette, showDialog } from '@jupyterlab/apputils';
 import { IConsoleTracker } from '@jupyterlab/console';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
@@ -20,6 +20,7 @@ import { ActiveKernelFollower, ITrackerLike } from './kernel/follower';
 import { availability } from './messages';
 import { GpuMemModel } from './model';
 import { GpuMemPanel, TRANSLATION_DOMAIN } from './panel';
+import { IConfirmation, serverApi } from './server/serverApi';
 import { readSettings } from './settings';
 
 export { formatBytes } from './format';
@@ -76,7 +77,9 @@ const plugin: JupyterFrontEndPlugin<GpuMemModel> = {
     restorer: ILayoutRestorer | null
   ): GpuMemModel => {
     const trans = (translator ?? nullTranslator).load(TRANSLATION_DOMAIN);
-    const model = new GpuMemModel();
+    const model = new GpuMemModel({
+      server: serverApi(app.serviceManager, confirm)
+    });
     if (notebookTracker) {
       model.setCellScroller(
         notebookCellScroller(notebookTracker, () => model.state.kernelId)
@@ -185,5 +188,18 @@ const plugin: JupyterFrontEndPlugin<GpuMemModel> = {
     return model;
   }
 };
+
+/** A yes/no question in JupyterLab's own dialog. */
+async function confirm(question: IConfirmation): Promise<boolean> {
+  const result = await showDialog({
+    title: question.title,
+    body: question.body,
+    buttons: [
+      Dialog.cancelButton(),
+      Dialog.okButton({ label: question.accept })
+    ]
+  });
+  return result.button.accept;
+}
 
 export default plugin;

@@ -15,6 +15,7 @@ import { CapValue } from './cap';
 import { GpuMemClient } from './kernel/client';
 import { IKernelLike, IKernelSource } from './kernel/types';
 import { IGpuMemState, ReadingView } from './reducer';
+import type { IServerApi } from './server/serverApi';
 
 /** Scrolls the followed notebook to a cell; whether it found it. */
 export type CellScroller = (executionCount: number) => Promise<boolean>;
@@ -36,6 +37,7 @@ export type { ISettings } from './settings';
 
 export class GpuMemModel implements IDisposable {
   constructor(options: GpuMemModel.IOptions = {}) {
+    this._server = options.server ?? null;
     this._settings = { ...DEFAULT_SETTINGS, ...options.settings };
     this._settings.refreshRateMs = clampInterval(this._settings.refreshRateMs);
     this._store = new GpuMemStore(this._settings.trendMinutes, state =>
@@ -61,6 +63,14 @@ export class GpuMemModel implements IDisposable {
 
   get settings(): Readonly<ISettings> {
     return this._settings;
+  }
+
+  /**
+   * The Jupyter server the panel talks to through REST (the "On this GPU"
+   * tab); null when none was given (tests, other front ends).
+   */
+  get server(): IServerApi | null {
+    return this._server;
   }
 
   get kernel(): IKernelLike | null {
@@ -255,6 +265,7 @@ export class GpuMemModel implements IDisposable {
   }
 
   private _settings: ISettings;
+  private _server: IServerApi | null;
   private _stateChanged = new Signal<this, IGpuMemState>(this);
   private _store: GpuMemStore;
   private _client: GpuMemClient;
@@ -271,5 +282,7 @@ export namespace GpuMemModel {
     requestTimeoutMs?: number;
     /** Time to wait for `who` (15 s when absent). */
     whoTimeoutMs?: number;
+    /** The Jupyter server's REST API, for the "On this GPU" tab. */
+    server?: IServerApi;
   }
 }

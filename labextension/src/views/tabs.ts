@@ -8,6 +8,7 @@ import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
 import { History } from './historyTable';
+import { OnThisGpu } from './onThisGpu';
 import { Overview } from './overview';
 import { IViewProps } from './props';
 import { Segments } from './segmentMap';
@@ -42,5 +43,10 @@ export const TABS: readonly ITab[] = [
     id: 'who',
     label: trans => trans.__('Who holds it'),
     view: WhoHoldsIt
+  },
+  {
+    id: 'gpu',
+    label: trans => trans.__('On this GPU'),
+    view: OnThisGpu
   }
 ];
