@@ -124,7 +124,7 @@ describe('the On this GPU tab', () => {
 
     const evalRow = kernelRow(nodes, EVAL);
     expect(cell(evalRow, 'jp-GpuMem-gpuName')).toBe(
-      'eval.ipynb this notebook kernel, PID 4300'
+      'eval.ipynb this notebook busy · kernel, PID 4300'
     );
     expect(evalRow.props.className).toContain('jp-mod-this');
     expect(cell(evalRow, 'jp-GpuMem-gpuBytes')).toBe('5.00 GiB');
@@ -142,10 +142,10 @@ describe('the On this GPU tab', () => {
 
     const [child] = findAll(device, n => n.props['data-kind'] === 'child');
     expect(text(child)).toBe(
-      'python3 child of train.ipynb, PID 4243 1.00 GiB child process'
+      'python3 child of train.ipynb · PID 4243 1.00 GiB'
     );
     const [other] = findAll(device, n => n.props['data-kind'] === 'other');
-    expect(text(other)).toBe('python3 PID 777, bob 3.00 GiB other process');
+    expect(text(other)).toBe('python3 other process · PID 777, bob 3.00 GiB');
     expect(text(nodes)).toContain('Read at');
   });
 
@@ -290,8 +290,8 @@ describe('the On this GPU tab', () => {
     expect(
       findAll(nodes, n => n.props['data-kind'] === 'other').map(n => text(n))
     ).toEqual([
-      'python PID 91300 2.00 GiB other process',
-      '/usr/bin/python3 PID 91234 1.00 GiB other process'
+      'python other process · PID 91300 2.00 GiB',
+      '/usr/bin/python3 other process · PID 91234 1.00 GiB'
     ]);
   });
 
@@ -318,7 +318,7 @@ describe('the On this GPU tab', () => {
       'NVML failed in part: NVML: call failed'
     );
     const [ended] = findAll(nodes, n => n.props['data-kind'] === 'ended');
-    expect(text(ended)).toBe('PID 4242 1.00 GiB ended');
+    expect(text(ended)).toBe('PID 4242 ended 1.00 GiB');
   });
 
   it('says how a shutdown went', () => {

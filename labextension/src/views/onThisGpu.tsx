@@ -413,9 +413,6 @@ function DeviceTable(
               <th scope="col" className="jp-GpuMem-gpuBytes">
                 {trans.__('Memory')}
               </th>
-              <th scope="col" className="jp-GpuMem-gpuState">
-                {trans.__('State')}
-              </th>
             </tr>
           </thead>
           <tbody>
@@ -442,13 +439,44 @@ function Row(props: IGpuTableViewProps & { row: GpuRow }): JSX.Element {
   );
 }
 
+/**
+ * A row's name cell: the notebook or process, then its state (idle time,
+ * busy, other process, ended) and PID on a second line; the sidebar is narrow.
+ */
+function NameCell(props: {
+  label: string;
+  title?: string;
+  state: string;
+  stateClass?: string;
+  detail: string;
+  /** Shown after the state line (Shut down). */
+  action?: React.ReactNode;
+  children?: React.ReactNode;
+}): JSX.Element {
+  return (
+    <td className="jp-GpuMem-gpuName">
+      <span className="jp-GpuMem-gpuLabel" title={props.title}>
+        {props.label}
+      </span>
+      {props.children}
+      <span className="jp-GpuMem-gpuDetail">
+        <span className={`jp-GpuMem-gpuState ${props.stateClass ?? ''}`}>
+          {props.state}
+        </span>
+        {props.detail !== '' && ` · ${props.detail}`}
+      </span>
+      {props.action}
+    </td>
+  );
+}
+
 function KernelRows(
   props: IGpuTableViewProps & { row: IKernelRow }
 ): JSX.Element {
   const { row, units, trans } = props;
   const detail =
     row.pid === null
-      ? trans.__('kernel (not on this GPU itself)')
+      ? trans.__('kernel not on this GPU itself')
       : trans.__('kernel, PID %1', row.pid);
   return (
     <>
@@ -459,36 +487,35 @@ function KernelRows(
         data-bytes={row.bytes}
         data-activity={row.activity.kind}
       >
-        <td className="jp-GpuMem-gpuName">
-          <span className="jp-GpuMem-gpuLabel" title={row.path ?? row.label}>
-            {row.label}
-          </span>
+        <NameCell
+          label={row.label}
+          title={row.path ?? row.label}
+          state={activityText(row.activity, trans)}
+          stateClass="jp-GpuMem-gpuActivity"
+          detail={detail}
+          action={
+            row.canShutDown && (
+              <button
+                type="button"
+                className="jp-GpuMem-button jp-mod-styled jp-GpuMem-shutDown"
+                aria-label={trans.__('Shut down the kernel of %1', row.label)}
+                title={trans.__(
+                  'Shut this idle kernel down to free its GPU memory (asks first)'
+                )}
+                onClick={() => props.onShutDown(row)}
+              >
+                {trans.__('Shut down')}
+              </button>
+            )
+          }
+        >
           {row.thisNotebook && (
             <span className="jp-GpuMem-gpuThis">
               {trans.__('this notebook')}
             </span>
           )}
-          <span className="jp-GpuMem-gpuDetail">{detail}</span>
-        </td>
+        </NameCell>
         <td className="jp-GpuMem-gpuBytes">{formatBytes(row.bytes, units)}</td>
-        <td className="jp-GpuMem-gpuState">
-          <span className="jp-GpuMem-gpuActivity">
-            {activityText(row.activity, trans)}
-          </span>
-          {row.canShutDown && (
-            <button
-              type="button"
-              className="jp-GpuMem-button jp-mod-styled jp-GpuMem-shutDown"
-              aria-label={trans.__('Shut down the kernel of %1', row.label)}
-              title={trans.__(
-                'Shut this idle kernel down to free its GPU memory (asks first)'
-              )}
-              onClick={() => props.onShutDown(row)}
-            >
-              {trans.__('Shut down')}
-            </button>
-          )}
-        </td>
       </tr>
       {row.children.map(child => (
         <tr
@@ -498,18 +525,14 @@ function KernelRows(
           data-pid={child.pid}
           data-bytes={child.bytes}
         >
-          <td className="jp-GpuMem-gpuName">
-            <span className="jp-GpuMem-gpuLabel">
-              {child.name ?? trans.__('PID %1', child.pid)}
-            </span>
-            <span className="jp-GpuMem-gpuDetail">
-              {trans.__('child of %1, PID %2', row.label, child.pid)}
-            </span>
-          </td>
+          <NameCell
+            label={child.name ?? trans.__('PID %1', child.pid)}
+            state={trans.__('child of %1', row.label)}
+            detail={trans.__('PID %1', child.pid)}
+          />
           <td className="jp-GpuMem-gpuBytes">
             {formatBytes(child.bytes, units)}
           </td>
-          <td className="jp-GpuMem-gpuState">{trans.__('child process')}</td>
         </tr>
       ))}
     </>
@@ -530,16 +553,14 @@ function ProcessRow(
       data-pid={row.pid}
       data-bytes={row.bytes}
     >
-      <td className="jp-GpuMem-gpuName">
-        <span className="jp-GpuMem-gpuLabel">
-          {row.name ?? trans.__('PID %1', row.pid)}
-        </span>
-        {detail !== '' && <span className="jp-GpuMem-gpuDetail">{detail}</span>}
-      </td>
+      <NameCell
+        label={row.name ?? trans.__('PID %1', row.pid)}
+        state={
+          row.role === 'ended' ? trans.__('ended') : trans.__('other process')
+        }
+        detail={detail}
+      />
       <td className="jp-GpuMem-gpuBytes">{formatBytes(row.bytes, units)}</td>
-      <td className="jp-GpuMem-gpuState">
-        {row.role === 'ended' ? trans.__('ended') : trans.__('other process')}
-      </td>
     </tr>
   );
 }
