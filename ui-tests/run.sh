@@ -11,6 +11,9 @@
 #                           a GPU: ../tests/fixtures/gpu_readings.json when it exists)
 #   GPUMEM_UI_MODE          gpu | replay | none (default: from the above)
 #   GPUMEM_UI_SCREENSHOTS   where screenshots go (default: ui-tests/screenshots)
+#   GPUMEM_UI_LABEXT_DIR    serve this build of the extension (a folder with its
+#                           package.json) even when another one is installed: a git
+#                           worktree's jupyter_gpumem/labextension, say
 # Extra arguments go to `playwright test` (e.g. -g "not loaded").
 set -euo pipefail
 
@@ -66,14 +69,24 @@ trap cleanup EXIT INT TERM
 mkdir -p "$WORK/notebooks" "$WORK/config" "$WORK/runtime" "$WORK/data/labextensions" \
   "$WORK/settings/@jupyterlab/apputils-extension" "$WORK/workspaces"
 
+# A private JUPYTER_PATH entry, searched first: a build of the extension and the kernel spec.
+export JUPYTER_PATH="$WORK/data${JUPYTER_PATH:+:$JUPYTER_PATH}"
+
 # The extension as pip installs it (share/jupyter/labextensions/jupyter-gpumem); when it is
-# not installed, the freshly built one (npm run build:prod) on a private JUPYTER_PATH.
-if "$JUPYTER" labextension list 2>&1 | grep -q "jupyter-gpumem .*enabled"; then
+# not installed, the freshly built one (npm run build:prod). JupyterLab serves the first
+# jupyter-gpumem it finds on its path, so a linked build wins over the installed one.
+if [ -n "${GPUMEM_UI_LABEXT_DIR:-}" ]; then
+  if [ ! -f "$GPUMEM_UI_LABEXT_DIR/package.json" ]; then
+    echo "run.sh: no built extension in GPUMEM_UI_LABEXT_DIR=$GPUMEM_UI_LABEXT_DIR" >&2
+    exit 2
+  fi
+  echo "run.sh: using the build in $GPUMEM_UI_LABEXT_DIR (GPUMEM_UI_LABEXT_DIR)"
+  ln -s "$(cd "$GPUMEM_UI_LABEXT_DIR" && pwd)" "$WORK/data/labextensions/jupyter-gpumem"
+elif "$JUPYTER" labextension list 2>&1 | grep -q "jupyter-gpumem .*enabled"; then
   echo "run.sh: using the installed jupyter-gpumem extension"
 elif [ -f "$ROOT/jupyter_gpumem/labextension/package.json" ]; then
   echo "run.sh: jupyter-gpumem not installed; using the build in jupyter_gpumem/labextension"
   ln -s "$ROOT/jupyter_gpumem/labextension" "$WORK/data/labextensions/jupyter-gpumem"
-  export JUPYTER_PATH="$WORK/data${JUPYTER_PATH:+:$JUPYTER_PATH}"
 else
   echo "run.sh: the extension is neither installed nor built (cd labextension && npm ci && npm run build:prod)" >&2
   exit 2
@@ -118,6 +131,36 @@ fi
 export GPUMEM_UI_MODE
 echo "run.sh: figures: $GPUMEM_UI_MODE${JUPYTER_GPUMEM_REPLAY:+ ($JUPYTER_GPUMEM_REPLAY)}"
 
+# The server's GPU table (api/gpumem/devices, the "On this GPU" tab) reads a fake NVML
+# the tests rewrite: one H200, no process until a test names its kernels' PIDs. Set for
+# the server only. Kernels inherit the server's environment, and the kernel side reads
+# the same variable (collectors/_nvml.py, for the real-torch backend and the OOM
+# post-mortem's other processes): a python3 kernel spec on the private JUPYTER_PATH,
+# ipykernel's own plus an env entry, blanks it for them, so the panel tests still see
+# what they saw before (the GPU, the replay fixture, or neither).
+FAKE_NVML="$WORK/fake_nvml.json"
+cat >"$FAKE_NVML" <<'JSON'
+{"driver": "fake", "devices": [{"name": "NVIDIA H200", "uuid": "GPU-00000000-0000-4000-8000-000000000200", "total": 150109880320, "used": 0, "processes": []}]}
+JSON
+if ! "$PYTHON" - "$WORK/data/kernels/python3" <<'PY'
+import json
+import os
+import sys
+
+from ipykernel.kernelspec import get_kernel_dict
+
+spec = get_kernel_dict()
+spec["env"] = {"JUPYTER_GPUMEM_FAKE_NVML": ""}
+os.makedirs(sys.argv[1], exist_ok=True)
+with open(os.path.join(sys.argv[1], "kernel.json"), "w") as f:
+    json.dump(spec, f, indent=1)
+PY
+then
+  echo "run.sh: cannot write the python3 kernel spec (is ipykernel installed?)" >&2
+  exit 2
+fi
+export GPUMEM_FAKE_NVML="$FAKE_NVML"
+
 if [ -z "${PORT:-}" ]; then
   PORT=$("$PYTHON" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
 fi
@@ -127,7 +170,7 @@ if [ "$(id -u)" = "0" ]; then
 fi
 TOKEN=$("$PYTHON" -c "import secrets; print(secrets.token_hex(16))")
 
-"$JUPYTER" lab \
+JUPYTER_GPUMEM_FAKE_NVML="$FAKE_NVML" "$JUPYTER" lab \
   --no-browser \
   --ServerApp.ip=127.0.0.1 \
   --ServerApp.port="$PORT" \

@@ -54,9 +54,18 @@ export function writeNotebook(name: string): void {
   fs.writeFileSync(path.join(ROOT_DIR, name), JSON.stringify(notebook));
 }
 
-/** Open a notebook in Lab and wait until its kernel is idle. */
-export async function openNotebook(page: Page, name: string): Promise<void> {
-  await page.goto(`lab/tree/${name}?token=${TOKEN}`);
+/**
+ * Open a notebook in Lab and wait until its kernel is idle. With `workspace`,
+ * in that named workspace: the default one (what `lab` restores for the next
+ * test file) stays as it was.
+ */
+export async function openNotebook(
+  page: Page,
+  name: string,
+  workspace?: string
+): Promise<void> {
+  const lab = workspace ? `lab/workspaces/${workspace}` : 'lab';
+  await page.goto(`${lab}/tree/${name}?token=${TOKEN}`);
   await page.waitForFunction(() => !!(window as any).jupyterapp, null, {
     timeout: 60_000
   });
@@ -152,4 +161,22 @@ export async function panelScreenshot(page: Page, name: string): Promise<void> {
 /** The text of the panel's status line. */
 export function statusLine(page: Page) {
   return page.locator(`${PANEL} .jp-GpuMem-statusLine .jp-GpuMem-statusText`);
+}
+
+/** Switch JupyterLab's theme and wait until the page shows it. */
+export async function setTheme(
+  page: Page,
+  theme: 'JupyterLab Light' | 'JupyterLab Dark'
+): Promise<void> {
+  await page.evaluate(
+    (name: string) =>
+      (window as any).jupyterapp.commands.execute('apputils:change-theme', {
+        theme: name
+      }),
+    theme
+  );
+  await expect(page.locator('body')).toHaveAttribute(
+    'data-jp-theme-light',
+    theme === 'JupyterLab Light' ? 'true' : 'false'
+  );
 }
