@@ -12,7 +12,7 @@ LABEXT := jupyter_gpumem/labextension/static/style.js
 TS_SOURCES := $(shell find labextension/src labextension/style labextension/schema -type f 2>/dev/null) \
               labextension/package.json labextension/package-lock.json
 
-.PHONY: lab test install labext lint pytest ts-test ui-test ui-deps gpu-test bench clean
+.PHONY: lab test install labext lint pytest ts-test ui-test ui-deps gpu-test bench clean screenshots
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -66,6 +66,13 @@ ui-deps:
 
 ui-test: install ui-deps
 	JUPYTER=$(BIN)/jupyter ui-tests/run.sh
+
+# The README's pictures of the panel: taken by the UI tests (ui-tests/screenshots), copied here.
+README_SHOTS := tab-overview tab-overview-dark tab-history tab-history-dark tab-segments \
+  tab-segments-dark panel-who-replay panel-who-replay-dark panel-who-replay-oom panel-gpu panel-gpu-dark
+screenshots: ui-test
+	mkdir -p docs/panel
+	for s in $(README_SHOTS); do cp ui-tests/screenshots/$$s.png docs/panel/$$s.png; done
 
 test: lint ts-test pytest ui-test
 

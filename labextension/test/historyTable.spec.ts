@@ -118,12 +118,16 @@ describe('the table of measured cells', () => {
       })
     );
     const headers = findAll(nodes, n => n.type === 'th');
+    expect(headers.map(h => h.props['data-column'])).toEqual([
+      'cell',
+      'code',
+      'kept',
+      'peak'
+    ]);
     expect(headers.map(h => h.props['aria-sort'])).toEqual([
       'none',
       'none',
       'descending',
-      'none',
-      'none',
       'none'
     ]);
     // The active column flips; another starts largest first.
@@ -143,6 +147,7 @@ describe('the table of measured cells', () => {
     expect(text(rows[0])).toContain('+1.00 GiB');
     expect(text(rows[0])).toContain('failed');
     expect(text(rows[0])).toContain('kept at In[7] line 2');
+    expect(text(rows[0])).toContain('0.50 s · reserved +512 MiB');
     expect(text(rows[2])).toContain('-32.0 MiB');
     rows[1].props.onClick();
     expect(onGoTo).toHaveBeenCalledWith(3);

@@ -49,7 +49,8 @@ export function historyDevices(cells: readonly IHistoryCell[]): number[] {
 
 /**
  * The rows of one device, oldest first (the kernel's order); with `null`, the
- * cells without any device figures (run before CUDA was initialised).
+ * cells without any device figures (the kernel lists a device only when the
+ * cell changed its memory).
  */
 export function historyRows(
   cells: readonly IHistoryCell[],
@@ -153,7 +154,7 @@ function columnLabel(column: HistoryColumn, trans: TranslationBundle): string {
     case 'kept':
       return trans.__('Kept');
     case 'peak':
-      return trans.__('Peak above start');
+      return trans.__('Peak');
     case 'reserved':
       return trans.__('Reserved');
     case 'time':
@@ -180,14 +181,11 @@ function columnHelp(column: HistoryColumn, trans: TranslationBundle): string {
   }
 }
 
-const COLUMNS: readonly HistoryColumn[] = [
-  'cell',
-  'code',
-  'kept',
-  'peak',
-  'reserved',
-  'time'
-];
+/**
+ * The columns of the narrow sidebar; reserved and time (sortable through
+ * `sortHistory` too) are shown under the line.
+ */
+const COLUMNS: readonly HistoryColumn[] = ['cell', 'code', 'kept', 'peak'];
 
 const NUMERIC: ReadonlySet<HistoryColumn> = new Set([
   'cell',
@@ -206,7 +204,7 @@ function delta(value: number | null, units: Units): string {
  */
 export function HistoryTable(props: {
   rows: readonly IHistoryRow[];
-  /** null: the cells without device figures. */
+  /** null: the cells that changed no device's memory. */
   device: number | null;
   sort: IHistorySort;
   onSort: (sort: IHistorySort) => void;
@@ -222,7 +220,7 @@ export function HistoryTable(props: {
       data-device={props.device ?? 'none'}
       aria-label={
         props.device === null
-          ? trans.__('Measured cells without GPU figures')
+          ? trans.__('Measured cells that changed no GPU memory')
           : trans.__('Measured cells on %1', deviceLabel(props.device, trans))
       }
     >
@@ -310,6 +308,15 @@ export function HistoryTable(props: {
                     {trans.__('kept at %1', row.keptAt)}
                   </span>
                 )}
+                <span className="jp-GpuMem-historyMeta">
+                  {trans.__('%1 s', row.wallTime.toFixed(2))}
+                  {row.reservedDelta !== null && row.reservedDelta !== 0 && (
+                    <span data-figure="reserved">
+                      {' · '}
+                      {trans.__('reserved %1', delta(row.reservedDelta, units))}
+                    </span>
+                  )}
+                </span>
               </td>
               <td className="jp-GpuMem-num" data-figure="kept">
                 {delta(row.kept, units)}
@@ -318,12 +325,6 @@ export function HistoryTable(props: {
                 {row.peakAboveStart === null
                   ? '–'
                   : formatBytes(row.peakAboveStart, units)}
-              </td>
-              <td className="jp-GpuMem-num" data-figure="reserved">
-                {delta(row.reservedDelta, units)}
-              </td>
-              <td className="jp-GpuMem-num">
-                {trans.__('%1 s', row.wallTime.toFixed(2))}
               </td>
             </tr>
           );
@@ -387,10 +388,7 @@ export function HistoryView(
             {bare.length > 0 && (
               <section className="jp-GpuMem-historyDevice" data-device="none">
                 <h3 className="jp-GpuMem-deviceTitle">
-                  <span>{trans.__('No GPU figures')}</span>
-                  <span className="jp-GpuMem-deviceName">
-                    {trans.__('CUDA was not initialised in the kernel')}
-                  </span>
+                  <span>{trans.__('No GPU memory change')}</span>
                 </h3>
                 <HistoryTable
                   rows={bare}

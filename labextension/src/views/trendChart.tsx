@@ -115,7 +115,7 @@ export function placeMarkers(
   gap = LABEL_GAP
 ): IMarkerPlace[] {
   const places: IMarkerPlace[] = cells
-    // A cell with no device figures (CUDA not initialised yet) shows on each.
+    // A cell that changed no device's memory (no device figures) shows on each.
     .filter(
       c =>
         c.time >= start &&
