@@ -45,12 +45,18 @@ def bench_segments(ip, attributor) -> dict:
                         f" torch.randint(512, 4 << 20, ({n},), generator=g)]")  # fmt: skip
         snap = read_snapshot(torch)
         blocks = sum(len(s["blocks"]) for s in snap.segments)
-        html = segments_html(attributor.segment_maps(0))
+        html = segments_html(attributor.segment_maps(0, 200))
         out[f"{n} tensors"] = {
             "blocks": blocks,
             "segments": len(snap.segments),
             "snapshot_ms": median_ms(lambda: read_snapshot(torch)),
-            "snapshot+map+svg_ms": median_ms(lambda: segments_html(attributor.segment_maps(0))),
+            # %gpumem segments: the 200 largest segments drawn, the summary over all
+            "snapshot+map+svg_ms": median_ms(
+                lambda: segments_html(attributor.segment_maps(0, 200))
+            ),
+            "all segments drawn (--all)_ms": median_ms(
+                lambda: segments_html(attributor.segment_maps(0))
+            ),
             "html_bytes": len(html),
         }
         with capture_output():

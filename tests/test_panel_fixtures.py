@@ -28,21 +28,3 @@ def test_segments_fixture_holds_the_planted_fragmentation() -> None:
     assert len(pieces) == truth["pieces_64mib"] == 8
     assert {b[1] for b in pieces} == {64 << 20}
     assert m["summary"]["largest_free_block"] == truth["largest_free_block"]
-
-
-def test_segment_map_html_draws_each_planted_piece() -> None:
-    """%gpumem segments on the recording: each 64 MiB piece drawn, titled exactly."""
-    from jupyter_gpumem.reporters.segments import segments_html
-
-    fixture = make_panel_fixtures.segments_fixture()
-    assert fixture["truth"]["pieces_64mib"] == 8
-    from jupyter_gpumem.analysis.segments import segment_map
-    from jupyter_gpumem.analysis.sites import SiteResolver
-    from jupyter_gpumem.collectors._replay import RecordedCells
-    from jupyter_gpumem.collectors._snapshot import snapshot_from_dict
-
-    rec = json.loads((HERE / "fixtures" / "attribution.json").read_text())["oom_fragmentation"]
-    snap = snapshot_from_dict(rec, tracking=True)
-    m = segment_map(snap, 0, SiteResolver(RecordedCells(rec), rec["library_dirs"]))
-    html = segments_html([m])
-    assert html.count("<title>free piece (empty_cache can&#x27;t return it): 64.00 MiB,") == 8

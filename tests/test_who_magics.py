@@ -109,6 +109,20 @@ def test_segments_with_a_cpu_only_torch_says_so(ip):
     assert res.success and "CPU-only build" in cap.stdout
 
 
+def test_segments_draws_the_largest_200_unless_asked(ip, monkeypatch):
+    from jupyter_gpumem._ipython import current
+
+    asked = []
+    monkeypatch.setattr(current().attributor, "segment_maps",
+                        lambda device, max_segments: asked.append(max_segments) or [])  # fmt: skip
+    for line in ("%gpumem segments", "%gpumem segments --max 3", "%gpumem segments --all"):
+        assert run(ip, line)[0].success
+    assert asked == [200, 3, None]
+    for bad in ("%gpumem segments --max 0", "%gpumem segments --max x"):
+        with pytest.raises(UsageError):
+            ip.run_line_magic("gpumem", bad.split(" ", 1)[1])
+
+
 def test_history_plot_draws_each_measured_cell(ip):
     from jupyter_gpumem._ipython import current
     from tests.fakes import ScriptedBackend, scenario

@@ -16,6 +16,10 @@ from ..units import format_bytes as fb
 from ..units import parse_size
 from .session import CellOptions, Session
 
+# `%gpumem segments` draws this many of the largest segments (as the panel does): a map of
+# thousands of 2 MiB segments is unreadable, and drawing them costs ~60 ms a thousand.
+SEGMENTS_DRAWN = 200
+
 
 def _nonneg_int(text: str) -> int:
     try:
@@ -88,6 +92,10 @@ def _line_parser() -> MagicArgumentParser:
     w.add_argument("--by", choices=["variable", "line", "cell"], default="variable")
     sg = sub.add_parser("segments", help="the allocator's segments and blocks, drawn to scale")
     sg.add_argument("-d", "--device", dest="sub_device", type=_nonneg_int)
+    sg.add_argument("--max", dest="max_segments", type=_positive_int, default=SEGMENTS_DRAWN,
+                    help=f"draw the N largest segments (default {SEGMENTS_DRAWN}; the summary "
+                         "counts all)")  # fmt: skip
+    sg.add_argument("--all", action="store_true", help="draw every segment")
     t = sub.add_parser("track", help="on|off: record where each live GPU block was allocated")
     t.add_argument("state", choices=["on", "off"])
     sub.add_parser("release-traceback", help="drop the frames the last error's traceback keeps")
@@ -149,9 +157,11 @@ Line commands::
                                  Out[N], autograd graphs, the kept traceback), the lines
                                  that allocated it, or the cells; rows add up to
                                  `allocated` (also jupyter_gpumem.who())
-  %gpumem segments [-d N]        every segment the allocator holds and its blocks, to
+  %gpumem segments [-d N] [--max N|--all]
+                                 every segment the allocator holds and its blocks, to
                                  scale: allocated, cached free, free pieces
-                                 (fragmentation), the largest free block
+                                 (fragmentation), the largest free block; draws the 200
+                                 largest segments (the summary counts all)
   %gpumem track on|off           record where each live block is allocated (PyTorch's
                                  allocator history, stacks of live blocks only)
   %gpumem release-traceback      drop the frames the last error's traceback keeps alive
@@ -386,7 +396,9 @@ class GpuMemMagics(Magics):
         device = args.sub_device if args.sub_device is not None else args.device
         self._check_device(device)
         try:
-            maps = self.session.attributor.segment_maps(device)
+            maps = self.session.attributor.segment_maps(
+                device, None if args.all else args.max_segments
+            )
         except actions.ActionRefused as e:
             print(f"gpumem: {e}")
             return
