@@ -396,7 +396,7 @@ test('panel update cost with 8 devices (Overview tab)', async ({
     `${BODY} [data-device="${WATCHED}"] [data-figure="allocated"]`
   );
   const segment = page.locator(
-    `${BODY} [data-device="${WATCHED}"] .jp-GpuMem-segment-allocated`
+    `${BODY} [data-device="${WATCHED}"] .jp-GpuMem-bar .jp-GpuMem-segment-allocated`
   );
   const shown = {
     text: await figure.textContent(),
