@@ -210,7 +210,19 @@ test('panel update cost with 8 devices (Overview tab)', async ({
 
   // Stop the kernel's stream the way the panel does when it is hidden
   // (unsubscribe, no watchdog, no renewal), and count the comm messages
-  // that still arrive: none should while the panel is measured.
+  // that still arrive: none should while the panel is measured. First let
+  // the subscribe that followed the hello come back, or it would start the
+  // stream again.
+  await page.waitForFunction(
+    () => {
+      const client = (window as any).jupyterapp.pluginRegistry._plugins.get(
+        'jupyter-gpumem:plugin'
+      ).service._client;
+      return client._subscribed === true && client._subscribing === 0;
+    },
+    null,
+    { timeout: 30_000 }
+  );
   const start = await page.evaluate(async () => {
     const w = window as any;
     const model = w.jupyterapp.pluginRegistry._plugins.get(
