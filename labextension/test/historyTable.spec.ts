@@ -18,7 +18,7 @@ import {
   HistoryView,
   sortHistory
 } from '../src/views/historyTable';
-import { placeMarkers, TrendChart } from '../src/views/trendChart';
+import { placeMarkers, stepLine, TrendChart } from '../src/views/trendChart';
 import { device, GiB, helloResult, MiB, okReply } from './fixtures';
 import { byClass, findAll, render, text } from './render';
 
@@ -299,9 +299,65 @@ describe('the trend chart', () => {
     );
     const [label] = byClass(nodes, 'jp-GpuMem-markerLabel');
     expect(text(label)).toBe('[7]');
-    expect(label.props.style.left).toBe('50.00%');
+    expect(label.props.style.left).toBe('50.000%');
     label.props.onClick();
     expect(onGoTo).toHaveBeenCalledWith(7);
+  });
+
+  it('keeps each marker in place as the window slides: one transform moves them', () => {
+    const at = (now: number) =>
+      render(
+        React.createElement(TrendChart, {
+          device: device(),
+          points: [
+            { time: 0, allocated: 1, reserved: 2, process: 3 },
+            { time: now, allocated: 1, reserved: 2, process: 3 }
+          ],
+          cells: [marker(7, 100)],
+          now,
+          minutes: 1,
+          units: 'binary',
+          trans
+        })
+      );
+    const a = at(110);
+    const b = at(115);
+    const left = (nodes: any) =>
+      byClass(nodes, 'jp-GpuMem-markerLabel')[0].props.style.left;
+    const shift = (nodes: any) =>
+      byClass(nodes, 'jp-GpuMem-markerLabels')[0].props.style.transform;
+    expect(left(a)).toBe(left(b));
+    expect(shift(a)).not.toBe(shift(b));
+    // The tooltip is worded once per cell and reused.
+    const title = (nodes: any) =>
+      byClass(nodes, 'jp-GpuMem-markerLabel')[0].props.title;
+    expect(title(a)).toBe(title(b));
+    expect(title(a)).toContain('Cell [7]');
+  });
+
+  it('draws a few points per pixel column at most, keeping each peak', () => {
+    // 6000 points over 300 px, one spike of 9 in the middle.
+    const points = Array.from({ length: 6000 }, (_, i) => ({
+      time: i,
+      allocated: i === 3001 ? 9 : 1,
+      reserved: 1,
+      process: null
+    }));
+    const x = (t: number) => (t / 6000) * 300;
+    const y = (b: number) => 10 - b;
+    const line = stepLine(points, 'allocated', x, y, 300);
+    const pairs = line.split(' ');
+    expect(pairs.length).toBeLessThan(10);
+    // The spike's column rises to 9 (y 1.0) and falls back to 1 (y 9.0).
+    const spike = pairs.indexOf('150,1.0');
+    expect(spike).toBeGreaterThan(0);
+    expect(pairs.slice(spike - 1, spike + 2)).toEqual([
+      '150,9.0',
+      '150,1.0',
+      '150,9.0'
+    ]);
+    expect(pairs.filter(p => p.endsWith(',1.0'))).toEqual(['150,1.0']);
+    expect(pairs[pairs.length - 1]).toBe('300,9.0');
   });
 
   it('leaves the process line out when NVML does not know it', () => {

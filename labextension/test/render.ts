@@ -30,6 +30,16 @@ export function render(element: React.ReactNode): Child[] {
   if (el.type === React.Fragment) {
     return render(el.props.children);
   }
+  const memo = el.type as { $$typeof?: symbol; type?: unknown };
+  if (
+    typeof memo === 'object' &&
+    memo !== null &&
+    memo.$$typeof === Symbol.for('react.memo') &&
+    typeof memo.type === 'function'
+  ) {
+    // React.memo: draw what it wraps.
+    return render((memo.type as (props: any) => React.ReactNode)(el.props));
+  }
   if (typeof el.type === 'function') {
     return render((el.type as (props: any) => React.ReactNode)(el.props));
   }

@@ -336,7 +336,7 @@ test('panel update cost with 8 devices (Overview tab)', async ({
             points: state.history[args.watched].length,
             cells: state.cells.length,
             markers: body.querySelectorAll(
-              `[data-device="${args.watched}"] .jp-GpuMem-cellMarker`
+              `[data-device="${args.watched}"] .jp-GpuMem-markerLabel`
             ).length,
             nodes: body.querySelectorAll('*').length
           };
@@ -389,7 +389,7 @@ test('panel update cost with 8 devices (Overview tab)', async ({
           points: state.history[args.watched].length,
           cells: state.cells.length,
           markers: body.querySelectorAll(
-            `[data-device="${args.watched}"] .jp-GpuMem-cellMarker`
+            `[data-device="${args.watched}"] .jp-GpuMem-markerLabel`
           ).length,
           nodes: body.querySelectorAll('*').length
         },

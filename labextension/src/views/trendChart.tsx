@@ -20,6 +20,43 @@ const LABEL_GAP = 0.06;
 
 export type TrendLine = 'allocated' | 'reserved' | 'process';
 
+/**
+ * Tooltips already worded, per translation and cell: a cell marker never
+ * changes, and the trend is drawn again for every sample.
+ */
+const TOOLTIPS = new WeakMap<
+  TranslationBundle,
+  WeakMap<ICellMarker, Map<string, string>>
+>();
+
+/** The tooltip of a cell marker, worded once per cell, device and units. */
+export function cachedTooltip(
+  cell: ICellMarker,
+  index: number,
+  units: Units,
+  trans: TranslationBundle
+): string {
+  let byCell = TOOLTIPS.get(trans);
+  if (!byCell) {
+    byCell = new WeakMap();
+    TOOLTIPS.set(trans, byCell);
+  }
+  let byKey = byCell.get(cell);
+  if (!byKey) {
+    byKey = new Map();
+    byCell.set(cell, byKey);
+  }
+  const key = `${index}/${units}`;
+  let text = byKey.get(key);
+  if (text === undefined) {
+    text = `${cellTooltip(cell, index, units, trans)}\n${trans.__(
+      'Click: go to the cell'
+    )}`;
+    byKey.set(key, text);
+  }
+  return text;
+}
+
 export function cellTooltip(
   cell: ICellMarker,
   index: number,
@@ -137,6 +174,125 @@ export function placeMarkers(
   return places;
 }
 
+/**
+ * The points of one line as an SVG polyline: each value held until the next
+ * (samples come only when a figure changed), with at most three points per
+ * pixel column (held, the column's largest value, its last: a peak never
+ * disappears) and none where nothing changed.
+ */
+export function stepLine(
+  points: readonly ITrendPoint[],
+  key: TrendLine,
+  x: (time: number) => number,
+  y: (bytes: number) => number,
+  width: number
+): string {
+  const parts: string[] = [];
+  const at = (px: number, bytes: number) =>
+    parts.push(`${px},${y(bytes).toFixed(1)}`);
+  let held: number | null = null;
+  let column = -1;
+  let columnMax = 0;
+  let columnLast = 0;
+  const close = () => {
+    if (column < 0 || (columnMax === held && columnLast === held)) {
+      return; // flat: the line goes on straight
+    }
+    if (held !== null) {
+      at(column, held);
+    }
+    at(column, columnMax);
+    if (columnLast !== columnMax) {
+      at(column, columnLast);
+    }
+    held = columnLast;
+  };
+  for (const p of points) {
+    const value = p[key];
+    if (value === null || value === undefined) {
+      continue;
+    }
+    const px = Math.min(width, Math.max(0, Math.round(x(p.time))));
+    if (px !== column) {
+      close();
+      column = px;
+      columnMax = value;
+    } else {
+      columnMax = Math.max(columnMax, value);
+    }
+    columnLast = value;
+  }
+  close();
+  if (held !== null) {
+    at(width, held);
+  }
+  return parts.join(' ');
+}
+
+interface IMarkerLabelsProps {
+  cells: readonly ICellMarker[];
+  device: number;
+  /** Time the labels are placed from (see TrendChart). */
+  origin: number;
+  span: number;
+  units: Units;
+  trans: TranslationBundle;
+  onGoTo?: (executionCount: number) => void;
+}
+
+/**
+ * The `[N]` buttons of the cells since `origin`, at fixed places from it: they
+ * change only when a cell arrives or `origin` moves (once a window length),
+ * not with every sample.
+ */
+function MarkerLabelsView(props: IMarkerLabelsProps): JSX.Element {
+  const { cells, device, origin, span, units, trans, onGoTo } = props;
+  const markers = placeMarkers(cells, device, origin, span);
+  return (
+    <>
+      {markers.map(m => {
+        const n = m.cell.execution_count;
+        if (n === null) {
+          return null;
+        }
+        return (
+          <button
+            key={`${m.cell.time}-${n}`}
+            type="button"
+            className={
+              m.labelled
+                ? 'jp-GpuMem-markerLabel'
+                : 'jp-GpuMem-markerLabel jp-mod-unlabelled'
+            }
+            style={{
+              left: `${(((m.cell.time - origin) / span) * 100).toFixed(3)}%`
+            }}
+            data-cell={n}
+            title={cachedTooltip(m.cell, device, units, trans)}
+            aria-label={trans.__('Go to cell [%1]', n)}
+            onClick={() => onGoTo?.(n)}
+          >
+            {m.labelled ? `[${n}]` : ''}
+          </button>
+        );
+      })}
+    </>
+  );
+}
+
+/** The latest `onGoTo` is used by the buttons; a new arrow is no change. */
+const MarkerLabels = React.memo(
+  MarkerLabelsView,
+  (a, b) =>
+    a.cells === b.cells &&
+    a.device === b.device &&
+    a.origin === b.origin &&
+    a.span === b.span &&
+    a.units === b.units &&
+    a.trans === b.trans &&
+    (a.onGoTo === undefined) === (b.onGoTo === undefined)
+);
+
 export function TrendChart(props: {
   device: IDevice;
   points: readonly ITrendPoint[];
@@ -174,28 +330,11 @@ export function TrendChart(props: {
   const x = (time: number) => ((time - start) / span) * TREND_WIDTH;
   const y = (bytes: number) =>
     TREND_HEIGHT - (bytes / top) * (TREND_HEIGHT - 2) - 1;
-  const path = (key: TrendLine) => {
-    // Samples come only when a figure changed: hold each value until the next.
-    const parts: string[] = [];
-    let previous: number | null = null;
-    for (const p of points) {
-      const value = p[key];
-      if (value === null || value === undefined) {
-        continue;
-      }
-      const px = Math.max(0, x(p.time)).toFixed(1);
-      if (previous !== null) {
-        parts.push(`${px},${y(previous).toFixed(1)}`);
-      }
-      parts.push(`${px},${y(value).toFixed(1)}`);
-      previous = value;
-    }
-    if (previous !== null) {
-      parts.push(`${TREND_WIDTH},${y(previous).toFixed(1)}`);
-    }
-    return parts.join(' ');
-  };
+  const path = (key: TrendLine) => stepLine(points, key, x, y, TREND_WIDTH);
   const markers = placeMarkers(cells, device.index, start, span);
+  // Labels are placed from a time that moves once a window length, not with
+  // every sample (see the marker strip below).
+  const origin = Math.floor(start / span) * span;
   const last = points[points.length - 1];
   return (
     <figure className="jp-GpuMem-trend">
@@ -230,50 +369,43 @@ export function TrendChart(props: {
                 points={path(line)}
               />
             ))}
-          {markers.map((m, i) => (
-            <g key={`${m.cell.time}-${i}`} className="jp-GpuMem-cellMarker">
-              <title>{cellTooltip(m.cell, device.index, units, trans)}</title>
-              <line
+          {(['ok', 'failed'] as const).map(kind => {
+            const d = markers
+              .filter(m => m.cell.failed === (kind === 'failed'))
+              .map(m => `M${(m.x * TREND_WIDTH).toFixed(1)} 0V${TREND_HEIGHT}`)
+              .join('');
+            return d ? (
+              <path
+                key={kind}
                 className={
-                  m.cell.failed
+                  kind === 'failed'
                     ? 'jp-GpuMem-cellLine jp-mod-failed'
                     : 'jp-GpuMem-cellLine'
                 }
-                x1={m.x * TREND_WIDTH}
-                x2={m.x * TREND_WIDTH}
-                y1={0}
-                y2={TREND_HEIGHT}
+                d={d}
               />
-            </g>
-          ))}
-        </svg>
-        <div className="jp-GpuMem-markerLabels">
-          {markers.map((m, i) => {
-            const n = m.cell.execution_count;
-            if (n === null) {
-              return null;
-            }
-            return (
-              <button
-                key={`${m.cell.time}-${i}`}
-                type="button"
-                className={
-                  m.labelled
-                    ? 'jp-GpuMem-markerLabel'
-                    : 'jp-GpuMem-markerLabel jp-mod-unlabelled'
-                }
-                style={{ left: `${(m.x * 100).toFixed(2)}%` }}
-                data-cell={n}
-                title={`${cellTooltip(m.cell, device.index, units, trans)}\n${trans.__(
-                  'Click: go to the cell'
-                )}`}
-                aria-label={trans.__('Go to cell [%1]', n)}
-                onClick={() => onGoTo?.(n)}
-              >
-                {m.labelled ? `[${n}]` : ''}
-              </button>
-            );
+            ) : null;
           })}
+        </svg>
+        <div className="jp-GpuMem-markerWindow">
+          <div
+            className="jp-GpuMem-markerLabels"
+            // The labels sit at fixed places from `origin`; as the window
+            // slides only this one transform changes, not each label.
+            style={{
+              transform: `translateX(${(-((start - origin) / span) * 100).toFixed(3)}%)`
+            }}
+          >
+            <MarkerLabels
+              cells={cells}
+              device={device.index}
+              origin={origin}
+              span={span}
+              units={units}
+              trans={trans}
+              onGoTo={onGoTo}
+            />
+          </div>
         </div>
       </div>
       <figcaption className="jp-GpuMem-trendAxis">
