@@ -488,6 +488,23 @@ describe('GpuMemModel', () => {
     expect(model.state.status.kind).toBe('ok');
   });
 
+  it('asks again when a cell (%load_ext) ended while its hello waited', async () => {
+    const { model, kernel } = setup();
+    model.setVisible(true);
+    await flush(200);
+    expect(kernel.requests('hello')).toHaveLength(1);
+    // The user's %load_ext runs and ends before the first hello times out.
+    kernel.iopubStatus('busy');
+    kernel.iopubStatus('idle');
+    expect(kernel.requests('hello')).toHaveLength(1);
+    await flush(1400);
+    expect(model.state.status.kind).toBe('not_loaded');
+    expect(kernel.requests('hello')).toHaveLength(2);
+    kernel.last('hello').reply(okReply('hello', helloResult()));
+    await flush();
+    expect(model.state.status.kind).toBe('ok');
+  });
+
   it('attaches with %load_ext when idle, then greets again', async () => {
     const { model, kernel } = setup();
     model.setVisible(true);

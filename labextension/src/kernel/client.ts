@@ -679,6 +679,10 @@ export class GpuMemClient implements IDisposable {
       // The user may have run %load_ext themselves.
       if (this._state.status.kind === 'not_loaded' && this._visible) {
         void this._hello(true);
+      } else if (this._helloGeneration === this._generation) {
+        // A cell ended while a hello waits: it may have loaded the extension
+        // after the kernel got that hello; ask again if it times out.
+        this._helloAfterCell = true;
       }
     }
   }
@@ -733,6 +737,7 @@ export class GpuMemClient implements IDisposable {
       return;
     }
     this._helloGeneration = generation;
+    this._helloAfterCell = false;
     this._dispatch({ type: 'hello_sent', quiet });
     let outcome: RequestOutcome;
     try {
@@ -757,6 +762,9 @@ export class GpuMemClient implements IDisposable {
     if (outcome.kind === 'timeout') {
       if (kernel.status === 'idle' || kernel.status === 'busy') {
         this._dispatch({ type: 'hello_timeout' });
+        if (this._helloAfterCell && this._visible) {
+          void this._hello(true);
+        }
       } else {
         // Still starting: ask again once it is idle.
         this._needHello = true;
@@ -1102,6 +1110,8 @@ export class GpuMemClient implements IDisposable {
   private _readingDue = new Set<ReadingView>(READING_VIEWS);
   /** The generation each reading in flight was sent for. */
   private _readingInFlight = new Map<ReadingView, number>();
+  /** A cell ended while a hello was waiting for its reply. */
+  private _helloAfterCell = false;
   private _isDisposed = false;
 }
 
