@@ -73,6 +73,7 @@ README_SHOTS := tab-overview tab-overview-dark tab-history tab-history-dark tab-
 screenshots: ui-test
 	mkdir -p docs/panel
 	for s in $(README_SHOTS); do cp ui-tests/screenshots/$$s.png docs/panel/$$s.png; done
+	cp ui-tests/screenshots/replay-allocated.png docs/panel.png
 
 test: lint ts-test pytest ui-test
 

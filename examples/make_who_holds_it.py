@@ -1,4 +1,8 @@
-"""Writes examples/who_holds_it.ipynb (kept as code so that it stays reviewable)."""
+"""Writes examples/who_holds_it.ipynb (kept as code so that it stays reviewable).
+
+The committed notebook holds the outputs of a run on an H200 (torch 2.11, CUDA 13):
+``jupyter-gpumem run examples/who_holds_it.ipynb --output examples/who_holds_it.ipynb``
+after writing it with this script. The README quotes them."""
 
 import nbformat as nbf
 
