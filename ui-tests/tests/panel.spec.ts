@@ -26,6 +26,7 @@ import {
   runCell,
   runCellAndWait,
   screenshot,
+  setTheme as setLabTheme,
   statusLine,
   TOKEN,
   waitForKernelIdle,
@@ -461,19 +462,9 @@ function figureTests(allocator: IAllocator): void {
   });
 }
 
-/** Switch JupyterLab's theme. */
+/** Switch JupyterLab's theme (the page of these tests). */
 async function setTheme(theme: 'JupyterLab Light' | 'JupyterLab Dark') {
-  await page.evaluate(
-    (name: string) =>
-      (window as any).jupyterapp.commands.execute('apputils:change-theme', {
-        theme: name
-      }),
-    theme
-  );
-  await expect(page.locator('body')).toHaveAttribute(
-    'data-jp-theme-light',
-    theme === 'JupyterLab Light' ? 'true' : 'false'
-  );
+  await setLabTheme(page, theme);
 }
 
 /**

@@ -362,45 +362,37 @@ export function HistoryView(
             </p>
           );
         }
+        const section = (device: number | null, rows: IHistoryRow[]) => (
+          <section
+            key={device ?? 'none'}
+            className="jp-GpuMem-historyDevice"
+            data-device={device ?? 'none'}
+          >
+            <h3 className="jp-GpuMem-deviceTitle">
+              <span>
+                {device === null
+                  ? trans.__('No GPU memory change')
+                  : deviceLabel(device, trans)}
+              </span>
+            </h3>
+            <HistoryTable
+              rows={rows}
+              device={device}
+              sort={props.sort}
+              onSort={props.onSort}
+              onGoTo={n => void model.scrollToCell(n)}
+              units={units}
+              trans={trans}
+            />
+          </section>
+        );
         const bare = historyRows(data.cells, null);
         return (
           <>
-            {historyDevices(data.cells).map(device => (
-              <section
-                key={device}
-                className="jp-GpuMem-historyDevice"
-                data-device={device}
-              >
-                <h3 className="jp-GpuMem-deviceTitle">
-                  <span>{deviceLabel(device, trans)}</span>
-                </h3>
-                <HistoryTable
-                  rows={historyRows(data.cells, device)}
-                  device={device}
-                  sort={props.sort}
-                  onSort={props.onSort}
-                  onGoTo={n => void model.scrollToCell(n)}
-                  units={units}
-                  trans={trans}
-                />
-              </section>
-            ))}
-            {bare.length > 0 && (
-              <section className="jp-GpuMem-historyDevice" data-device="none">
-                <h3 className="jp-GpuMem-deviceTitle">
-                  <span>{trans.__('No GPU memory change')}</span>
-                </h3>
-                <HistoryTable
-                  rows={bare}
-                  device={null}
-                  sort={props.sort}
-                  onSort={props.onSort}
-                  onGoTo={n => void model.scrollToCell(n)}
-                  units={units}
-                  trans={trans}
-                />
-              </section>
+            {historyDevices(data.cells).map(device =>
+              section(device, historyRows(data.cells, device))
             )}
+            {bare.length > 0 && section(null, bare)}
           </>
         );
       }}
