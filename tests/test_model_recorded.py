@@ -197,3 +197,24 @@ def test_outside_pytorch_takes_both_ends_from_one_source():
     assert row2.note.endswith("this process (NVML)")
     d2 = r2.device(0)
     assert row2.value.endswith(f"({format_delta(d2.outside_torch_delta)})")
+
+
+def test_replay_peak_is_never_below_the_start_of_the_cell():
+    """The test-only replay moves through its frames with time: a cell whose start reading
+    and peak reset fall in two frames must still have its peak at or above what was
+    allocated at its start, as a real allocator's (every start frame, every next frame)."""
+    from jupyter_gpumem.collectors._replay import ReplayBackend
+    from tests.fakes import FIXTURES
+
+    t = [0.0]
+    backend = ReplayBackend(str(FIXTURES), clock=lambda: t[0])
+    frames = len(backend.timeline)
+    for i in range(frames):
+        tracker = CellTracker(Collector(backend))
+        t[0] = i * backend.period
+        tracker.begin()
+        t[0] = (i + 1) * backend.period  # the reset reads the next frame
+        backend.reset_peaks()
+        for d in tracker.end().devices:
+            if d.peak_allocated is not None and d.before.allocator is not None:
+                assert d.peak_allocated >= d.before.allocator.allocated

@@ -66,6 +66,9 @@ class ReplayBackend:
         self._t0 = clock()
         self._freed: dict[int, int] = {}  # reserved bytes dropped by simulated empty_cache
         self._peak_floor: dict[int, tuple[int, int]] = {}  # after reset_peak
+        # what the last reading said: a peak reset floors at it, as a real allocator's
+        # peak is never below what was allocated when the counter was reset
+        self._last: dict[int, tuple[int, int]] = {}
         self._caching = True
         self._fraction: dict[int, float] = {}
 
@@ -81,6 +84,7 @@ class ReplayBackend:
             if a is not None:
                 freed = min(self._freed.get(d.index, 0), a.reserved - a.allocated)
                 pa, pr = self._peak_floor.get(d.index, (a.peak_allocated, a.peak_reserved))
+                self._last[d.index] = (a.allocated, a.reserved - freed)
                 a = _replace_stats(
                     a,
                     reserved=a.reserved - freed,
@@ -117,9 +121,14 @@ class ReplayBackend:
         return len(self._frame()["devices"])
 
     def reset_peaks(self, devices: list[int] | None = None) -> None:
+        last = dict(self._last)  # the reading before this reset (the replay moves on)
         for d in self.read().devices:
             if d.allocator is not None and (devices is None or d.index in devices):
-                self._peak_floor[d.index] = (d.allocator.allocated, d.allocator.reserved)
+                la, lr = last.get(d.index, (0, 0))
+                self._peak_floor[d.index] = (
+                    max(d.allocator.allocated, la),
+                    max(d.allocator.reserved, lr),
+                )
 
     def attach_oom_observer(self, callback: Any) -> None:
         return None
