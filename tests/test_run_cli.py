@@ -40,8 +40,11 @@ def notebook(path: Path, *cells: tuple[str, list[str]] | str) -> Path:
     return path
 
 
-def run(*args: str | Path, replay: bool = True, module: bool = False, cwd: Path | None = None):
+def run(*args: str | Path, replay: bool = True, module: bool = False, cwd: Path | None = None,
+        jupyter_path: Path | None = None):  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != "JUPYTER_GPUMEM_REPLAY"}
+    if jupyter_path is not None:
+        env["JUPYTER_PATH"] = str(jupyter_path)
     if replay:
         env["JUPYTER_GPUMEM_REPLAY"] = str(FIXTURES)
     cmd = [sys.executable, "-m", "jupyter_gpumem"] if module else [str(SCRIPT)]
@@ -274,6 +277,23 @@ def test_kernel_death_and_timeout(tmp_path):
     p = run("run", nb, "--timeout", "2", "--allow-errors", "-q")  # a timeout always stops
     assert p.returncode == 2, p.stderr
     assert "ran longer than --timeout 2 s (interrupted)" in p.stderr
+
+
+def test_a_kernel_that_fails_to_start_is_exit_2_with_its_last_words(tmp_path):
+    """The kernel's stderr goes to a log, not to the tool's output (ipykernel prints
+    warnings and, when it shuts down with a message on its way, tracebacks); its last
+    lines are shown when it fails to start."""
+    spec = tmp_path / "kernels" / "broken"
+    spec.mkdir(parents=True)
+    argv = [sys.executable, "-c",
+            "import sys; sys.stderr.write('boom: no such module xyz\\n'); sys.exit(3)"]  # fmt: skip
+    (spec / "kernel.json").write_text(json.dumps(
+        {"argv": argv, "display_name": "broken", "language": "python"}))  # fmt: skip
+    nb = notebook(tmp_path / "nb.ipynb", "x = 1")
+    p = run("run", nb, "--kernel", "broken", "-q", jupyter_path=tmp_path)
+    assert p.returncode == 2, p.stderr
+    assert "did not start" in p.stderr or "died" in p.stderr, p.stderr
+    assert "boom: no such module xyz" in p.stderr
 
 
 def test_usage_errors_write_nothing_and_start_no_kernel(tmp_path):

@@ -14,8 +14,10 @@ device 0 through the protocol's ``set_limit``.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import queue
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -288,8 +290,12 @@ class Runner:
             log=_silent_logger(),
             on_cell_executed=self._on_executed,
         )
+        # The kernel's own stderr (ipykernel's warnings, its tracebacks when it shuts down
+        # while a message is on its way) goes to a file, not to this tool's output; its
+        # last lines are shown when the kernel fails to start or dies.
+        self._kernel_log = tempfile.TemporaryFile()
         try:
-            async with self.client.async_setup_kernel():
+            async with self.client.async_setup_kernel(stderr=self._kernel_log):
                 info = await self.client.async_wait_for_reply(self.client.kc.kernel_info())
                 if info is not None and "language_info" in info["content"]:
                     self.nb.metadata["language_info"] = info["content"]["language_info"]
@@ -306,7 +312,7 @@ class Runner:
             ) from None
         except DeadKernelError:
             self._interrupted("DeadKernelError", "the kernel died")
-            result.stopped = "the kernel died" + self._where()
+            result.stopped = "the kernel died" + self._where() + self._last_words()
         except CellTimeoutError:
             self._interrupted(TIMEOUT, f"ran longer than {self.timeout} s")
             result.stopped = f"a cell ran longer than --timeout {self.timeout} s" + self._where()
@@ -314,11 +320,18 @@ class Runner:
             raise
         except RuntimeError as e:  # kernel start-up failures surface as RuntimeError
             if self._current is None and not any(c.status != "not_run" for c in self.cells):
-                raise RunError(f"the kernel {self.kernel!r} did not start: {e}") from None
+                raise RunError(
+                    f"the kernel {self.kernel!r} did not start: {e}{self._last_words()}"
+                ) from None
             self._interrupted(type(e).__name__, str(e))
             result.stopped = f"the kernel failed: {e}" + self._where()
         finally:
             result.duration = time.monotonic() - t0
+            self._kernel_log.close()
+            # nbclient cleans its kernel up at exit too; after a failed start that handler
+            # fails with a traceback of its own (nbclient 0.10: `assert self.km`). The
+            # context manager above already shut the kernel down.
+            atexit.unregister(self.client._cleanup_kernel)
         for c in self.cells:
             if c.status == "not_run":
                 nb_cell = self.nb.cells[c.index]
@@ -327,6 +340,22 @@ class Runner:
         return result
 
     _current: CellRun | None = None
+    _kernel_log: Any = None
+
+    def _last_words(self) -> str:
+        """The last lines the kernel wrote to its stderr, for a failure message."""
+        log = self._kernel_log
+        if log is None or log.closed:
+            return ""
+        try:
+            log.flush()
+            size = log.seek(0, 2)
+            log.seek(max(0, size - 2000))
+            text = log.read().decode("utf-8", "replace").strip()
+        except (OSError, ValueError):
+            return ""
+        lines = [ln for ln in text.splitlines() if ln.strip()][-8:]
+        return "; the kernel's last output:\n  " + "\n  ".join(lines) if lines else ""
 
     def _interrupted(self, ename: str, evalue: str) -> None:
         """The cell that was running when the run broke off ran, and did not end well."""
