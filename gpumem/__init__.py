@@ -2,8 +2,10 @@
 
 from jupyter_gpumem import (  # noqa: F401
     __version__,
+    breakdown,
     history,
     load_ipython_extension,
+    scan,
     unload_ipython_extension,
     who,
 )

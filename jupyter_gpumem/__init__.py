@@ -61,6 +61,103 @@ def who(device: int | None = None, by: str = "variable", n: int | None = None) -
     return pd.DataFrame.from_records(records, columns=columns)
 
 
+def breakdown() -> Any:
+    """What the peak of the last ``%%gpumem --breakdown`` cell was made of, as a pandas
+    DataFrame (one row per device and category: ``device, category, bytes, blocks, share,
+    phase, peak``), or the list of :class:`~jupyter_gpumem.model.Breakdown` records when
+    pandas is not installed."""
+    from ._ipython import current
+
+    session = current()
+    if session is None:
+        raise RuntimeError("the gpumem extension is not loaded: run %load_ext jupyter_gpumem")
+    report = session.last_breakdown
+    if report is None:
+        raise RuntimeError("no breakdown yet: run a cell with %%gpumem --breakdown")
+    items = list(report.breakdowns)
+    try:
+        import pandas as pd
+    except ImportError:
+        return items
+    records = [
+        {
+            "device": b.device,
+            "category": c.category,
+            "bytes": c.bytes,
+            "blocks": c.blocks,
+            "share": c.bytes / b.peak if b.peak else 0.0,
+            "phase": b.phase,
+            "peak": b.peak,
+        }
+        for b in items
+        for c in b.categories
+    ]
+    return pd.DataFrame.from_records(records)
+
+
+def scan(
+    fn: Any,
+    values: Any,
+    fit_in: str | None = None,
+    verify: bool = True,
+    device: int | None = None,
+    name: str = "value",
+) -> Any:
+    """The largest value that fits, as ``%%gpumem --scan`` finds it, for a function:
+    ``fn(value)`` runs once per value (its result is dropped), the peaks are fitted, the
+    largest value within ``fit_in`` (a size like ``"24GiB"`` or a GPU like ``"T4"``;
+    default: what this GPU has free now) is predicted and, unless ``verify=False``, run
+    under that cap. Returns a :class:`~jupyter_gpumem.model.ScanResult`, which shows
+    itself as the report in a notebook."""
+    import math
+    import sys
+
+    from .analysis.targets import parse_target
+    from .scanner import Scanner, ScanStopped
+
+    vals = list(values)
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+        raise ValueError(f"values must be numbers, got {vals!r}"[:200])
+    if not all(math.isfinite(v) and v > 0 for v in vals):
+        raise ValueError("values must be positive, finite numbers")
+    if len(set(vals)) < 2:
+        raise ValueError("two different values at least are needed (three show curvature)")
+    target = parse_target(fit_in) if fit_in is not None else None
+    t = sys.modules.get("torch")
+    v = getattr(t, "version", None)
+    if t is None or not (getattr(v, "cuda", None) or getattr(v, "hip", None)):
+        why = "torch is not imported" if t is None else f"torch {t.__version__} is CPU-only"
+        raise RuntimeError(f"scan needs torch with a CUDA GPU: {why}")
+    from ._ipython import current
+
+    session = current()
+    from .collectors import Collector
+
+    collector = session.collector if session is not None else Collector()
+    integer = all(isinstance(x, int) for x in vals)
+
+    def run(value: float) -> BaseException | None:
+        try:
+            fn(int(value) if integer else value)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:
+            return e
+        return None
+
+    try:
+        result = Scanner(collector, run, lambda: None, device).scan(
+            name, vals, target, verify, integer
+        )
+    except ScanStopped as stop:
+        if stop.error is not None:
+            raise stop.error from None
+        raise RuntimeError(f"scan stopped: {stop}") from None
+    if session is not None:
+        session.scans = [*session.scans[-19:], result]
+    return result
+
+
 def _jupyter_server_extension_points() -> list[dict[str, str]]:
     return [{"module": "jupyter_gpumem"}]
 
@@ -77,8 +174,10 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
 
 __all__ = [
     "__version__",
+    "breakdown",
     "history",
     "load_ipython_extension",
+    "scan",
     "unload_ipython_extension",
     "who",
 ]

@@ -112,6 +112,17 @@ def reset_peak(c: Collector, device: int | None = None) -> Measurement:
     return c.measure()
 
 
+def fraction_for(nbytes: int, total: int) -> float:
+    """The fraction whose cap is exactly ``nbytes``: the allocator takes
+    ``size_t(fraction * total)``, and ``nbytes / total`` can land one byte short."""
+    import math
+
+    fraction = nbytes / total
+    while int(fraction * total) < nbytes and fraction < 1.0:
+        fraction = math.nextafter(fraction, 2.0)
+    return min(fraction, 1.0)
+
+
 def set_limit(
     c: Collector, device: int, *, fraction: float | None = None, nbytes: int | None = None
 ) -> LimitResult:
@@ -130,7 +141,7 @@ def set_limit(
             raise ActionRefused(
                 f"a cap of {fb(nbytes)} is more than device {device} has ({fb(total)})"
             )
-        fraction = nbytes / total
+        fraction = fraction_for(nbytes, total)
     if fraction is not None and not 0.0 < fraction <= 1.0:
         raise ActionRefused(f"a fraction must be in (0, 1], got {fraction}")
     c.backend.set_limit(device, 1.0 if fraction is None else fraction)

@@ -57,6 +57,9 @@ def parse_size(text: str) -> int:
             "e.g. 24GiB)"
         )
     value = float(m.group(1)) * _UNITS[unit]
+    if not value < 1 << 64:  # also inf, from a number too long for a float
+        raise ValueError(f"size too large: {text[:40]!r}{'…' if len(text) > 40 else ''} "
+                         "(at most 16 EiB; e.g. 24GiB)")  # fmt: skip
     if value < 1:
         raise ValueError(f"size must be at least one byte: {text!r}")
     return int(value)

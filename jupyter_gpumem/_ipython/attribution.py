@@ -14,8 +14,10 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..actions import ActionRefused
+from ..analysis.breakdown import breakdowns_from_raw
 from ..analysis.cell_sites import cell_attribution, live_blocks_by_device
-from ..analysis.postmortem import explain_oom
+from ..analysis.postmortem import Need, bound_names, explain_oom
+from ..analysis.scan_hint import scan_knowledge
 from ..analysis.segments import SegmentMap, segment_map
 from ..analysis.sites import SiteResolver
 from ..analysis.timeline import build_timeline
@@ -23,11 +25,14 @@ from ..analysis.who import DeviceHoldings, holdings
 from ..collectors._host import process_name
 from ..collectors._namespace import Limits, NamespaceWalker, Root, TorchTensors
 from ..collectors._snapshot import Recording, Trace, cuda_ready, read_snapshot
+from ..collectors._step import StepRecorder
 from ..model import (
     AllocatorSnapshot,
     CellReport,
     CellTrace,
+    OomEvent,
     PostMortem,
+    ScanResult,
     TracebackHolding,
     TracebackHoldings,
     WhoReport,
@@ -36,6 +41,8 @@ from ..tracker import with_hints
 from .cells import IPythonCells, namespace_roots, release_traceback, traceback_roots
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from ..collectors import Collector
 
 By = Literal["variable", "line", "cell"]
@@ -77,6 +84,8 @@ class Attributor:
         # cell "made" are those not in it (re-running a cell's code reuses its file name).
         self._known: dict[int, dict[int, int]] | None = None
         self.last_postmortems: tuple[PostMortem, ...] = ()
+        # the session's scans (ScanResults), newest last: what a failed cell needs
+        self.scans: Callable[[], Sequence[ScanResult]] = lambda: ()
 
     # -- tracking ------------------------------------------------------------------------
     @property
@@ -267,7 +276,7 @@ class Attributor:
         return {d.index: d.allocator.allocated for d in m.devices if d.allocator is not None}
 
     # -- %%gpumem --trace -------------------------------------------------------------------
-    def start_trace(self, entries: int) -> Trace | str:
+    def start_trace(self, entries: int, stacks: bool = True) -> Trace | str:
         """Start recording the allocator's full history; a sentence when it can't."""
         t = _torch()
         if t is None:
@@ -275,21 +284,39 @@ class Attributor:
         why = self.recording.supported(t)
         if why is not None:
             return why
-        trace = Trace(self.recording, entries)
+        trace = Trace(self.recording, entries, stacks)
         trace.start(t)
         return trace
 
-    def finish_trace(
-        self, trace: Trace | str | None, report: CellReport, save: str | None
-    ) -> CellReport:
+    def stop_trace(self, trace: Trace | str | None) -> tuple[dict[str, Any] | None, float, str]:
+        """(the raw snapshot with the cell's trace, milliseconds it took, why none)."""
         if not isinstance(trace, Trace):
-            return replace(report, trace=CellTrace((), note=trace or "the trace did not start"))
+            return None, 0.0, trace or "the trace did not start"
         t = _torch()
         start = time.perf_counter()
         raw = trace.stop(t)
         snapshot_ms = (time.perf_counter() - start) * 1000
         if raw is None:
-            return replace(report, trace=CellTrace((), note="CUDA never started in this cell"))
+            return None, snapshot_ms, "CUDA never started in this cell"
+        return raw, snapshot_ms, ""
+
+    def finish_trace(
+        self, trace: Trace | str | None, report: CellReport, save: str | None
+    ) -> CellReport:
+        raw, snapshot_ms, note = self.stop_trace(trace)
+        return self.trace_report(raw, snapshot_ms, note, report, save, trace)
+
+    def trace_report(
+        self,
+        raw: dict[str, Any] | None,
+        snapshot_ms: float,
+        note: str,
+        report: CellReport,
+        save: str | None,
+        trace: Any,
+    ) -> CellReport:
+        if raw is None:
+            return replace(report, trace=CellTrace((), note=note))
         count = report.execution_count
         files = self.cells.files_of(count) if count is not None else frozenset()
         timelines = []
@@ -311,9 +338,70 @@ class Attributor:
         note = "" if timelines else "the cell allocated nothing on a GPU"
         return replace(report, trace=CellTrace(tuple(timelines), saved, size, note))
 
+    # -- %%gpumem --breakdown -----------------------------------------------------------------
+    def start_breakdown(self) -> StepRecorder | str:
+        """Install the hooks of a breakdown; a sentence when it can't run here."""
+        t = _torch()
+        if t is None:
+            return "--breakdown needs torch and a CUDA GPU: torch is not imported in this kernel"
+        if not cuda_build(t):
+            return f"--breakdown needs a CUDA GPU: torch {t.__version__} is a CPU-only build"
+        recorder = StepRecorder(t, self._modules_in_namespace)
+        snap = read_snapshot(t) if cuda_ready(t) else None
+        if snap is not None:  # where each block is when the cell begins: sizes are replayed
+            recorder.record.begin_segments = [
+                {
+                    "device": seg.get("device", 0),
+                    "address": seg["address"],
+                    "total_size": seg["total_size"],
+                    "blocks": [
+                        {"address": b["address"], "size": b["size"], "state": b["state"]}
+                        for b in seg.get("blocks", ())
+                    ],
+                }
+                for seg in snap.segments
+            ]
+        recorder.start()
+        return recorder
+
+    def _modules_in_namespace(self) -> list[tuple[str, Any]]:
+        """The user's modules and optimizers, by name (one level: ``model``, ``opt``)."""
+        t = _torch()
+        if t is None:
+            return []
+        kinds = (t.nn.Module, t.optim.Optimizer)
+        hidden = getattr(self.shell, "user_ns_hidden", {}) or {}
+        return [
+            (k, v)
+            for k, v in list(self.shell.user_ns.items())
+            if isinstance(v, kinds) and k not in hidden and not k.startswith("_")
+        ]
+
+    def finish_breakdown(
+        self,
+        recorder: StepRecorder | str | None,
+        raw: dict[str, Any] | None,
+        note: str,
+        report: CellReport,
+    ) -> CellReport:
+        if not isinstance(recorder, StepRecorder):
+            return replace(report, breakdown_note=recorder or "the breakdown did not start")
+        record = recorder.stop()
+        if raw is None:
+            return replace(report, breakdown_note=f"no breakdown: {note}")
+        breakdowns = breakdowns_from_raw(raw, record, report)
+        if not breakdowns:
+            why = "the cell allocated nothing on a GPU"
+            return replace(report, breakdown_note=why)
+        return replace(report, breakdowns=breakdowns, breakdown_note="")
+
     # -- after each measured cell -----------------------------------------------------------
     def enrich(
-        self, report: CellReport, error: BaseException | None, hints: bool = True
+        self,
+        report: CellReport,
+        error: BaseException | None,
+        hints: bool = True,
+        code: str = "",
     ) -> CellReport:
         """Add per-cell attribution (tracking on and memory kept), the OOM post-mortem and
         the traceback's holdings (the cell failed). Costs nothing for other cells."""
@@ -339,7 +427,7 @@ class Attributor:
             )
             self._known = live_blocks_by_device(snap)
         if oom:
-            changes["postmortems"] = self._postmortems(report, snap)
+            changes["postmortems"] = self._postmortems(report, snap, code)
             self.last_postmortems = changes["postmortems"]
         if report.failed:
             changes["traceback"] = self.traceback_holdings(snap)
@@ -348,11 +436,14 @@ class Attributor:
         new = replace(report, **changes)
         return with_hints(new) if hints else new
 
-    def _postmortems(self, report: CellReport, snap: AllocatorSnapshot) -> tuple[PostMortem, ...]:
+    def _postmortems(
+        self, report: CellReport, snap: AllocatorSnapshot, code: str = ""
+    ) -> tuple[PostMortem, ...]:
         events = {o.device: o for o in report.ooms}  # the last one per device
         if not events:
             return ()
         held = self.read(sorted(events), snapshot=snap)
+        python = self._python(code)
         out = []
         for device, event in sorted(events.items()):
             after = report.after.device(device)
@@ -365,9 +456,32 @@ class Attributor:
                 held.get(device),
                 self._other_processes(device),
                 snap.settings,
+                need=self._need(report, device, event, python),
             )
             out.append(replace(pm, execution_count=report.execution_count, time=report.after.time))
         return tuple(out)
+
+    def _python(self, raw: str) -> str:
+        """The cell as Python (IPython's transforms: magics become calls)."""
+        if not raw:
+            return ""
+        try:
+            return str(self.shell.transform_cell(raw))
+        except Exception:
+            return raw
+
+    def _need(self, report: CellReport, device: int, event: OomEvent, code: str) -> Need:
+        """What the failed cell needs: what it had allocated above its start plus the
+        failed request; the whole need when a scan of this cell knows it."""
+        d = report.device(device)
+        above = d.peak_above_start if d is not None and d.peak_above_start is not None else 0
+        so_far = max(0, above) + event.requested
+        total = d.after.total if d is not None else None
+        cap = event.allowed if total is not None and event.allowed < total else None
+        full, hint = scan_knowledge(code, device, self.shell.user_ns, self.scans(), cap)
+        if full is not None:
+            full = max(full, so_far)
+        return Need(so_far=so_far, full=full, bound=bound_names(code), hint=hint)
 
     def _other_processes(self, device: int) -> list[tuple[int, str, int]]:
         nvml = getattr(self.collector.backend, "nvml", None)

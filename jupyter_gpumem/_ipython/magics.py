@@ -51,12 +51,92 @@ def _cell_parser() -> MagicArgumentParser:
     )
     p.add_argument("--trace", action="store_true",
                    help="record every allocation of this cell and draw its timeline")  # fmt: skip
-    p.add_argument("--entries", type=_entries, default=20_000,
-                   help="trace entries kept per device (100..10000000, default 20000)")  # fmt: skip
+    p.add_argument("--entries", type=_entries, default=None,
+                   help="trace entries kept per device (100..10000000; default 20000, "
+                   "1000000 with --breakdown alone)")  # fmt: skip
     p.add_argument("--save", metavar="PATH",
                    help="write the trace as a snapshot file PyTorch's memory_viz opens "
                    "(implies --trace; never overwrites)")  # fmt: skip
+    p.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="what the peak is made of: parameters, gradients, optimizer state, "
+        "activations, temporaries, kept from before; the phase and the modules",
+    )
+    p.add_argument(
+        "--scan",
+        metavar="NAME=V1,V2,V3",
+        type=_scan_spec,
+        help="run the cell once per value with NAME bound to it, fit the peak, predict and "
+        "verify the largest value that fits",
+    )
+    p.add_argument(
+        "--fit-in",
+        metavar="SIZE|GPU",
+        type=_target,
+        help="with --scan: the memory to fit in, a size (24GiB) or a GPU (T4, L4, A10G, "
+        "RTX4090, A100-40GB, A100-80GB, H100, H200); default: what this GPU has free now",
+    )
+    p.add_argument(
+        "--no-verify",
+        dest="verify",
+        action="store_false",
+        help="with --scan: predict only, no run under the cap",
+    )
     return p
+
+
+BREAKDOWN_ENTRIES = 1_000_000
+MAX_SCAN_VALUES = 8
+
+
+def _scan_spec(text: str) -> tuple[str, tuple[float, ...], bool]:
+    import math
+
+    from .scan_runs import check_name
+
+    name, sep, rest = text.partition("=")
+    name = name.strip()
+    if not sep:
+        raise UsageError(f"--scan needs NAME=V1,V2,V3 (e.g. batch=16,32,64), got {text!r}")
+    why = check_name(name)
+    if why is not None:
+        raise UsageError(f"--scan: {why}")
+    if not rest.strip():
+        raise UsageError(f"--scan {name}=: no values; give two or more, e.g. {name}=16,32,64")
+    values: list[float] = []
+    whole = True
+    for part in rest.split(","):
+        part = part.strip()
+        try:
+            v: float = int(part)
+        except ValueError:
+            try:
+                v = float(part)
+            except ValueError:
+                raise UsageError(f"--scan: {part!r} is not a number (in {text!r})") from None
+            whole = False
+        if not math.isfinite(v):
+            raise UsageError(f"--scan: {part!r} is not a finite number")
+        if v <= 0:
+            raise UsageError(f"--scan: values must be positive, got {part!r}")
+        values.append(v)
+    if len(set(values)) < 2:
+        raise UsageError(
+            f"--scan needs two different values at least (three show curvature), got {rest!r}"
+        )
+    if len(values) > MAX_SCAN_VALUES:
+        raise UsageError(f"--scan takes at most {MAX_SCAN_VALUES} values, got {len(values)}")
+    return name, tuple(values), whole
+
+
+def _target(text: str) -> Any:
+    from ..analysis.targets import parse_target
+
+    try:
+        return parse_target(text)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def _entries(text: str) -> int:
@@ -204,14 +284,29 @@ class GpuMemMagics(Magics):
                 raise UsageError(f"--save: {save} exists: choose a new file name")
             if not os.path.isdir(os.path.dirname(save)):
                 raise UsageError(f"--save: no folder {os.path.dirname(save)}")
+        trace = args.trace or save is not None
+        if args.scan is not None:
+            for flag, given in (("--trace", trace), ("--breakdown", args.breakdown),
+                                ("--keep-peak", args.keep_peak)):  # fmt: skip
+                if given:
+                    raise UsageError(f"--scan runs the cell several times; {flag} measures one run")
+        elif args.fit_in is not None or not args.verify:
+            raise UsageError("--fit-in and --no-verify go with --scan NAME=V1,V2,V3")
+        entries = args.entries
+        if entries is None:
+            entries = BREAKDOWN_ENTRIES if args.breakdown and not trace else 20_000
         return CellOptions(
             device=args.device,
             quiet=args.quiet,
             output=_identifier(args.output) if args.output else None,
             keep_peak=args.keep_peak,
-            trace=args.trace or save is not None,
-            entries=args.entries,
+            trace=trace,
+            entries=entries,
             save=save,
+            breakdown=args.breakdown,
+            scan=args.scan,
+            fit_in=args.fit_in,
+            verify=args.verify,
         )
 
     # -- the magic -------------------------------------------------------------------
@@ -234,11 +329,11 @@ class GpuMemMagics(Magics):
         # run_cell_magic() call. Then the body runs as a nested cell, still measured.
         opts = self.parse_cell_line(line)
         assert self.shell is not None
+        if opts.scan is not None:
+            return self._scan(opts, cell)
         s = self.session
         s.tracker.cancel()
-        s.tracker.begin(keep_peak=opts.keep_peak or s.config.keep_peak, with_process=True)
-        if opts.trace:
-            s._trace = s.attributor.start_trace(opts.entries)
+        s.begin(opts)
         s.nested = True
         try:
             result = self.shell.run_cell(cell, store_history=False)
@@ -246,6 +341,44 @@ class GpuMemMagics(Magics):
             s.nested = False
         error = result.error_in_exec or result.error_before_exec
         s.finish(opts, self.shell.execution_count, cell, error)
+
+    def _scan(self, opts: CellOptions, body: str) -> None:
+        from IPython.display import display
+
+        from ..reporters.scan import scan_html, scan_text, stopped_text
+        from ..scanner import Scanner, ScanStopped
+        from .scan_runs import CellRuns
+
+        assert self.shell is not None and opts.scan is not None
+        name, values, integer = opts.scan
+        why = _no_gpu_for_scan()
+        if why is not None:
+            print(f"gpumem: --scan {why}; the cell did not run")
+            return
+        try:
+            runs = CellRuns(self.shell, name, body, integer)
+        except SyntaxError as e:
+            raise UsageError(f"--scan: the cell does not compile: {e}") from None
+        s = self.session
+        scanner = Scanner(s.collector, runs.run, runs.cleanup, opts.device)
+        try:
+            result = scanner.scan(name, values, opts.fit_in, opts.verify, integer)
+        except ScanStopped as stop:
+            if not opts.quiet:
+                print(stopped_text(stop.runs, str(stop), integer))
+            if stop.error is not None:
+                raise stop.error from None
+            return
+        finally:
+            runs.finish()
+        from dataclasses import replace
+
+        result = replace(result, execution_count=self.shell.execution_count, code=body)
+        s.scans = [*s.scans[-19:], result]
+        if opts.output:
+            self.shell.user_ns[opts.output] = result
+        if not opts.quiet:
+            display({"text/plain": scan_text(result), "text/html": scan_html(result)}, raw=True)
 
     # -- line commands ----------------------------------------------------------------
     def _cmd_now(self, args: Any) -> None:
@@ -428,6 +561,19 @@ class GpuMemMagics(Magics):
         from ..widget import GpuMemWidget
 
         return GpuMemWidget.create(self.session, interval_ms=args.interval)
+
+
+def _no_gpu_for_scan() -> str | None:
+    """Why a scan can't run here (it runs the user's GPU code: CUDA may start), or None."""
+    t = sys.modules.get("torch")
+    if t is None:
+        return "needs torch and a CUDA GPU: torch is not imported in this kernel"
+    v = getattr(t, "version", None)
+    if not (getattr(v, "cuda", None) or getattr(v, "hip", None)):
+        return f"needs a CUDA GPU: torch {t.__version__} is a CPU-only build"
+    if not t.cuda.is_initialized() and not t.cuda.is_available():
+        return "needs a CUDA GPU: torch sees none"
+    return None
 
 
 def _signed(n: int | None) -> str:

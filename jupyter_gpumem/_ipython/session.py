@@ -21,7 +21,7 @@ from traitlets.config import Configurable
 
 from .._history import History
 from ..collectors import Collector
-from ..model import CellReport
+from ..model import CellReport, Target
 from ..tracker import CellTracker
 
 if TYPE_CHECKING:
@@ -63,6 +63,11 @@ class CellOptions:
     trace: bool = False  # record the allocator's full history for this cell
     entries: int = 20_000  # trace entries kept per device (a ring buffer)
     save: str | None = None  # write the trace as a memory_viz snapshot file
+    breakdown: bool = False  # what the peak is made of
+    # --scan NAME=V1,V2: (name, values, all whole numbers); the magic runs the body itself
+    scan: tuple[str, tuple[float, ...], bool] | None = None
+    fit_in: Target | None = None
+    verify: bool = True
 
 
 class Session:
@@ -77,15 +82,19 @@ class Session:
         self.auto = self.config.auto
         self._pending: CellOptions | None = None
         self._trace: Any = None  # a running %%gpumem --trace
+        self._step: Any = None  # the hooks of a running %%gpumem --breakdown
+        self.scans: list[Any] = []  # ScanResults of this session, newest last
         self.nested = False  # a cell run by the %%gpumem magic itself (fallback path)
         self.busy = False  # a cell is running (heartbeats tell the panel)
         self.parse_cell_line: Callable[[str], CellOptions] | None = None
         self._parsed: dict[str, CellOptions] = {}
         self.report_listeners: list[Callable[[CellReport], None]] = []
         self.last_report: CellReport | None = None
+        self.last_breakdown: CellReport | None = None  # the last cell with --breakdown
         from .attribution import Attributor
 
         self.attributor = Attributor(shell, self.collector, track=self.config.track)
+        self.attributor.scans = lambda: self.scans
 
     # -- input transformer ---------------------------------------------------------
     def cell_options(self, raw_cell: str) -> CellOptions | None:
@@ -114,9 +123,12 @@ class Session:
         return opts
 
     def transform(self, lines: list[str]) -> list[str]:
-        """Blank the ``%%gpumem`` line. Pure: IPython also calls it for completeness checks."""
-        if lines and self.cell_options("".join(lines[:1])) is not None:
-            return ["\n", *lines[1:]]
+        """Blank the ``%%gpumem`` line. Pure: IPython also calls it for completeness checks.
+        A ``--scan`` cell is left to the magic, which runs its body once per value."""
+        if lines:
+            opts = self.cell_options("".join(lines[:1]))
+            if opts is not None and opts.scan is None:
+                return ["\n", *lines[1:]]
         return lines
 
     # -- events --------------------------------------------------------------------
@@ -135,20 +147,41 @@ class Session:
             self.tracker.cancel()
             raw = getattr(info, "raw_cell", "") or ""
             opts = self.cell_options(raw)
+            if opts is not None and opts.scan is not None:
+                self._pending = None  # the magic measures each run of a scan itself
+                return
             if opts is None and self.auto and not _is_own_command(raw):
                 opts = CellOptions(compact=True, keep_peak=self.config.keep_peak)
             self._pending = opts
             if opts is not None:
-                self.tracker.begin(
-                    keep_peak=opts.keep_peak or self.config.keep_peak,
-                    with_process=_shown(opts),
-                )
-                if opts.trace:
-                    self._trace = self.attributor.start_trace(opts.entries)
+                self.begin(opts)
         except Exception as e:  # never break the user's cell
             self._pending = None
             self.tracker.cancel()
+            self._stop_step()
             warn(f"could not take the reading before the cell: {e!r}")
+
+    def begin(self, opts: CellOptions) -> None:
+        """The readings (and hooks) before a measured cell."""
+        self.tracker.begin(
+            keep_peak=opts.keep_peak or self.config.keep_peak,
+            with_process=_shown(opts),
+        )
+        if opts.trace or opts.breakdown:
+            self._trace = self.attributor.start_trace(opts.entries, stacks=opts.trace)
+        if opts.breakdown:
+            self._step = self.attributor.start_breakdown()
+
+    def _stop_step(self) -> Any:
+        """Remove a breakdown's hooks (always, whatever else fails); returns its recorder."""
+        step, self._step = self._step, None
+        stop = getattr(step, "stop", None)
+        if stop is not None:
+            try:
+                stop()
+            except Exception as e:
+                warn(f"could not remove the breakdown's hooks: {e!r}")
+        return step
 
     def post_run_cell(self, result: Any) -> None:
         if not self.nested:
@@ -164,6 +197,7 @@ class Session:
         self, opts: CellOptions, execution_count: int | None, raw: str, error: Any
     ) -> CellReport | None:
         shown = _shown(opts)
+        step = self._stop_step()
         try:
             report = self.tracker.end(
                 execution_count=execution_count,
@@ -180,18 +214,37 @@ class Session:
         try:
             self.attributor.collector = self.collector
             report = self.attributor.enrich(
-                report, error if isinstance(error, BaseException) else None, hints=shown
+                report,
+                error if isinstance(error, BaseException) else None,
+                hints=shown,
+                code=raw,
             )
         except Exception as e:  # attribution must never cost the user the report
             warn(f"could not attribute the cell's memory: {e!r}")
-        if opts.trace:
+        if opts.trace or opts.breakdown:
             trace, self._trace = self._trace, None
+            snapshot: dict[str, Any] | None = None
+            ms, note = 0.0, "the trace did not start"
             try:
-                report = self.attributor.finish_trace(trace, report, opts.save)
+                snapshot, ms, note = self.attributor.stop_trace(trace)
             except Exception as e:
                 warn(f"could not read the cell's trace: {e!r}")
+            if opts.breakdown:
+                try:
+                    report = self.attributor.finish_breakdown(step, snapshot, note, report)
+                except Exception as e:
+                    warn(f"could not break the peak down: {e!r}")
+            if opts.trace:
+                try:
+                    report = self.attributor.trace_report(
+                        snapshot, ms, note, report, opts.save, trace
+                    )
+                except Exception as e:
+                    warn(f"could not read the cell's trace: {e!r}")
         self.history.add(report)
         self.last_report = report
+        if report.breakdowns:
+            self.last_breakdown = report
         if opts.output:
             self.shell.user_ns[opts.output] = report
         for listener in list(self.report_listeners):
@@ -258,9 +311,23 @@ def show_report(report: CellReport, compact: bool = False) -> None:
 
         sections = cell_sections(report)  # laid out twice, built once
         text, html = cell_report_text(report, sections), cell_report_html(report, sections)
+        if report.breakdowns:
+            from ..reporters.breakdown import breakdown_html, breakdown_text
+
+            text += "\n" + breakdown_text(report.breakdowns)
+            html += breakdown_html(report.breakdowns)
+        elif report.breakdown_note:
+            text += f"\n  breakdown: {report.breakdown_note}"
+            html += f"<div>breakdown: {_escape(report.breakdown_note)}</div>"
         if report.trace is not None:
             from ..reporters.timeline import trace_html, trace_text
 
             text += "\n" + trace_text(report.trace)
             html += trace_html(report.trace)
         display({"text/plain": text, "text/html": html}, raw=True)
+
+
+def _escape(text: str) -> str:
+    from html import escape
+
+    return escape(text)

@@ -1,15 +1,27 @@
-"""Why an allocation failed, and which fix would make it fit.
+"""Why an allocation failed, and which fix would make the cell fit.
 
 Inputs are plain records: the allocator's OOM event, the device figures after the
 failure, the snapshot taken after the exception (never inside the OOM observer: the
-allocator holds its lock there), who holds the live blocks, and other processes on the
-device. Each fix is checked with :func:`~.fragmentation.would_fit` against the failed
-request; fixes that make it fit come first (``PRIORITY`` orders those of equal effect).
+allocator holds its lock there), who holds the live blocks, other processes on the
+device, and what the failed cell needs (:class:`Need`).
+
+Every fix is judged against the cell's *need*, not the failed request alone: what the
+cell had allocated above its start when it failed, plus the request (and, when a scan of
+the cell says, what the whole cell needs). Memory the failed run holds itself (the kept
+traceback's frames, names the failed cell bound) is not a fix: re-running the cell
+allocates it again, while the old copy is still held. Releasing it is a *first step*
+before any retry. A fix then "fits" only when, after it and the first steps, the whole
+need fits under the device's free memory and the cap; "maybe" when it covers the need so
+far (the cell may need more after the point where it failed); otherwise "no", with the
+shortfall. ``would_fit`` also checks the failed request block by block (fragmentation).
 """
 
 from __future__ import annotations
 
+import ast
+import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from ..model import (
     DeviceSample,
@@ -24,12 +36,12 @@ from ..units import format_bytes as fb
 from .fragmentation import free_space, would_fit
 from .who import UNREACHABLE, DeviceHoldings
 
-# Among fixes that make the request fit: the cause first, then what frees memory nobody
-# needs (a kept traceback, a leaked graph, old outputs), then lifting a cap the user set to
-# try a smaller GPU, then other processes, and last deleting the user's own data.
+# Among fixes of equal verdict: the cause first, then what frees memory nobody needs
+# (a leaked graph, old outputs), then lifting a cap the user set to try a smaller GPU,
+# then other processes, and last deleting the user's own data.
 PRIORITY: dict[FixKind, int] = {
+    "traceback": 0,
     "fragmentation": 0,
-    "traceback": 1,
     "graph": 2,
     "output_history": 3,
     "cap": 4,
@@ -39,7 +51,85 @@ PRIORITY: dict[FixKind, int] = {
     "smaller": 9,
 }
 _KEEP_DATA_VIAS = ("tensor", "container", "attribute", "parameters", "buffers", "gradients",
-                   "optimizer state", "optimizer params")  # fmt: skip
+                   "optimizer state", "optimizer params", "autograd graph")  # fmt: skip
+_VERDICT_ORDER = {True: 0, None: 1, False: 2}
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """What the failed cell needs, and what is known about it."""
+
+    so_far: int  # allocated above the cell's start when it failed, plus the failed request
+    full: int | None = None  # the whole cell, when a scan of it says
+    bound: frozenset[str] = frozenset()  # names the failed cell binds: its own memory
+    hint: str = ""  # the largest value that fits, or the scan to run
+
+
+def bound_names(code: str) -> frozenset[str]:
+    """Names a cell binds at its top level (assignments, for/with targets, imports,
+    definitions): what they hold is the run's own, and a re-run makes it again."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return frozenset()
+    names: set[str] = set()
+
+    def targets(node: ast.AST) -> None:
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                names.add(n.id)
+
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            for t in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
+                targets(t)
+        elif isinstance(stmt, (ast.For, ast.AsyncFor)):
+            targets(stmt.target)
+        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+            for item in stmt.items:
+                if item.optional_vars is not None:
+                    targets(item.optional_vars)
+    return frozenset(names)
+
+
+SIZE_NAME = re.compile(
+    r"^(batch|batch_size|bs|bsz|micro_batch|micro_batch_size|per_device_batch_size|"
+    r"seq_len|seq_length|seqlen|max_len|max_length|max_seq_len|block_size|n_ctx|"
+    r"context_length|num_tokens|image_size|img_size|resolution)$"
+)
+
+
+def size_variables(code: str, namespace: dict) -> list[tuple[str, int, bool]]:
+    """Obvious size variables a cell uses: (name, value, assigned in the cell itself)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return []
+    found: dict[str, tuple[int, bool]] = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant):
+            v = n.value.value
+            for t in n.targets:
+                if isinstance(t, ast.Name) and SIZE_NAME.match(t.id) and type(v) is int:
+                    found[t.id] = (v, True)
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name) and SIZE_NAME.match(n.id) and n.id not in found:
+            v = namespace.get(n.id)
+            if type(v) is int and v > 0:
+                found[n.id] = (v, False)
+    return [(k, v, inside) for k, (v, inside) in found.items()]
+
+
+def scan_suggestion(name: str, value: int, inside: bool, fit_in: str) -> str:
+    """``%%gpumem --scan batch=16,32,48 --fit-in 12GiB`` for a failed ``batch`` of 64."""
+    probes = sorted({max(1, value * k // 8) for k in (2, 4, 6)})
+    if len(probes) < 2:
+        probes = [max(1, value // 2), value]
+    where = f" (move `{name} = {value}` out of it first)" if inside else ""
+    return (
+        f"`%%gpumem --scan {name}={','.join(map(str, probes))} --fit-in {fit_in}` on this "
+        f"cell{where} finds the largest {name} that fits, verified"
+    )
 
 
 def explain_oom(
@@ -50,6 +140,7 @@ def explain_oom(
     other_processes: Sequence[tuple[int, str, int]] = (),
     settings: dict | None = None,
     n_rows: int = 5,
+    need: Need | None = None,
 ) -> PostMortem:
     segs = list(segments)
     space = free_space(segs)
@@ -60,15 +151,57 @@ def explain_oom(
     free = (total - after.device_used) if total is not None and after.device_used is not None \
         else oom.free  # fmt: skip
     outside = after.outside_torch
+    need = need if need is not None else Need(so_far=request)
+    expandable_on = bool((settings or {}).get("expandable_segments")) or space.expandable
 
-    def fits(freed: Sequence[int] = (), device_free: int = free, cap_: int | None = cap,
-             expandable: bool = False) -> bool:  # fmt: skip
-        return would_fit(segs, request, device_free, cap_, freed, expandable)
+    owners = _by_owner(held) if held is not None else {}
+    tb = [a for o, (addrs, _) in owners.items() if o.startswith("traceback:") for a in addrs]
+    own_names = sorted(o for o, (_, vias) in owners.items()
+                       if o in need.bound and vias & set(_KEEP_DATA_VIAS))  # fmt: skip
+    own = [a for o in own_names for a in owners[o][0]]
+    first_bytes = _size(held, tb) + _size(held, own) if held is not None else 0
+    # What PyTorch may hold on this device (free memory plus its own cache, within the
+    # cap), and what stays held after the first steps: the room left for the cell.
+    limit = space.reserved + free if cap is None else min(cap, space.reserved + free)
+    kept = space.allocated - first_bytes
+    room = limit - kept
+    first_addresses = [*tb, *own]
+
+    def judge(frees: int = 0, limit_: int = limit, freed: Sequence[int] = (),
+              expandable: bool = False, cap_: int | None = cap,
+              device_free: int = free) -> tuple[bool | None, int | None]:  # fmt: skip
+        """(fits, shortfall) after a fix that frees ``frees`` bytes (beyond the first
+        steps) or moves the limit."""
+        avail = limit_ - (kept - frees)
+        block_ok = would_fit(segs, request, device_free, cap_, [*first_addresses, *freed],
+                             expandable)  # fmt: skip
+        if need.full is not None:
+            short = need.full - avail
+            return (short <= 0 and block_ok), (short if short > 0 else None)
+        short = need.so_far - avail
+        if short > 0:
+            return False, short
+        return (None if block_ok else False), None
 
     fixes: list[Fix] = []
-    expandable_on = bool((settings or {}).get("expandable_segments")) or space.expandable
+    if tb:
+        size = _size(held, tb)
+        fixes.append(
+            Fix("traceback", f"first, before any retry: `%gpumem release-traceback` frees "
+                f"{fb(size)} of this run's own tensors that the kept traceback's frames still "
+                "hold (re-running the cell allocates them again)", size, None,
+                "%gpumem release-traceback", first_step=True)
+        )  # fmt: skip
+    if own_names:
+        size = _size(held, own)
+        names = ", ".join(own_names)
+        fixes.append(
+            Fix("delete", f"first, before any retry: `del {names}` frees {fb(size)} that the "
+                "failed cell bound (re-running it allocates them again while these are still "
+                "held)", size, None, f"del {names}", first_step=True)
+        )  # fmt: skip
     if space.pieces_bytes + space.releasable >= request > space.largest_free_block:
-        ok = fits(expandable=True)
+        ok, short = judge(expandable=True)
         if expandable_on:
             text = (
                 f"largest free block {fb(space.largest_free_block)} < {fb(request)} requested "
@@ -83,33 +216,42 @@ def explain_oom(
                 f"largest free block {fb(space.largest_free_block)} < {fb(request)} requested "
                 f"while {fb(space.pieces_bytes)} is free in {space.pieces} pieces: "
                 "fragmentation; set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before the "
-                "first CUDA call (restart the kernel with it)"
+                "first CUDA call (restart the kernel with it)" + _verdict(ok, short, need)
             )
             fixes.append(Fix("fragmentation", text, space.pieces_bytes, ok,
-                             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"))  # fmt: skip
+                             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                             shortfall=short))  # fmt: skip
     if cap is not None:
-        ok = fits(cap_=None)
-        room = "the device has room for it" if ok else f"but only {fb(free)} is free on the device"
+        uncapped = space.reserved + free
+        ok, short = judge(limit_=uncapped, cap_=None)
         fixes.append(
             Fix(
                 "cap",
-                f"the cap of {fb(cap)} stops it; {room}: `%gpumem limit off` or a larger cap",
+                f"the cap of {fb(cap)} stops it; without it PyTorch could use "
+                f"{fb(uncapped)} here: `%gpumem limit off` or a larger cap"
+                + _verdict(ok, short, need),
                 None,
                 ok,
                 "%gpumem limit off",
+                shortfall=short,
             )
         )
     if held is not None:
-        fixes += _holder_fixes(held, fits)
+        fixes += _holder_fixes(held, owners, set(own_names), judge, need)
     others = sum(b for _, _, b in other_processes)
     if others:
         names = ", ".join(f"PID {p} {n} {fb(b)}" for p, n, b in other_processes[:3])
+        widened = space.reserved + free + others
+        ok, short = judge(limit_=widened if cap is None else min(cap, widened),
+                          device_free=free + others)  # fmt: skip
         fixes.append(
             Fix(
                 "other_process",
-                f"other processes hold {fb(others)} on this device ({names})",
+                f"other processes hold {fb(others)} on this device ({names})"
+                + _verdict(ok, short, need),
                 others,
-                fits(device_free=free + others),
+                ok,
+                shortfall=short,
             )
         )
     if space.releasable:
@@ -128,20 +270,24 @@ def explain_oom(
             Fix("empty_cache", "empty-cache returns nothing: PyTorch already released its "
                 "unused cached segments before raising", 0, False, "%gpumem empty-cache")
         )  # fmt: skip
-    fixes.append(
-        Fix(
-            "smaller",
-            "a smaller batch, activation checkpointing or lower precision "
-            "(bfloat16) shrinks what each step needs",
-            None,
-            None,
+    smaller = (
+        "a smaller batch, activation checkpointing or lower precision (bfloat16) shrinks "
+        "what each step needs"
+    )
+    fixes.append(Fix("smaller", f"{need.hint}; {smaller}" if need.hint else smaller, None, None))
+    fixes.sort(
+        key=lambda f: (
+            not f.first_step,
+            f.kind == "smaller",  # advice, not a measured fix: last
+            _VERDICT_ORDER[f.fits],
+            PRIORITY[f.kind],
+            -(f.frees or 0),
         )
     )
-    fixes.sort(key=lambda f: (f.fits is not True, PRIORITY[f.kind], -(f.frees or 0)))
-    owners: tuple[WhoRow, ...] = ()
+    owner_rows: tuple[WhoRow, ...] = ()
     lines: tuple[WhoRow, ...] = ()
     if held is not None:
-        owners = held.report("variable", n_rows).rows
+        owner_rows = held.report("variable", n_rows).rows
         if held.tracking:
             lines = held.report("line", n_rows).rows
     return PostMortem(
@@ -159,76 +305,86 @@ def explain_oom(
         largest_free_block=space.largest_free_block,
         outside_torch=outside,
         other_processes=tuple(other_processes),
-        owners=owners,
+        owners=owner_rows,
         lines=lines,
         fixes=tuple(fixes),
+        need=need.so_far,
+        need_full=need.full,
+        room=room,
+        hint=need.hint,
     )
 
 
-def _holder_fixes(held: DeviceHoldings, fits: Callable[..., bool]) -> list[Fix]:
-    by_owner: dict[str, list[int]] = {}
-    vias: dict[str, set[str]] = {}
+Judge = Callable[..., tuple[bool | None, int | None]]
+
+
+def _by_owner(held: DeviceHoldings) -> dict[str, tuple[list[int], set[str]]]:
+    out: dict[str, tuple[list[int], set[str]]] = {}
     for address, ref in held.owners.items():
-        by_owner.setdefault(ref.owner, []).append(address)
-        vias.setdefault(ref.owner, set()).add(ref.via)
+        addrs, vias = out.setdefault(ref.owner, ([], set()))
+        addrs.append(address)
+        vias.add(ref.via)
+    return out
+
+
+def _holder_fixes(
+    held: DeviceHoldings,
+    owners: dict[str, tuple[list[int], set[str]]],
+    own: set[str],
+    judge: Judge,
+    need: Need,
+) -> list[Fix]:
     out: list[Fix] = []
-    tb = [a for o, addrs in by_owner.items() if o.startswith("traceback:") for a in addrs]
-    if tb:
-        size = _size(held, tb)
-        out.append(
-            Fix(
-                "traceback",
-                f"`%gpumem release-traceback` frees {fb(size)} that the kept "
-                "traceback's frames hold" + _enough(fits(tb)),
-                size,
-                fits(tb),
-                "%gpumem release-traceback",
-            )
-        )
-    history = [a for o, addrs in by_owner.items()
-               if vias[o] == {"output history"} for a in addrs]  # fmt: skip
+    history = [a for o, (addrs, vias) in owners.items() if vias == {"output history"}
+               for a in addrs]  # fmt: skip
     if history:
         size = _size(held, history)
-        names = ", ".join(sorted(o for o in by_owner if vias[o] == {"output history"})[:3])
+        names = ", ".join(sorted(o for o, (_, v) in owners.items() if v == {"output history"})[:3])
+        ok, short = judge(size, freed=history)
         out.append(
             Fix(
                 "output_history",
-                f"`%reset -f out` frees {fb(size)} that the output history "
-                f"({names}) keeps" + _enough(fits(history)),
+                f"`%reset -f out` frees {fb(size)} that the output history ({names}) keeps"
+                + _verdict(ok, short, need),
                 size,
-                fits(history),
+                ok,
                 "%reset -f out",
+                shortfall=short,
             )
         )
     deletable = []
-    for owner, addrs in by_owner.items():
-        if owner.startswith("traceback:") or vias[owner] == {"output history"}:
+    for owner, (addrs, vias) in owners.items():
+        if owner.startswith("traceback:") or vias == {"output history"} or owner in own:
             continue
         graph = [a for a in addrs if held.owners[a].via == "autograd graph"]
         if graph:
             size = _size(held, graph)
+            ok, short = judge(size, freed=graph)
             out.append(
                 Fix("graph", f"`{owner} = {owner}.detach()` frees {fb(size)}: the autograd "
                     f"graph `{owner}` keeps (accumulate `loss.item()`, not `loss`)"
-                    + _enough(fits(graph)), size, fits(graph), f"{owner} = {owner}.detach()")
+                    + _verdict(ok, short, need), size, ok, f"{owner} = {owner}.detach()",
+                    shortfall=short)
             )  # fmt: skip
-        if vias[owner] & set(_KEEP_DATA_VIAS) or graph:
+        if vias & set(_KEEP_DATA_VIAS) or graph:
             deletable.append((owner, addrs))
     deletable.sort(key=lambda oa: -_size(held, oa[1]))
     for owner, addrs in deletable[:5]:
         size = _size(held, addrs)
-        ok = fits(addrs)
-        out.append(Fix("delete", f"`del {owner}` frees {fb(size)}" + _enough(ok), size, ok,
-                       f"del {owner}"))  # fmt: skip
+        ok, short = judge(size, freed=addrs)
+        out.append(Fix("delete", f"`del {owner}` frees {fb(size)}" + _verdict(ok, short, need),
+                       size, ok, f"del {owner}", shortfall=short))  # fmt: skip
     unreachable = [a for a in held.blocks if a not in held.owners]
     if unreachable and held.walked:
         size = _size(held, unreachable)
-        if size and fits(unreachable):
+        ok, short = judge(size, freed=unreachable)
+        if ok is not False:
             out.append(
                 Fix(
                     "delete",
                     f"{fb(size)} is {UNREACHABLE} (held by objects this walk does "
-                    "not open, or kept by C++): finding and freeing it would be enough",
+                    "not open, or kept by C++): finding and freeing it would be enough for "
+                    "what the cell needed so far",
                     size,
                     None,
                 )
@@ -236,9 +392,19 @@ def _holder_fixes(held: DeviceHoldings, fits: Callable[..., bool]) -> list[Fix]:
     return out
 
 
-def _size(held: DeviceHoldings, addresses: Sequence[int]) -> int:
+def _size(held: DeviceHoldings | None, addresses: Sequence[int]) -> int:
+    if held is None:
+        return 0
     return sum(held.blocks[a]["size"] for a in addresses)
 
 
-def _enough(ok: bool) -> str:
-    return ": enough" if ok else ": not enough"
+def _verdict(ok: bool | None, short: int | None, need: Need) -> str:
+    if ok is True:
+        return f": enough for the whole cell (it needs {fb(need.full)})"
+    if ok is None:
+        return (f": covers the {fb(need.so_far)} the cell needed so far (maybe: it may need "
+                "more after the point where it failed)")  # fmt: skip
+    if short is not None:
+        whole = need.full if need.full is not None else need.so_far
+        return f": not enough, the cell needs {fb(whole)} and would still be {fb(short)} short"
+    return ": not enough (the request still would not fit in one block)"

@@ -176,9 +176,12 @@ class Trace:
     back to how it was: our "state" tracking, or off. A recording the user started
     themselves is left alone; the cell's entries are then taken from it by time."""
 
-    def __init__(self, recording: Recording, entries: int) -> None:
+    def __init__(self, recording: Recording, entries: int, stacks: bool = True) -> None:
         self.recording = recording
         self.entries = entries
+        # Without stacks (``--breakdown`` alone) the trace holds addresses and sizes only,
+        # which is all a breakdown needs, at a fraction of the cost per allocation.
+        self.stacks = stacks
         self.start_us = 0.0
         self.foreign = False
         self.started = False
@@ -188,9 +191,12 @@ class Trace:
         self.foreign = bool(history_enabled(t)) and not self.recording.ours
         if not self.foreign:
             t.cuda.memory._record_memory_history(
-                enabled="all", context="all", stacks="python", max_entries=self.entries,
+                enabled="all",
+                context="all" if self.stacks else None,
+                stacks="python",
+                max_entries=self.entries,
                 clear_history=True,
-            )  # fmt: skip
+            )
         self.started = True
 
     def stop(self, t: Any) -> dict[str, Any] | None:

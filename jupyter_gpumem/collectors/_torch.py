@@ -45,6 +45,7 @@ def stats_from_nested(s: Mapping[str, Any]) -> AllocatorStats:
         ooms=int(s.get("num_ooms", 0)),
         segments=all_("segment", "current"),
         blocks=all_("allocation", "current"),
+        peak_inactive_split=all_("inactive_split_bytes", "peak"),
     )
 
 
@@ -68,6 +69,7 @@ def stats_from_flat(s: Mapping[str, Any]) -> AllocatorStats:
         ooms=g("num_ooms"),
         segments=g("segment.all.current"),
         blocks=g("allocation.all.current"),
+        peak_inactive_split=g("inactive_split_bytes.all.peak"),
     )
 
 

@@ -29,7 +29,9 @@ PROTOCOL_VERSION = 1
 # 4: Device.children (the kernel's child processes on the device).
 # 5: hello.tracking; track's tracking as {active, wanted}; WhoRow.site and kind "rest";
 #    PostMortem.execution_count and .time.
-PROTOCOL_REVISION = 5
+# 6: Fix.first_step and .shortfall; PostMortem.need, .need_full, .room and .hint (fixes are
+#    judged against what the failed cell needs).
+PROTOCOL_REVISION = 6
 REQUEST = "gpumem_request"
 REPLY = "gpumem_reply"
 COMM_TARGET = "jupyter_gpumem"

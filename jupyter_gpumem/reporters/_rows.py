@@ -154,9 +154,21 @@ def postmortem_sections(p: PostMortem) -> list[Section]:
             ", ".join(f"PID {pid} {name} {fb(b)}" for pid, name, b in p.other_processes[:5]),
         )
     )
+    if p.need is not None and p.room is not None:
+        whole = f"; the whole cell needs {fb(p.need_full)}" if p.need_full is not None else ""
+        rows.append(
+            Row(
+                "the cell needs",
+                fb(p.need) + " so far",
+                f"above its start when it failed, with the request{whole}; after the first "
+                f"steps PyTorch can use {fb(p.room)} for it here",
+            )
+        )
+    if p.hint:
+        rows.append(Row("largest that fits", "", p.hint))
     fixes = []
     for i, f in enumerate(p.fixes, 1):
-        verdict = {True: "fits", False: "no", None: "maybe"}[f.fits]
+        verdict = "first" if f.first_step else {True: "fits", False: "no", None: "maybe"}[f.fits]
         fixes.append(Row(f"{i}. {verdict}", f.text))
     return [
         Section(f"out of memory on {dev}: what filled it", tuple(rows)),

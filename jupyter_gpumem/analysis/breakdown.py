@@ -1,0 +1,306 @@
+"""What a cell's peak was made of, from plain records (``%%gpumem --breakdown``).
+
+Inputs, all recorded while the cell ran (``collectors/_step.py``) and then read from the
+allocator:
+
+- the allocator's trace of the cell on one device: every ``alloc`` and ``free_requested``
+  with its address and block size, and the segment events, in order;
+- the blocks alive when the cell ended (address, size);
+- *observations*: "at this point, this storage was a parameter / a gradient / optimizer
+  state / saved by autograd for backward", each stamped with the device's position (how
+  many allocations and frees it had made since the cell began: the allocator's own
+  counters, read when the observation was made);
+- *marks*: where the forward pass, the backward pass and each optimizer step began and
+  ended, and each module's forward call, stamped the same way.
+
+Replaying the trace gives the exact peak (the allocator counts frees when requested) and
+the blocks alive then. Each block gets the first category of :data:`CATEGORIES` that an
+observation made *during its lifetime* gives it: addresses are reused all the time, and a
+position says whether the observed storage was this block or an earlier one at the same
+address. Blocks nobody claimed are temporaries (allocated in the cell) or kept from before.
+Every block alive at the peak is counted once, so the categories add up to the peak.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ..model import (
+    CATEGORIES,
+    Breakdown,
+    CategoryShare,
+    CellReport,
+    Mark,
+    ModuleCall,
+    ModuleShare,
+    Observed,
+    Phase,
+    StepRecord,
+)
+from .blocks import Heap, end_differences, settings_notes
+
+ROUND = 512  # the allocator rounds every block up to a multiple of 512 bytes
+_RANK: dict[str, int] = {c: i for i, c in enumerate(CATEGORIES)}
+NO_MODULE = "(outside any module)"
+
+
+class _Block:
+    __slots__ = ("address", "end", "size", "start")
+
+    def __init__(self, address: int, size: int, start: int) -> None:
+        self.address = address
+        self.size = size
+        self.start = start  # the event that allocated it (0: before the cell)
+        self.end: int | None = None  # the event that freed it
+
+    def alive(self, position: int) -> bool:
+        return self.start <= position and (self.end is None or position < self.end)
+
+
+_ACTIONS = frozenset(
+    ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
+     "segment_map", "segment_unmap")
+)  # fmt: skip
+
+
+def events_from_trace(entries: Iterable[Mapping[str, Any]]) -> list[tuple[str, int, int]]:
+    """(action, address, size) of the events that matter, from
+    ``torch.cuda.memory._snapshot()["device_traces"][i]`` (plain tuples: a training step
+    has tens of thousands of them)."""
+    actions = _ACTIONS
+    return [(e["action"], e["addr"], e["size"]) for e in entries if e["action"] in actions]
+
+
+def analyze(
+    device: int,
+    events: Sequence[tuple[str, int, int]],
+    begin_segments: Sequence[Mapping[str, Any]],
+    live_at_end: Sequence[tuple[int, int]],
+    observations: Iterable[Observed],
+    marks: Sequence[Mark],
+    calls: Sequence[ModuleCall],
+    *,
+    base: int,
+    base_reserved: int | None,
+    counter_peak: int | None,
+    end_position: int | None,
+    settings: Mapping[str, Any] | None = None,
+    outside_torch: int | None = None,
+    max_modules: int = 8,
+) -> Breakdown:
+    """The breakdown of one device's peak. ``begin_segments``: the allocator's segments
+    (with their blocks) when the cell began; ``live_at_end``: its live blocks (address,
+    size) when it ended; ``end_position``: its own count of the cell's allocations and
+    frees (checks that the trace lost nothing); ``counter_peak``: its peak counter, reset
+    when the cell began (checks the replay)."""
+    max_split, notes = settings_notes(settings or {})
+    heap = Heap.from_segments(begin_segments, max_split)
+    base_blocks = {a: _Block(a, size, 0) for a, size in heap.live.items()}
+    blocks: list[_Block] = []
+    live: dict[int, _Block] = dict(base_blocks)
+    allocated, reserved = sum(heap.live.values()), base_reserved
+    position = 0
+    peak, peak_at, reserved_at_peak = allocated, 0, base_reserved
+    alloc, free_requested, free_completed = heap.alloc, heap.free_requested, heap.free_completed
+    for action, address, size in events:
+        if action == "alloc":
+            position += 1
+            b = _Block(address, alloc(address, size), position)
+            blocks.append(b)
+            live[address] = b
+            allocated += b.size
+            if allocated > peak:
+                peak, peak_at, reserved_at_peak = allocated, position, reserved
+        elif action == "free_requested":
+            position += 1
+            allocated -= free_requested(address, size)
+            found = live.pop(address, None)
+            if found is not None:
+                found.end = position
+        elif action == "free_completed":
+            free_completed(address)
+        elif action in ("segment_alloc", "segment_map"):
+            heap.segment_alloc(address, size)
+            if reserved is not None:
+                reserved += size
+        elif action in ("segment_free", "segment_unmap"):
+            heap.segment_free(address, size)
+            if reserved is not None:
+                reserved -= size
+    base_list = list(base_blocks.values())
+
+    notes = []
+    if end_position is not None and end_position != position:
+        notes.append(
+            f"the trace holds {position} of the cell's {end_position} allocations and frees "
+            "(its ring buffer wrapped: raise --entries)"
+        )
+    base_sum = sum(b.size for b in base_list)
+    if base_sum != base:
+        notes.append(f"blocks from before the cell sum to {base_sum} B, not {base} B")
+    differ = end_differences(heap, live_at_end) + heap.mismatches
+    if differ:
+        notes.append(f"the replay of the allocator's blocks differs from its end state in "
+                     f"{differ} block(s)")  # fmt: skip
+    if counter_peak is not None and counter_peak != peak:
+        notes.append(f"the replayed peak {peak} B differs from the allocator's {counter_peak} B")
+    exact = not notes
+
+    at_peak = [b for b in base_list if b.alive(peak_at)]
+    at_peak += [b for b in blocks if b.alive(peak_at)]
+    by_address: dict[int, list[Observed]] = {}
+    for o in observations:
+        if o.device == device:
+            by_address.setdefault(o.address, []).append(o)
+    # A saved tensor is an activation until the backward pass that uses it is over: then
+    # autograd has let go of it, whatever else still holds its storage (the input batch).
+    done = [m.positions.get(device, 0) for m in marks if m.phase == "backward done"]
+    released_by_peak = [d for d in done if d < peak_at]
+
+    def owner(b: _Block) -> Observed | None:
+        best: Observed | None = None
+        for o in by_address.get(b.address, ()):
+            if not b.alive(o.position):
+                continue
+            if o.category == "activations" and any(o.position <= d for d in released_by_peak):
+                continue
+            if best is None or _RANK[o.category] < _RANK[best.category]:
+                best = o
+        return best
+
+    totals: dict[str, list[int]] = {c: [0, 0] for c in CATEGORIES}
+    activations: dict[str, int] = {}  # module -> bytes it saved, alive at the peak
+    temporaries: list[_Block] = []
+    for b in at_peak:
+        claim = owner(b)
+        if claim is None:
+            category = "kept from before" if b.start == 0 else "temporaries"
+            totals[category][0] += b.size
+            totals[category][1] += 1
+            if b.start:
+                temporaries.append(b)
+            continue
+        owned = min(b.size, _rounded(claim.nbytes))
+        totals[claim.category][0] += owned
+        totals[claim.category][1] += 1
+        if b.size > owned:
+            totals["block slack"][0] += b.size - owned
+            totals["block slack"][1] += 1
+        if claim.category == "activations":
+            name = claim.module or NO_MODULE
+            activations[name] = activations.get(name, 0) + owned
+    categories = tuple(
+        CategoryShare(c, totals[c][0], totals[c][1]) for c in CATEGORIES if totals[c][1]
+    )
+    made_in = _innermost_calls(device, calls, sorted(b.start for b in temporaries))
+    temps: dict[str, int] = {}
+    for b in temporaries:
+        name = made_in.get(b.start) or NO_MODULE
+        temps[name] = temps.get(name, 0) + b.size
+    shares = [
+        ModuleShare(name, activations.get(name, 0), temps.get(name, 0))
+        for name in set(activations) | set(temps)
+    ]
+    shares.sort(key=lambda m: (-m.bytes, m.module))
+    return Breakdown(
+        device=device,
+        peak=peak,
+        base=base,
+        categories=categories,
+        phase=_phase(device, marks, peak_at),
+        modules=tuple(shares[:max_modules]),
+        reserved_at_peak=reserved_at_peak,
+        outside_torch=outside_torch,
+        exact=exact,
+        events=position,
+        peak_event=peak_at,
+        counter_peak=counter_peak,
+        note="; ".join(notes),
+    )
+
+
+def _rounded(n: int) -> int:
+    return -(-n // ROUND) * ROUND
+
+
+def _innermost_calls(device: int, calls: Sequence[ModuleCall], starts: list[int]) -> dict[int, str]:
+    """For each allocation (by its position), the innermost module whose forward was running.
+
+    A call that began at position p and ended at q made the allocations p+1 .. q. Calls
+    nest, so a sweep with a stack finds the innermost one."""
+    if not starts or not calls:
+        return {}
+    edges: list[tuple[float, int, int]] = []  # (where, 0 push / 1 pop, call index)
+    for i, c in enumerate(calls):
+        start = c.start.get(device, 0)
+        end = c.end.get(device, start) if c.end is not None else None
+        if end is not None and end <= start:
+            continue  # allocated nothing on this device
+        edges.append((start + 0.5, 0, i))
+        edges.append((end + 0.5 if end is not None else float("inf"), 1, i))
+    edges.sort()
+    out: dict[int, str] = {}
+    stack: list[int] = []
+    e = 0
+    for s in starts:
+        while e < len(edges) and edges[e][0] < s:
+            _, kind, i = edges[e]
+            if kind == 0:
+                stack.append(i)
+            elif i in stack:
+                stack.remove(i)
+            e += 1
+        if stack:
+            out[s] = calls[stack[-1]].name
+    return out
+
+
+def _phase(device: int, marks: Sequence[Mark], peak_at: int) -> Phase:
+    """The phase of the last mark made before the peak's allocation."""
+    phase = "other"
+    for m in marks:
+        if m.positions.get(device, 0) < peak_at:
+            phase = "other" if m.phase == "backward done" else m.phase
+        else:
+            break
+    return phase  # type: ignore[return-value]
+
+
+def breakdowns_from_raw(
+    raw: Mapping[str, Any], record: StepRecord, report: CellReport
+) -> tuple[Breakdown, ...]:
+    """Each device the cell allocated on: its breakdown, from the raw snapshot taken when
+    the cell ended (``torch.cuda.memory._snapshot()``, with the cell's trace)."""
+    traces = raw.get("device_traces") or []
+    alive: dict[int, list[tuple[int, int]]] = {}
+    for seg in raw.get("segments", ()):
+        device = int(seg.get("device", 0))
+        for b in seg.get("blocks", ()):
+            if b.get("state") == "active_allocated":
+                alive.setdefault(device, []).append((int(b["address"]), int(b["size"])))
+    out = []
+    for d in report.devices:
+        if d.after.allocator is None or d.index >= len(traces):
+            continue
+        events = events_from_trace(traces[d.index])
+        before = d.before.allocator
+        begin = [seg for seg in record.begin_segments if int(seg.get("device", 0)) == d.index]
+        out.append(
+            analyze(
+                d.index,
+                events,
+                begin,
+                alive.get(d.index, []),
+                record.observations,
+                record.marks,
+                record.calls,
+                base=before.allocated if before is not None else 0,
+                base_reserved=before.reserved if before is not None else 0,
+                counter_peak=d.peak_allocated if d.peak_exact else None,
+                end_position=record.end_positions.get(d.index),
+                settings=raw.get("allocator_settings") or {},
+                outside_torch=d.after.outside_torch,
+            )
+        )
+    return tuple(out)

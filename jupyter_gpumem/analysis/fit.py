@@ -1,0 +1,125 @@
+"""peak(x) from a few measured runs, and the largest x whose peak stays within a budget.
+
+Peak memory grows affinely with a batch size (activations and temporaries scale with it,
+weights and optimizer state do not) and quadratically with a sequence length when
+attention materialises its score matrix. The fit is affine unless three or more points
+show curvature: the affine fit then misses some point by more than 1 % of the measured
+span (and 1 MiB), and the quadratic term is positive. Plain least squares in Python: a
+handful of points needs no numpy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from ..model import Fit
+
+CURVE_SHARE = 0.01  # of the measured span of peaks
+CURVE_FLOOR = 1 << 20  # bytes: allocator rounding and library workspaces move peaks this much
+
+
+def _solve(rows: list[list[float]], rhs: list[float]) -> list[float] | None:
+    """Gaussian elimination with partial pivoting (3x3 at most)."""
+    n = len(rhs)
+    m = [[*row, rhs[i]] for i, row in enumerate(rows)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
+        if abs(m[pivot][col]) < 1e-12:
+            return None
+        m[col], m[pivot] = m[pivot], m[col]
+        for r in range(n):
+            if r != col:
+                f = m[r][col] / m[col][col]
+                for k in range(col, n + 1):
+                    m[r][k] -= f * m[col][k]
+    return [m[i][n] / m[i][i] for i in range(n)]
+
+
+def _least_squares(xs: Sequence[float], ys: Sequence[float], degree: int) -> list[float] | None:
+    """Coefficients (a, b[, c]) of the polynomial fit, x scaled to [0, 1] for stability."""
+    scale = max(abs(x) for x in xs) or 1.0
+    u = [x / scale for x in xs]
+    k = degree + 1
+    rows = [[sum(ui ** (i + j) for ui in u) for j in range(k)] for i in range(k)]
+    rhs = [sum(y * ui**i for ui, y in zip(u, ys, strict=True)) for i in range(k)]
+    coef = _solve(rows, rhs)
+    if coef is None:
+        return None
+    return [c / scale**i for i, c in enumerate(coef)]
+
+
+def fit_peaks(xs: Sequence[float], ys: Sequence[int]) -> Fit:
+    """Fit peak(x). Needs two distinct x at least (``ValueError`` otherwise)."""
+    if len(xs) != len(ys):
+        raise ValueError("as many peaks as values are needed")
+    if len(set(xs)) < 2:
+        raise ValueError("two different values at least are needed to fit")
+    affine = _least_squares(xs, ys, 1)
+    assert affine is not None  # two distinct x: never singular
+    a, b = affine
+    kind, c = "affine", 0.0
+    residuals = [y - (a + b * x) for x, y in zip(xs, ys, strict=True)]
+    if len(set(xs)) >= 3:
+        span = max(ys) - min(ys)
+        worst = max(abs(r) for r in residuals)
+        if worst > max(CURVE_SHARE * span, CURVE_FLOOR):
+            quad = _least_squares(xs, ys, 2)
+            if quad is not None and quad[2] > 0:
+                a, b, c = quad
+                kind = "quadratic"
+                residuals = [y - (a + b * x + c * x * x) for x, y in zip(xs, ys, strict=True)]
+    return Fit(
+        kind=kind,  # type: ignore[arg-type]
+        a=a,
+        b=b,
+        c=c,
+        xs=tuple(float(x) for x in xs),
+        ys=tuple(int(y) for y in ys),
+        residuals=tuple(residuals),
+    )
+
+
+def largest_within(fit: Fit, budget: float, integer: bool) -> float | None:
+    """The largest x >= 0 with fit(x) <= budget; None when even x = 0 (or 1) does not fit,
+    or when the peak does not grow with x (then there is no largest value)."""
+    a, b, c = fit.a, fit.b, fit.c
+    if c > 0:
+        disc = b * b - 4 * c * (a - budget)
+        if disc < 0:
+            return None
+        x = (-b + math.sqrt(disc)) / (2 * c)
+    elif b > 0:
+        x = (budget - a) / b
+    else:
+        return None
+    if integer:
+        x = math.floor(x + 1e-9)
+        # floating-point can leave fit(x) a hair above the budget
+        while x >= 1 and fit(x) > budget:
+            x -= 1
+        return float(x) if x >= 1 else None
+    if x <= 0:
+        return None
+    return float(_round_down(x))
+
+
+def _round_down(x: float, digits: int = 4) -> float:
+    """Round down to ``digits`` significant digits, so the answer never exceeds the fit."""
+    if x <= 0:
+        return x
+    power = 10 ** (digits - 1 - math.floor(math.log10(x)))
+    return math.floor(x * power) / power
+
+
+def formula(fit: Fit, name: str) -> str:
+    """``peak(batch) = 1.20 GiB + 36.00 MiB × batch`` in the user's units."""
+    from ..units import format_bytes as fb
+
+    parts = [fb(round(fit.a))]
+    parts.append(
+        f"{fb(round(fit.b))} × {name}" if fit.b >= 0 else f"- {fb(round(-fit.b))} × {name}"
+    )
+    if fit.kind == "quadratic":
+        parts.append(f"{fb(round(fit.c))} × {name}²" if fit.c >= 1 else f"{fit.c:.3g} B × {name}²")
+    return f"peak({name}) = " + " + ".join(parts).replace("+ -", "-")

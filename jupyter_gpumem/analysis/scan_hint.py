@@ -1,0 +1,96 @@
+"""What an out-of-memory cell can learn from the scans of this session.
+
+A cell that failed and reads a scanned name (``batch``) gets the whole need at its value
+from the scan's fit, and the answer: "`batch` = 64 failed; the scan of In[5] found 24 fits
+in 12.00 GiB (verified)". A cell with an obvious size variable and no scan gets the scan
+command to run. Plain records in, sentences out.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..model import ScanResult
+from ..units import format_bytes as fb
+from .fit import largest_within
+from .postmortem import scan_suggestion, size_variables
+
+GiB, MiB = 1 << 30, 1 << 20
+
+
+def _value_in(code: str, name: str, namespace: Mapping[str, Any]) -> float | None:
+    """The value ``name`` has for this cell: a number the cell assigns it, else the
+    namespace's; None when the cell does not read it or it is not a number."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return None
+    reads = False
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant):
+            v = n.value.value
+            if any(isinstance(t, ast.Name) and t.id == name for t in n.targets):
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    return float(v)
+        if isinstance(n, ast.Name) and n.id == name:
+            reads = True
+    if not reads:
+        return None
+    v = namespace.get(name)
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    return None
+
+
+def _show(v: float, integer: bool) -> str:
+    return str(int(v)) if integer else f"{v:g}"
+
+
+def size_arg(n: int) -> str:
+    """A size as ``--fit-in`` takes it: ``12GiB``, ``1500MiB``."""
+    if n % GiB == 0:
+        return f"{n // GiB}GiB"
+    return f"{n // MiB}MiB"  # rounded down: a target never larger than the cap
+
+
+def scan_knowledge(
+    code: str,
+    device: int,
+    namespace: Mapping[str, Any],
+    scans: Sequence[ScanResult],
+    cap: int | None,
+) -> tuple[int | None, str]:
+    """(the whole need above the cell's start, when a scan knows it; a hint)."""
+    for s in reversed(scans):
+        if s.device != device or s.fit is None:
+            continue
+        value = _value_in(code, s.name, namespace)
+        if value is None:
+            continue
+        base = max((r.base for r in s.probes if r.ok), default=0)
+        full = max(0, round(s.fit(value) - base))
+        where = f"In[{s.execution_count}]" if s.execution_count is not None else "scan()"
+        said = f"`{s.name}` = {_show(value, s.integer)} needs about {fb(full)} (the fit of "
+        said += f"the scan of {where})"
+        if s.largest is not None:
+            how = "verified" if s.verified is not None else "predicted"
+            said += f"; {_show(s.largest, s.integer)} fits in {s.target.label} ({how})"
+        if cap is not None and abs(cap - s.cap) > 0.02 * s.cap:
+            now = largest_within(s.fit, cap - s.margin, s.integer)
+            if now is not None:
+                said += (
+                    f"; under the current cap of {fb(cap)} its fit predicts "
+                    f"{_show(now, s.integer)} (not verified)"
+                )
+        return full, said
+    sizes = size_variables(code, dict(namespace))
+    if sizes:
+        name, value, inside = sizes[0]
+        fit_in = size_arg(cap) if cap is not None else ""
+        suggestion = scan_suggestion(name, value, inside, fit_in)
+        if not fit_in:
+            suggestion = suggestion.replace(" --fit-in ", "")
+        return None, suggestion
+    return None, ""

@@ -1,0 +1,354 @@
+"""What a ``%%gpumem --breakdown`` cell does, recorded from torch's own hooks.
+
+While the cell runs, and only then:
+
+- ``saved_tensors_hooks`` (autograd's default hooks for this thread) see every tensor
+  autograd saves for backward: those are the activations. The pack hook keeps a detached
+  alias (returning the tensor itself would make a reference cycle for saved outputs, which
+  only the garbage collector frees) and its version; the unpack hook raises autograd's own
+  error when the tensor was modified in place since, because hooks switch off autograd's
+  check (checked with torch 2.13). The first unpack of a backward pass marks where it
+  began, and a callback queued on the engine marks where it ended.
+- global module forward hooks give each module call and its qualified name
+  (``model.layers.3``) and where the forward pass began and ended;
+- global optimizer step hooks mark each optimizer step and see the gradients and the
+  optimizer state.
+
+Each record is stamped with the device's *position*: how many allocations and frees its
+allocator has made since the cell began, from the allocator's own counters (one
+``_cuda_memoryStats`` call, ~8 us). ``analysis/breakdown.py`` turns the records and the
+allocator's trace into what the peak was made of. torch is never imported here: the caller
+passes the module the user imported.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ..model import Mark, ModuleCall, Observed, StepRecord
+
+INPLACE_ERROR = (
+    "one of the variables needed for gradient computation has been modified by an inplace "
+    "operation: saved at version {saved}, now at version {now}. (%%gpumem --breakdown "
+    "watches saved tensors with saved_tensors_hooks, which switch off autograd's own check; "
+    "this is that check.)"
+)
+
+
+def cuda_counters(t: Any) -> tuple[Callable[[], list[int]], Callable[[int], int]]:
+    """(devices with a CUDA context, allocations + frees so far on a device)."""
+    stats = t._C._cuda_memoryStats
+    has_ctx = getattr(t._C, "_cuda_hasPrimaryContext", None)
+
+    def devices() -> list[int]:
+        if not t.cuda.is_initialized():
+            return []
+        n = t.cuda.device_count()
+        return [i for i in range(n) if has_ctx is None or has_ctx(i)]
+
+    def count(device: int) -> int:
+        a = stats(device)["allocation"]["all"]
+        return int(a["allocated"]) + int(a["freed"])
+
+    return devices, count
+
+
+def _cuda_device(x: Any) -> int | None:
+    if not x.is_cuda:
+        return None
+    return int(x.get_device())
+
+
+class StepRecorder:
+    """Installs the hooks for one cell (``start``) and removes them (``stop``).
+
+    ``namespace``: the user's variables, looked through (one level) for modules and
+    optimizers, which name the module calls and give the parameters, buffers, gradients
+    and optimizer state alive at the start and end of the cell. Tests pass ``devices`` and
+    ``count`` to run on the CPU, and ``device_of`` to count CPU tensors as device 0.
+    """
+
+    def __init__(
+        self,
+        t: Any,
+        namespace: Callable[[], Iterable[tuple[str, Any]]] = lambda: (),
+        devices: Callable[[], list[int]] | None = None,
+        count: Callable[[int], int] | None = None,
+        device_of: Callable[[Any], int | None] = _cuda_device,
+    ) -> None:
+        self.t = t
+        self.namespace = namespace
+        if devices is None or count is None:
+            devices, count = cuda_counters(t)
+        self._devices = devices
+        self._count = count
+        self._device_of = device_of
+        self.record = StepRecord()
+        self.active = False
+        self._zero: dict[int, int] = {}
+        self._devs: list[int] = []
+        self._thread = 0
+        self._stack: list[list[Any]] = []  # [name, start, end] of the running calls
+        self._calls: list[list[Any]] = []  # every call, in order (ModuleCall at stop)
+        self._names: dict[int, str] = {}  # id(module) -> qualified name
+        self._roots: dict[int, Any] = {}  # modules whose parameters are watched
+        self._optimizers: dict[int, Any] = {}
+        self._in_backward = False
+        self._state_sizes: dict[int, int] = {}  # optimizer -> state tensors before its step
+        self._first_param: dict[int, int] = {}  # module -> where its first parameter was
+        self._handles: list[Any] = []
+        self._hooks: Any = None
+
+    # -- positions ------------------------------------------------------------------
+    def _position(self, device: int) -> int:
+        if device not in self._zero and device not in self._devs:
+            self._devs = self._devices()  # a device whose context started in the cell
+        return self._count(device) - self._zero.get(device, 0)
+
+    def _positions(self) -> dict[int, int]:
+        return {d: self._count(d) - self._zero.get(d, 0) for d in self._devs}
+
+    def _mark(self, phase: str) -> None:
+        self._devs = self._devices()
+        self.record.marks.append(Mark(self._positions(), phase))
+
+    # -- observations ---------------------------------------------------------------
+    def _observe(
+        self, x: Any, category: str, positions: dict[int, int], seen: set[int] | None = None
+    ) -> None:
+        """One persistent tensor (parameter, buffer, gradient, optimizer state): where its
+        storage is at these positions. ``seen`` skips tensors already observed this round."""
+        if x is None:
+            return
+        if seen is not None:
+            if id(x) in seen:
+                return
+            seen.add(id(x))
+        try:
+            device = self._device_of(x)
+            if device is None:
+                return
+            if x._base is None and not x.storage_offset():
+                address, nbytes = x.data_ptr(), x.untyped_storage().nbytes()
+            else:  # a view: the block is its storage's
+                st = x.untyped_storage()
+                address, nbytes = st.data_ptr(), st.nbytes()
+        except Exception:  # tensor subclasses without storage, meta tensors
+            return
+        if address and nbytes:
+            position = positions.get(device)
+            if position is None:
+                position = self._position(device)
+            self.record.observations.append(Observed(position, device, address, nbytes, category))
+
+    def _observe_module(self, m: Any, positions: dict[int, int], seen: set[int]) -> None:
+        for p in m.parameters():
+            self._observe(p, "parameters", positions, seen)
+            self._observe(p.grad, "gradients", positions, seen)
+        for b in m.buffers():
+            self._observe(b, "buffers", positions, seen)
+
+    def _observe_optimizer(
+        self, opt: Any, positions: dict[int, int], seen: set[int], state: bool = True
+    ) -> None:
+        for group in opt.param_groups:
+            for p in group["params"]:
+                self._observe(p, "parameters", positions, seen)
+                self._observe(p.grad, "gradients", positions, seen)
+        if state:
+            Tensor = self.t.Tensor
+            for st in opt.state.values():
+                if isinstance(st, dict):
+                    for v in st.values():
+                        if isinstance(v, Tensor):
+                            self._observe(v, "optimizer state", positions, seen)
+
+    def _see_roots(self, positions: dict[int, int]) -> None:
+        """The modules and optimizers bound to the user's names: name them, watch them."""
+        Module, Optimizer = self.t.nn.Module, self.t.optim.Optimizer
+        seen: set[int] = set()
+        for name, obj in self.namespace():
+            if isinstance(obj, Module):
+                self._add_root(obj, name)
+                self._observe_module(obj, positions, seen)
+            elif isinstance(obj, Optimizer):
+                self._optimizers[id(obj)] = obj
+                self._observe_optimizer(obj, positions, seen)
+
+    def _moved(self, module: Any) -> bool:
+        """Whether the module's first parameter lives elsewhere than when last seen."""
+        try:
+            first = next(module.parameters(), None)
+            where = first.data_ptr() if first is not None else 0
+        except Exception:
+            return False
+        if self._first_param.get(id(module)) == where:
+            return False
+        self._first_param[id(module)] = where
+        return True
+
+    def _add_root(self, module: Any, name: str) -> None:
+        if id(module) in self._roots:
+            return
+        self._roots[id(module)] = module
+        try:
+            first = next(module.parameters(), None)
+            self._first_param[id(module)] = first.data_ptr() if first is not None else 0
+        except Exception:
+            pass
+        try:
+            for sub, child in module.named_modules():
+                self._names.setdefault(id(child), f"{name}.{sub}" if sub else name)
+        except Exception:
+            self._names.setdefault(id(module), name)
+
+    # -- hooks ----------------------------------------------------------------------
+    def _pre(self, module: Any, args: Any) -> None:
+        if threading.get_ident() != self._thread:
+            return  # DataParallel replicas, recomputation in backward threads
+        if not self._stack:
+            if not self._in_backward:
+                self._mark("forward")
+            if id(module) not in self._names:
+                self._add_root(module, type(module).__name__)
+                self._observe_module(module, self._positions(), set())
+            elif self._moved(module):  # .to(), .half(): new storages since they were seen
+                self._observe_module(module, self._positions(), set())
+        name = self._names.get(id(module)) or type(module).__name__
+        # [name, start, end, the activations it saved (observed at its end)]
+        call: list[Any] = [name, self._positions(), None, []]
+        self._stack.append(call)
+        self._calls.append(call)
+
+    def _post(self, module: Any, args: Any, output: Any) -> None:
+        if threading.get_ident() != self._thread or not self._stack:
+            return
+        call = self._stack.pop()
+        end = call[2] = self._positions()
+        # What this module saved for backward, stamped with its end: the saved tensors are
+        # still alive then, so the block at each address is theirs (one counter reading per
+        # module instead of one per saved tensor).
+        add = self.record.observations.append
+        for device, address, nbytes in call[3]:
+            add(Observed(end.get(device, 0), device, address, nbytes, "activations", call[0]))
+        if not self._stack and not self._in_backward:
+            self._mark("other")
+
+    def _opt_pre(self, opt: Any, args: Any, kwargs: Any) -> None:
+        self._mark("optimizer step")
+        positions = self.record.marks[-1].positions
+        self._state_sizes[id(opt)] = sum(len(v) for v in opt.state.values() if isinstance(v, dict))
+        if id(opt) not in self._optimizers:
+            self._optimizers[id(opt)] = opt
+            self._observe_optimizer(opt, dict(positions), set())
+            return
+        seen: set[int] = set()
+        for group in opt.param_groups:  # gradients, made by the backward pass
+            for p in group["params"]:
+                self._observe(p.grad, "gradients", dict(positions), seen)
+
+    def _opt_post(self, opt: Any, args: Any, kwargs: Any) -> None:
+        positions = self._positions()
+        states = sum(len(v) for v in opt.state.values() if isinstance(v, dict))
+        if states != self._state_sizes.get(id(opt)):  # state made by this step (the first)
+            self._observe_optimizer(opt, positions, set())
+        self.record.marks.append(Mark(positions, "other"))
+
+    def _pack(self, x: Any) -> Any:
+        if self.active:
+            self.record.saved += 1
+            try:
+                device = self._device_of(x)
+                if device is not None:
+                    st = x.untyped_storage()
+                    found = (device, st.data_ptr(), st.nbytes())
+                    if self._stack and threading.get_ident() == self._thread:
+                        self._stack[-1][3].append(found)
+                    else:  # outside any module: stamped now
+                        self.record.observations.append(
+                            Observed(self._position(device), *found, "activations", "")
+                        )
+            except Exception:
+                pass
+        return (x.detach(), x._version)
+
+    def _unpack(self, packed: Any) -> Any:
+        alias, version = packed
+        if alias._version != version:
+            raise RuntimeError(INPLACE_ERROR.format(saved=version, now=alias._version))
+        if self.active and not self._in_backward:
+            self._in_backward = True
+            self._mark("backward")
+            try:
+                self.t.autograd.Variable._execution_engine.queue_callback(self._backward_done)
+            except Exception:  # not inside a backward pass after all
+                self._in_backward = False
+        return alias
+
+    def _backward_done(self) -> None:
+        self._in_backward = False
+        if self.active:
+            self._mark("backward done")
+
+    # -- start / stop ---------------------------------------------------------------
+    def start(self) -> None:
+        import importlib
+
+        t = self.t
+        self._thread = threading.get_ident()
+        self._devs = self._devices()
+        self._zero = {d: self._count(d) for d in self._devs}
+        self.active = True
+        self._see_roots(self._positions())
+        modules = importlib.import_module("torch.nn.modules.module")
+        optim = importlib.import_module("torch.optim.optimizer")
+        self._handles = [
+            modules.register_module_forward_pre_hook(self._pre),
+            modules.register_module_forward_hook(self._post, always_call=True),
+            optim.register_optimizer_step_pre_hook(self._opt_pre),
+            optim.register_optimizer_step_post_hook(self._opt_post),
+        ]
+        self._hooks = t.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._hooks.__enter__()
+
+    def stop(self) -> StepRecord:
+        """Remove every hook; take the end observations. Safe to call twice."""
+        if not self.active:
+            return self.record
+        try:
+            self._devs = self._devices()
+            end = self._positions()
+            # Parameters, buffers and optimizer state were seen when the cell began (or
+            # when their module first ran, or their optimizer first stepped); gradients
+            # come and go (zero_grad(set_to_none=True)): those as they are now.
+            seen: set[int] = set()
+            for m in list(self._roots.values()):
+                for p in m.parameters():
+                    self._observe(p.grad, "gradients", end, seen)
+            for opt in list(self._optimizers.values()):
+                for group in opt.param_groups:
+                    for p in group["params"]:
+                        self._observe(p.grad, "gradients", end, seen)
+            self.record.end_positions = end
+            add = self.record.observations.append
+            for call in self._stack:  # calls that never returned: their saved tensors now
+                for device, address, nbytes in call[3]:
+                    add(Observed(end.get(device, 0), device, address, nbytes, "activations",
+                                 call[0]))  # fmt: skip
+        finally:
+            self.active = False
+            if self._hooks is not None:
+                self._hooks.__exit__(None, None, None)
+                self._hooks = None
+            for h in self._handles:
+                h.remove()
+            self._handles = []
+            self.record.calls = [ModuleCall(c[0], c[1], c[2]) for c in self._calls]
+            self._calls = []
+            self._roots.clear()  # hold no user objects past the cell
+            self._optimizers.clear()
+            self._first_param.clear()
+            self._stack.clear()
+        return self.record

@@ -1,0 +1,153 @@
+"""``%%gpumem --breakdown``: what each device's peak was made of, as text and as HTML (a
+stacked bar of the categories, then a table; self-contained, theme colours)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from html import escape
+
+from ..model import Breakdown
+from ..units import format_bytes as fb
+
+# Mid-tone colours that read on light and dark backgrounds alike.
+COLORS: dict[str, str] = {
+    "parameters": "#1e88e5",
+    "buffers": "#64b5f6",
+    "gradients": "#8e24aa",
+    "optimizer state": "#ba68c8",
+    "activations": "#fb8c00",
+    "temporaries": "#fdd835",
+    "kept from before": "#78909c",
+    "block slack": "#b0bec5",
+}
+MEANING: dict[str, str] = {
+    "parameters": "nn.Module parameters",
+    "buffers": "nn.Module buffers (running statistics, ...)",
+    "gradients": "the parameters' .grad",
+    "optimizer state": "tensors the optimizer keeps (momenta, ...)",
+    "activations": "tensors autograd saved for backward",
+    "temporaries": "allocated in the cell, alive at the peak, none of the above",
+    "kept from before": "alive when the cell began, none of the above",
+    "block slack": "the allocator's blocks beyond the tensors' rounded sizes",
+}
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.1f} %" if whole else "-"
+
+
+def headline(b: Breakdown) -> str:
+    above = b.peak - b.base
+    return (
+        f"cuda:{b.device} peak {fb(b.peak)} ({'+' if above >= 0 else ''}{fb(above)} above "
+        f"the start), during the {b.phase}"
+        if b.phase != "other"
+        else f"cuda:{b.device} peak {fb(b.peak)} ({fb(above)} above the start), outside "
+        "forward, backward and optimizer steps"
+    )
+
+
+def _notes(b: Breakdown) -> list[str]:
+    out = []
+    if b.cached_free_at_peak is not None:
+        out.append(f"beside it: {fb(b.cached_free_at_peak)} cached but free at the peak")
+    if b.outside_torch is not None:
+        out.append(f"{fb(b.outside_torch)} outside PyTorch (context, libraries; at the end)")
+    check = "equals" if b.exact else "differs from"
+    if b.counter_peak is not None:
+        out.append(f"the sum {check} the allocator's own peak counter ({fb(b.counter_peak)})")
+    if b.note:
+        out.append(b.note)
+    return out
+
+
+def breakdown_text(items: Sequence[Breakdown]) -> str:
+    lines = []
+    for b in items:
+        lines.append(f"  what the peak is made of: {headline(b)}")
+        width = max((len(c.category) for c in b.categories), default=10)
+        for c in b.categories:
+            lines.append(
+                f"    {c.category:<{width}}  {fb(c.bytes):>12}  {_share(c.bytes, b.peak):>7}"
+                f"  {c.blocks} block(s)"
+            )
+        lines.append(f"    {'total':<{width}}  {fb(sum(c.bytes for c in b.categories)):>12}")
+        for n in _notes(b):
+            lines.append(f"    {n}")
+        if b.modules:
+            lines.append("    modules by bytes alive at the peak (activations + temporaries):")
+            for m in b.modules:
+                lines.append(
+                    f"      {m.module}: {fb(m.bytes)} ({fb(m.activations)} activations, "
+                    f"{fb(m.temporaries)} temporaries)"
+                )
+    return "\n".join(lines)
+
+
+def _bar(b: Breakdown) -> str:
+    if not b.peak:
+        return ""
+    parts = []
+    for c in b.categories:
+        width = 100 * c.bytes / b.peak
+        if width <= 0:
+            continue
+        tip = f"{c.category}: {fb(c.bytes)} ({_share(c.bytes, b.peak)})"
+        parts.append(
+            f'<div title="{escape(tip)}" style="width:{width:.3f}%;'
+            f'background:{COLORS[c.category]}"></div>'
+        )
+    return (
+        '<div class="jp-GpuMem-breakdown-bar" role="img" aria-label="what the peak is made of" '
+        'style="display:flex;height:16px;margin:4px 0;'
+        'border:1px solid var(--jp-border-color1,#999)">' + "".join(parts) + "</div>"
+    )
+
+
+_CELL = "padding:1px 8px;text-align:left"
+_NUM = "padding:1px 8px;text-align:right;font-variant-numeric:tabular-nums"
+
+
+def breakdown_html(items: Sequence[Breakdown]) -> str:
+    out = []
+    for b in items:
+        rows = []
+        for c in b.categories:
+            swatch = (
+                f'<span style="display:inline-block;width:10px;height:10px;margin-right:6px;'
+                f'background:{COLORS[c.category]}"></span>'
+            )
+            rows.append(
+                f'<tr title="{escape(MEANING[c.category])}"><td style="{_CELL}">{swatch}'
+                f'{escape(c.category)}</td><td style="{_NUM}">{fb(c.bytes)}</td>'
+                f'<td style="{_NUM}">{_share(c.bytes, b.peak)}</td>'
+                f'<td style="{_NUM}">{c.blocks}</td></tr>'
+            )
+        total = sum(c.bytes for c in b.categories)
+        rows.append(
+            f'<tr><td style="{_CELL}"><b>total</b></td><td style="{_NUM}"><b>{fb(total)}</b>'
+            f'</td><td style="{_NUM}"></td><td style="{_NUM}"></td></tr>'
+        )
+        notes = "".join(f"<div>{escape(n)}</div>" for n in _notes(b))
+        modules = ""
+        if b.modules:
+            mrows = "".join(
+                f'<tr><td style="{_CELL}">{escape(m.module)}</td><td style="{_NUM}">'
+                f'{fb(m.activations)}</td><td style="{_NUM}">{fb(m.temporaries)}</td></tr>'
+                for m in b.modules
+            )
+            modules = (
+                '<table style="border-collapse:collapse;margin-top:4px"><tr>'
+                f'<th style="{_CELL}">module</th><th style="{_NUM}">activations</th>'
+                f'<th style="{_NUM}">temporaries</th></tr>{mrows}</table>'
+            )
+        out.append(
+            '<div class="jp-GpuMem-breakdown" style="margin:6px 0">'
+            f"<div><b>{escape('what the peak is made of: ' + headline(b))}</b></div>"
+            f"{_bar(b)}"
+            '<table style="border-collapse:collapse">'
+            f'<tr><th style="{_CELL}">category</th><th style="{_NUM}">bytes</th>'
+            f'<th style="{_NUM}">share</th><th style="{_NUM}">blocks</th></tr>'
+            f"{''.join(rows)}</table>{notes}{modules}</div>"
+        )
+    return "".join(out)

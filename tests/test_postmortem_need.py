@@ -1,0 +1,170 @@
+"""An out-of-memory error's fixes judged against what the cell needs (analysis/postmortem.py,
+analysis/scan_hint.py), on plain records: the numbers are chosen so that each verdict is
+known in advance."""
+
+from __future__ import annotations
+
+from jupyter_gpumem.analysis.postmortem import (
+    Need,
+    bound_names,
+    explain_oom,
+    size_variables,
+)
+from jupyter_gpumem.analysis.scan_hint import scan_knowledge, size_arg
+from jupyter_gpumem.analysis.sites import SiteResolver
+from jupyter_gpumem.analysis.who import DeviceHoldings
+from jupyter_gpumem.model import (
+    AllocatorStats,
+    DeviceSample,
+    Fit,
+    OomEvent,
+    Reference,
+    ScanResult,
+    ScanRun,
+    Target,
+)
+
+MiB, GiB = 1 << 20, 1 << 30
+CAP = 12 * GiB
+
+
+class NoCells:
+    def execution_count(self, filename):
+        return None
+
+    def line_text(self, filename, line):
+        return ""
+
+    def files_of(self, count):
+        return frozenset()
+
+
+def situation(owners: dict[str, tuple[str, int]]):
+    """A device capped at 12 GiB, full: one segment per owner's block, nothing cached.
+    ``owners``: name -> (via, bytes)."""
+    segments, refs, blocks = [], [], {}
+    address = 1 << 32
+    for order, (name, (via, size)) in enumerate(owners.items()):
+        block = {"address": address, "size": size, "requested_size": size,
+                 "state": "active_allocated", "frames": []}  # fmt: skip
+        segments.append({"device": 0, "address": address, "total_size": size,
+                         "allocated_size": size, "blocks": [block]})  # fmt: skip
+        blocks[address] = block
+        refs.append(Reference(0, address, size, name, via, name, order))
+        address += size
+    allocated = sum(s["total_size"] for s in segments)
+    held = DeviceHoldings(0, False, blocks, {r.address: r for r in refs}, 0,
+                          SiteResolver(NoCells()))  # fmt: skip
+    stats = AllocatorStats(allocated, allocated, allocated, allocated, 0, allocated, allocated,
+                           0, 0, 0, 1, len(segments), len(segments))  # fmt: skip
+    total = 80 * GiB
+    after = DeviceSample(0, "gpu", "cuda", True, stats, total, total - 60 * GiB, None)
+    return segments, held, after
+
+
+def fix(pm, command):
+    return next(f for f in pm.fixes if f.command == command)
+
+
+# The GPT-2 case of the issue, in round numbers: weights and optimizer state from earlier
+# cells, 9.25 GiB of this run's activations still held by the kept traceback, and a
+# failed request of 96 MiB, under a 12 GiB cap.
+OWNERS = {
+    "model": ("parameters", 512 * MiB),
+    "gopt": ("optimizer state", 1 * GiB),
+    "traceback: forward() at In[7] line 3: h": ("traceback", 9 * GiB + 256 * MiB),
+    "out": ("tensor", 1 * GiB),  # bound by the failed cell, from its previous run
+}
+EVENT = OomEvent(0, 96 * MiB, CAP, 20 * GiB)
+
+
+def test_memory_of_the_failed_run_is_a_first_step_not_a_fix():
+    segments, held, after = situation(OWNERS)
+    need = Need(so_far=9 * GiB + 256 * MiB + 96 * MiB, bound=bound_names("out = model(x)"))
+    pm = explain_oom(EVENT, after, segments, held, need=need)
+    first = [f for f in pm.fixes if f.first_step]
+    assert [f.command for f in first] == ["%gpumem release-traceback", "del out"]
+    assert list(pm.fixes[: len(first)]) == first  # before any fix
+    assert first[0].frees == 9 * GiB + 256 * MiB and first[0].fits is None
+    assert "first, before any retry" in first[0].text
+    # after them: 12 GiB cap, 1.5 GiB still held (model, gopt): 10.5 GiB of room
+    assert pm.room == CAP - (512 * MiB + 1 * GiB)
+    assert pm.need == 9 * GiB + 352 * MiB
+
+
+def test_a_fix_that_covers_the_need_so_far_is_maybe_and_one_that_does_not_is_no():
+    segments, held, after = situation(OWNERS)
+    # the cell needed 11 GiB so far: after the first steps 10.5 GiB is free for it
+    need = Need(so_far=11 * GiB, bound=frozenset({"out"}))
+    pm = explain_oom(EVENT, after, segments, held, need=need)
+    gopt = fix(pm, "del gopt")  # frees 1 GiB: the 0.5 GiB short is covered, so far
+    assert gopt.fits is None and "covers the 11.00 GiB the cell needed so far" in gopt.text
+    model = fix(pm, "del model")  # frees 0.5 GiB: exactly the shortfall
+    assert model.fits is None
+    need = Need(so_far=12 * GiB, bound=frozenset({"out"}))
+    pm = explain_oom(EVENT, after, segments, held, need=need)
+    model = fix(pm, "del model")
+    assert model.fits is False and model.shortfall == 1 * GiB
+    assert "would still be 1.00 GiB short" in model.text
+    assert all(f.fits is not True for f in pm.fixes)  # nothing fits without the whole need
+
+
+def test_with_the_whole_need_known_a_fix_fits_or_not():
+    segments, held, after = situation(OWNERS)
+    whole = Need(so_far=9 * GiB, full=11 * GiB + 256 * MiB, bound=frozenset({"out"}))
+    pm = explain_oom(EVENT, after, segments, held, need=whole)
+    assert fix(pm, "del gopt").fits is True  # 10.5 + 1 >= 11.25
+    assert "enough for the whole cell (it needs 11.25 GiB)" in fix(pm, "del gopt").text
+    assert fix(pm, "del model").fits is False  # 10.5 + 0.5 < 11.25
+    assert fix(pm, "del model").shortfall == 256 * MiB
+    # the ones that fit come first: lifting the cap the user set, then deleting their data
+    assert [f.command for f in pm.fixes if f.fits is True] == ["%gpumem limit off", "del gopt"]
+    bigger = Need(so_far=9 * GiB, full=13 * GiB, bound=frozenset({"out"}))
+    pm = explain_oom(EVENT, after, segments, held, need=bigger)
+    gopt = fix(pm, "del gopt")
+    assert gopt.fits is False and gopt.shortfall == 13 * GiB - 10 * GiB - 512 * MiB - 1 * GiB
+    # lifting the cap moves the limit: 60 GiB free on the device
+    assert fix(pm, "%gpumem limit off").fits is True
+
+
+def test_the_names_a_cell_binds():
+    code = "out = model(x)\nfor step in range(3):\n    loss = out.sum()\nwith ctx() as c, d:\n    pass\na, (b, *c2) = 1, (2, 3)\ny += 1\n"  # noqa: E501
+    assert bound_names(code) == frozenset({"out", "step", "c", "a", "b", "c2", "y"})
+    assert bound_names("this is not python") == frozenset()
+
+
+def test_obvious_size_variables_and_the_scan_to_run():
+    code = "batch = 64\nx = torch.randn(batch, seq_len)\n"
+    found = size_variables(code, {"seq_len": 1024, "other": 5})
+    assert sorted(found) == [("batch", 64, True), ("seq_len", 1024, False)]
+    full, hint = scan_knowledge(code, 0, {"seq_len": 1024}, [], 12 * GiB)
+    assert full is None
+    assert hint.startswith("`%%gpumem --scan batch=16,32,48 --fit-in 12GiB` on this cell")
+    assert "(move `batch = 64` out of it first)" in hint
+    assert size_arg(12 * GiB) == "12GiB" and size_arg(1500 * MiB + 7) == "1500MiB"
+
+
+def scan_result(**kw) -> ScanResult:
+    fit = Fit("affine", 1 * GiB, 100 * MiB, 0.0, (8.0, 16.0), (1.8 * GiB, 2.6 * GiB), (0, 0))
+    probe = ScanRun(8, "probe", True, None, False, 1 * GiB, 2 * GiB, 2 * GiB, 0, None, 0.1)
+    fields = {
+        "name": "batch", "device": 0, "runs": (probe,), "target": Target(CAP, "12 GiB", "t", True),
+        "outside_torch": 0, "cap": CAP, "margin": 0, "budget": CAP, "fit": fit,
+        "predicted": 112.0, "verified": 110.0, "verify_note": "", "answer": "", "integer": True,
+        "execution_count": 5,
+    }  # fmt: skip
+    fields.update(kw)
+    return ScanResult(**fields)  # type: ignore[arg-type]
+
+
+def test_a_scan_of_the_cell_gives_the_whole_need_and_the_answer():
+    full, hint = scan_knowledge("x = torch.randn(batch, 10)", 0, {"batch": 64}, [scan_result()],
+                                CAP)  # fmt: skip
+    assert full == 100 * MiB * 64  # the fit at 64, above the probes' start
+    assert hint.startswith("`batch` = 64 needs about 6.25 GiB (the fit of the scan of In[5])")
+    assert "110 fits in 12 GiB (verified)" in hint
+    # a cap other than the scan's: the fit's prediction for it
+    full, hint = scan_knowledge("f(batch)", 0, {"batch": 64}, [scan_result()], 6 * GiB)
+    assert "under the current cap of 6.00 GiB its fit predicts 51 (not verified)" in hint
+    # a cell that does not read the scanned name learns nothing from it
+    assert scan_knowledge("f(n)", 0, {"batch": 64}, [scan_result()], CAP) == (None, "")

@@ -1,0 +1,307 @@
+"""The largest value that fits (scanner.py, _ipython/scan_runs.py, ``%%gpumem --scan``) on
+the CPU: the scan logic against a simulated allocator whose true limit is known, the
+cell's runs in a real IPython namespace, and every bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from jupyter_gpumem.collectors import Collector
+from jupyter_gpumem.collectors._torch import Reading
+from jupyter_gpumem.model import AllocatorStats, DeviceSample, Limit, Target
+from jupyter_gpumem.scanner import Scanner, ScanStopped
+from tests.conftest import run
+
+MiB, GiB = 1 << 20, 1 << 30
+
+
+class OutOfMemoryError(RuntimeError):
+    """Named as torch's, which is what the scanner recognises."""
+
+
+class SimulatedGPU:
+    """A device whose step at value v needs ``a + b·v`` bytes above the base, of which the
+    allocator wastes ``frag(v)`` in pieces it can't reclaim: the run fits under a cap
+    exactly when ``base + a + b·v + frag(v) <= cap``. The first run may leave ``keeps``
+    bytes behind (optimizer state)."""
+
+    replay = True
+
+    def __init__(self, a=200 * MiB, b=4 * MiB, frag=lambda v: 32 * MiB, keeps=0,
+                 total=80 * GiB, context=500 * MiB, base=1 * GiB):  # fmt: skip
+        self.a, self.b, self.frag, self.keeps = a, b, frag, keeps
+        self.total, self.context = total, context
+        self.allocated = self.reserved = base
+        self.peak_allocated = self.peak_reserved = base
+        self.peak_frag = 0
+        self.fraction = 1.0
+        self.limit_calls: list[float] = []
+        self.runs = 0
+
+    # what the "cell" does
+    def step(self, v: float) -> BaseException | None:
+        self.runs += 1
+        need = self.allocated + self.a + self.b * v
+        frag = self.frag(v)
+        cap = int(self.fraction * self.total)
+        if need + frag > cap:
+            self.peak_allocated = max(self.peak_allocated, cap - frag)
+            return OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        self.peak_allocated = max(self.peak_allocated, need)
+        self.peak_reserved = max(self.peak_reserved, need + frag + 64 * MiB)
+        self.peak_frag = max(self.peak_frag, frag)
+        self.reserved = max(self.reserved, need + frag + 64 * MiB)
+        if self.keeps:
+            self.allocated += self.keeps
+            self.keeps = 0
+        return None
+
+    # the Backend protocol
+    def read(self, with_process: bool = True, full: bool = True) -> Reading:
+        stats = AllocatorStats(self.allocated, self.reserved, self.allocated, self.allocated,
+                               0, self.peak_allocated, self.peak_reserved, 0, 0, 0, 0, 1, 1,
+                               self.peak_frag)  # fmt: skip
+        used = self.reserved + self.context
+        limit = Limit(self.fraction, int(self.fraction * self.total)) if self.fraction < 1 else None
+        d = DeviceSample(0, "sim", "cuda", True, stats, self.total, used, used, limit)
+        return Reading("ok", "", "2.11", True, (d,))
+
+    def initialized_devices(self) -> list[int]:
+        return [0]
+
+    def device_count(self) -> int:
+        return 1
+
+    def reset_peaks(self, devices=None) -> None:
+        self.peak_allocated, self.peak_reserved, self.peak_frag = (
+            self.allocated, self.reserved, 0)  # fmt: skip
+
+    def attach_oom_observer(self, callback) -> None:
+        return None
+
+    def cuda_ready(self) -> bool:
+        return True
+
+    def empty_cache(self) -> None:
+        self.reserved = self.allocated
+
+    def set_limit(self, device: int, fraction: float) -> None:
+        self.fraction = fraction
+        self.limit_calls.append(fraction)
+
+    def total_for_limit(self, device: int) -> int:
+        return self.total
+
+
+def true_largest(gpu: SimulatedGPU, cap: int) -> int:
+    v = 0
+    while gpu.allocated + gpu.a + gpu.b * (v + 1) + gpu.frag(v + 1) <= cap:
+        v += 1
+    return v
+
+
+EIGHT_GIB = Target(8 * GiB, "8 GiB", "t", True)
+
+
+def scan(gpu: SimulatedGPU, values=(8, 16, 32), target=EIGHT_GIB, verify=True):
+    s = Scanner(Collector(gpu), gpu.step, lambda: None)  # type: ignore[arg-type]
+    return s.scan("batch", values, target, verify, integer=True)
+
+
+def test_a_step_that_fits_the_model_is_verified_at_the_prediction():
+    gpu = SimulatedGPU()
+    r = scan(gpu)
+    assert [x.kind for x in r.runs] == ["probe", "probe", "probe", "verify"]
+    assert r.fit is not None and r.fit.kind == "affine"
+    assert r.outside_torch == 500 * MiB and r.cap == 8 * GiB - 500 * MiB
+    assert r.margin == 32 * MiB  # reserved beyond allocated (96 MiB) capped by the pieces
+    truth = true_largest(gpu, r.cap)
+    assert r.predicted == truth and r.verified == truth
+    assert r.answer == f"largest batch that fits in 8 GiB: {truth} (verified)"
+    assert gpu.limit_calls[-1] == 1.0  # the cap is gone again
+
+
+def test_a_prediction_that_runs_out_of_memory_steps_down_and_says_by_how_much():
+    # fragmentation grows with the batch: the probes' margin is too small up there
+    gpu = SimulatedGPU(frag=lambda v: 32 * MiB + int(v) * (MiB // 4))
+    r = scan(gpu)
+    truth = true_largest(gpu, r.cap)
+    assert r.predicted is not None and r.predicted > truth
+    assert r.verified is not None and r.verified <= truth
+    assert r.verified >= 0.95 * truth
+    assert 2 <= len(r.verifications) <= 4  # the prediction, then at most 3 more
+    assert not r.verifications[0].ok and r.verifications[0].oom
+    assert f"(verified; predicted {int(r.predicted)})" in r.answer
+    assert "too high" in r.verify_note
+    assert gpu.limit_calls[-1] == 1.0
+
+
+def test_a_first_run_that_keeps_state_is_measured_again():
+    gpu = SimulatedGPU(keeps=300 * MiB)  # the optimizer's state, made by the first step
+    r = scan(gpu)
+    kinds = [x.kind for x in r.runs]
+    assert kinds[:4] == ["probe", "probe", "probe", "repeat"]
+    assert len(r.probes) == 4
+    # the fit uses the repeated run: all its points share the state as their base
+    assert r.fit is not None and max(abs(e) for e in r.fit.residuals) < MiB
+    assert r.verified == true_largest(gpu, r.cap)
+
+
+def test_no_verify_predicts_only():
+    gpu = SimulatedGPU()
+    r = scan(gpu, verify=False)
+    assert not r.verifications and r.verified is None
+    assert "(predicted; not verified (--no-verify))" in r.answer
+    assert gpu.limit_calls == []
+
+
+def test_a_target_larger_than_what_this_gpu_has_is_predicted_not_verified():
+    gpu = SimulatedGPU(total=16 * GiB)
+    r = scan(gpu, target=Target(80 * GiB, "A100 80GB", "t", True))
+    assert r.verified is None and "not verified: this GPU has" in r.verify_note
+    assert gpu.limit_calls == []
+
+
+def test_by_default_the_target_is_what_this_gpu_has_free_now():
+    gpu = SimulatedGPU(total=16 * GiB)
+    r = scan(gpu, target=None)
+    assert not r.target.whole_card and "has free now" in r.target.label
+    assert r.cap == 16 * GiB - 500 * MiB  # free memory plus PyTorch's own cache
+    assert r.verified == true_largest(gpu, r.cap)
+
+
+def test_a_probe_that_runs_out_of_memory_stops_the_scan():
+    gpu = SimulatedGPU(total=2 * GiB)
+    with pytest.raises(ScanStopped, match="does not fit on this GPU even without a cap"):
+        scan(gpu, values=(8, 16, 512))
+
+
+def test_a_probe_that_fails_otherwise_stops_the_scan_with_its_error():
+    gpu = SimulatedGPU()
+    boom = ValueError("shape mismatch")
+    s = Scanner(Collector(gpu), lambda v: boom if v == 16 else gpu.step(v), lambda: None)  # type: ignore[arg-type]
+    with pytest.raises(ScanStopped) as e:
+        s.scan("batch", (8, 16, 32), None, True, True)
+    assert e.value.error is boom
+    assert [r.value for r in e.value.runs] == [8, 16]
+
+
+def test_a_flat_peak_is_called_out():
+    gpu = SimulatedGPU(a=2 * GiB, b=1024)  # the optimizer step makes the peak
+    r = scan(gpu)
+    assert any("grows little" in n for n in r.notes)
+
+
+# -- the cell's runs in a real IPython namespace -------------------------------------------
+def test_runs_bind_the_name_and_leave_the_namespace_as_it_was(shell):
+    from jupyter_gpumem._ipython.scan_runs import CellRuns
+
+    shell.user_ns.update({"kept": [1], "rebound": "old", "gone": 3})
+    shell.user_ns.pop("batch", None)
+    runs = CellRuns(shell, "batch", "new = batch * 2\nrebound = batch\ndel gone\n", True)
+    assert runs.run(16) is None
+    assert shell.user_ns["new"] == 32 and shell.user_ns["rebound"] == 16
+    runs.cleanup()
+    assert "new" not in shell.user_ns and shell.user_ns["rebound"] == "old"
+    assert shell.user_ns["gone"] == 3 and "batch" not in shell.user_ns
+    runs.run(8)
+    runs.finish()
+    assert "batch" not in shell.user_ns and "new" not in shell.user_ns
+    assert shell.user_ns["kept"] == [1] and shell.user_ns["gone"] == 3
+
+
+def test_an_error_in_a_run_names_the_cells_own_line(shell):
+    from jupyter_gpumem._ipython.scan_runs import CellRuns
+
+    runs = CellRuns(shell, "batch", "a = 1\nraise ValueError(batch)\n", True)
+    e = runs.run(4)
+    assert isinstance(e, ValueError) and e.args == (4,)
+    tb = e.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    assert tb.tb_lineno == 3  # line 1 of the cell is the magic's
+    count = shell.compile._filename_map[tb.tb_frame.f_code.co_filename]
+    assert count == shell.execution_count
+    runs.finish()
+
+
+# -- bad input: a UsageError, and the cell does not run -------------------------------------
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        ("--scan batch=", "no values"),
+        ("--scan batch=16", "two different values"),
+        ("--scan batch=16,16", "two different values"),
+        ("--scan batch=16,a", "'a' is not a number"),
+        ("--scan batch=16,nan", "not a finite number"),
+        ("--scan batch=16,-2", "must be positive"),
+        ("--scan 1batch=16,32", "not a Python variable name"),
+        ("--scan for=16,32", "Python keyword"),
+        ("--scan batch", "needs NAME=V1,V2,V3"),
+        ("--scan batch=1,2,3,4,5,6,7,8,9", "at most 8 values"),
+        ("--scan batch=16,32 --fit-in X100", "neither a size"),
+        ("--scan batch=16,32 --fit-in 12parsec", "not a size"),
+        ("--scan batch=16,32 --fit-in " + "9" * 400 + "GiB", "size too large"),
+        ("--fit-in T4", "go with --scan"),
+        ("--no-verify", "go with --scan"),
+        ("--scan batch=16,32 --breakdown", "--breakdown measures one run"),
+        ("--scan batch=16,32 --trace", "--trace measures one run"),
+    ],
+)
+def test_bad_scan_arguments_are_usage_errors_and_the_cell_does_not_run(ip, args, message):
+    ip.user_ns.pop("ran", None)
+    res, _, cap = run(ip, f"%%gpumem {args}\nran = True\n")
+    assert type(res.error_in_exec).__name__ == "UsageError" or "UsageError" in cap.stderr
+    assert message in str(res.error_in_exec) + cap.stderr
+    assert "ran" not in ip.user_ns
+    assert len(str(res.error_in_exec) + cap.stderr) < 600  # the bad value is not echoed whole
+
+
+def test_without_a_gpu_the_scan_says_so_in_one_line(ip):
+    ip.user_ns.pop("ran", None)
+    ip.run_cell("import torch")
+    _, _, cap = run(ip, "%%gpumem --scan batch=16,32\nran = True\n")
+    lines = cap.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpumem: --scan needs a CUDA GPU")
+    assert "ran" not in ip.user_ns
+
+
+def test_without_a_gpu_the_breakdown_says_so_in_one_line(ip):
+    ip.run_cell("import torch")
+    _, texts, _ = run(ip, "%%gpumem --breakdown\nran = torch.ones(3)\n")
+    notes = [line for line in texts[0].splitlines() if "breakdown" in line]
+    assert notes == ["  breakdown: --breakdown needs a CUDA GPU: torch "
+                     f"{ip.user_ns['torch'].__version__} is a CPU-only build"]  # fmt: skip
+    assert ip.user_ns["ran"].shape == (3,)  # the cell ran as usual
+
+
+# -- the functions ------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "values,fit_in,message",
+    [
+        ([16], None, "two different values"),
+        ([16, "a"], None, "must be numbers"),
+        ([16, -1], None, "positive, finite"),
+        ([16, 32], "X100", "neither a size"),
+    ],
+)
+def test_scan_function_bad_input(values, fit_in, message):
+    import jupyter_gpumem
+
+    with pytest.raises(ValueError, match=message):
+        jupyter_gpumem.scan(lambda v: None, values, fit_in=fit_in)
+
+
+def test_scan_function_without_a_gpu_says_so(ip):
+    import jupyter_gpumem
+
+    ip.run_cell("import torch")
+    with pytest.raises(RuntimeError, match=r"needs torch with a CUDA GPU: torch .* is CPU-only"):
+        jupyter_gpumem.scan(lambda v: None, [1, 2])
+
+
+def test_breakdown_function_before_any_breakdown(ip):
+    import jupyter_gpumem
+
+    with pytest.raises(RuntimeError, match="no breakdown yet"):
+        jupyter_gpumem.breakdown()
