@@ -22,11 +22,16 @@ def seg(address: int, size: int, blocks=()) -> dict:
     return {"device": 0, "address": address, "total_size": size, "blocks": blocks}
 
 
+def timed(events):
+    """Events as the trace has them: the n-th at n x 10 us on the trace's clock."""
+    return [(*e, 10 * i) if len(e) == 3 else e for i, e in enumerate(events, 1)]
+
+
 def run(events, begin=(), observations=(), marks=(), calls=(), base=0, **kw):
     alive = kw.pop("alive", None)
     return analyze(
         0,
-        events,
+        timed(events),
         list(begin),
         alive if alive is not None else [],
         list(observations),
@@ -163,10 +168,11 @@ def test_saved_tensors_stop_being_activations_when_their_backward_is_done():
 def test_temporaries_go_to_the_innermost_module_running_when_allocated():
     T = 1 << 30
     events = [("alloc", T, MiB * 2), ("alloc", T + 2 * MiB, MiB * 4), ("alloc", T + 6 * MiB, MiB)]
+    us = 1000  # ns: the calls are on Python's clock, between the events (at 10, 20, 30 us)
     calls = [
-        ModuleCall("model", {0: 0}, {0: 3}),
-        ModuleCall("model.0", {0: 0}, {0: 1}),
-        ModuleCall("model.1", {0: 1}, {0: 2}),
+        ModuleCall("model", 5 * us, 35 * us),
+        ModuleCall("model.0", 5 * us, 15 * us),
+        ModuleCall("model.1", 15 * us, 25 * us),
     ]
     b = run(events, [seg(T, 20 * MiB)], calls=calls, end_position=3,
             alive=[(T, 2 * MiB), (T + 2 * MiB, 4 * MiB), (T + 6 * MiB, MiB)])  # fmt: skip
@@ -186,10 +192,25 @@ def test_a_wrapped_ring_buffer_or_a_wrong_replay_is_not_called_exact():
 
 
 def test_events_from_a_raw_trace_keep_what_the_replay_needs():
-    raw = [{"action": "alloc", "addr": 1, "size": 2, "frames": []},
+    raw = [{"action": "alloc", "addr": 1, "size": 2, "frames": [], "time_us": 7},
            {"action": "oom", "addr": 0, "size": 9},
-           {"action": "segment_alloc", "addr": 0, "size": 4}]  # fmt: skip
-    assert events_from_trace(raw) == [("alloc", 1, 2), ("segment_alloc", 0, 4)]
+           {"action": "segment_alloc", "addr": 0, "size": 4, "time_us": 5}]  # fmt: skip
+    assert events_from_trace(raw) == [("alloc", 1, 2, 7), ("segment_alloc", 0, 4, 5)]
+
+
+def test_a_saved_tensor_stamped_by_the_clock_is_placed_by_the_traces_clock():
+    # GIVEN address A reused: a temporary (events 1-2), then the saved tensor (event 3)
+    A = 1 << 30
+    events = [("alloc", A, 8 * MiB, 10), ("free_requested", A, 8 * MiB, 20),
+              ("free_completed", A, 8 * MiB, 20), ("alloc", A, 8 * MiB, 30),
+              ("alloc", A + 8 * MiB, 4 * MiB, 40)]  # fmt: skip
+    # WHEN the module that saved it ended at 35 us (Python's clock, in ns)
+    saved = Observed(-1, 0, A, 8 * MiB, "activations", "model.0", 35_000)
+    b = run(events, [seg(A, 20 * MiB)], [saved], end_position=4,
+            alive=[(A, 8 * MiB), (A + 8 * MiB, 4 * MiB)])  # fmt: skip
+    # THEN the block alive then is the saved one; the earlier block at A is not
+    assert b.bytes_of("activations") == 8 * MiB
+    assert [m.module for m in b.modules] == ["model.0", "(outside any module)"]
 
 
 # -- recorded on an H100 ------------------------------------------------------------------
@@ -204,7 +225,7 @@ def replay(case: dict):
         [tuple(a) for a in case["alive_at_end"]],
         [Observed(*o) for o in case["observations"]],
         [Mark(positions(p), phase) for p, phase in case["marks"]],
-        [ModuleCall(n, positions(s), positions(e) if e else None) for n, s, e in case["calls"]],
+        [ModuleCall(*c) for c in case["calls"]],
         base=case["base"],
         base_reserved=case["base_reserved"],
         counter_peak=case["counter_peak"],

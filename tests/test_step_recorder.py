@@ -122,7 +122,7 @@ def test_an_exception_in_the_cell_leaves_no_hook_behind():
         model(torch.randn(5, 3))  # wrong width
     rec = r.stop()
     assert no_hooks_left()
-    assert rec.calls[1].end is not None  # the failing call was closed (always_call)
+    assert rec.calls[1].end_ns is not None  # the failing call was closed (always_call)
 
 
 def test_a_graph_built_under_the_hooks_backwards_after_them():

@@ -192,7 +192,10 @@ _DOC = """Measure GPU memory: what a cell did to PyTorch's allocator and the dev
 Cell magic::
 
   %%gpumem [-d N] [-q] [-o VAR] [--keep-peak] [--trace [--entries N] [--save PATH]]
+           [--breakdown]
   <cell>
+  %%gpumem --scan NAME=V1,V2,V3 [--fit-in SIZE|GPU] [--no-verify] [-d N] [-q] [-o VAR]
+  <cell that reads NAME>
 
 Runs the cell as a normal cell (Out, tracebacks and line numbers unchanged), then shows
 for each device it touched: allocated and reserved before -> after, the exact peak inside
@@ -207,8 +210,33 @@ non-releasable fragmentation, host RSS and wall time, plus hints.
   --trace            record every allocation of this cell (the allocator's full history,
                      this cell only) and draw them over time: stacked allocations, the
                      peak, what was alive at the peak and which line made it
-  --entries N        trace entries kept per device (default 20000; a ring buffer)
+  --entries N        trace entries kept per device (a ring buffer; default 20000, and
+                     1000000 for --breakdown without --trace)
   --save PATH        also write the trace as a snapshot that PyTorch's memory_viz opens
+  --breakdown        what the peak is made of, per device, in bytes that add up exactly
+                     to the allocator's peak: parameters, buffers, gradients, optimizer
+                     state, activations (saved for backward), temporaries, kept from
+                     before, block slack; the phase the peak fell in (forward, backward,
+                     optimizer step) and the modules that made most of it. The step runs
+                     with autograd's saved-tensor hooks and module hooks on (about 1.3-2x
+                     slower, this cell only). Also jupyter_gpumem.breakdown().
+
+Before you run: the largest value that fits::
+
+  --scan NAME=V1,V2,V3
+                     run the cell once per value with NAME bound to it (the cell reads
+                     NAME: batch, seq_len); each run measured as %%gpumem measures; between
+                     runs the names a run bound are dropped, gc runs and the cache is
+                     emptied. Fits peak(NAME) (affine; quadratic when 3+ values show
+                     curvature), predicts the largest value within the target and runs it
+                     under a cap equal to the target (stepping down if it runs out).
+                     What a run changes inside existing objects is not undone (an
+                     optimizer step on a model that already existed, its state).
+  --fit-in SIZE|GPU  the target: a size (24GiB, 16GB) or a card (T4, L4, A10G, RTX3090,
+                     RTX4090, A100-40GB, A100-80GB, H100, H200), less what this process
+                     holds outside PyTorch; default: what this GPU has free now
+  --no-verify        predict only
+  Also jupyter_gpumem.scan(fn, values, fit_in=...) for a function fn(value).
 
 Peaks: PyTorch keeps ONE peak counter per device for the whole process. By default
 %%gpumem (and auto mode) reset it before the cell, so afterwards your own

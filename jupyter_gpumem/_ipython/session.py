@@ -211,6 +211,22 @@ class Session:
             self.tracker.cancel()
             warn(f"could not take the reading after the cell: {e!r}")
             return None
+        snapshot: dict[str, Any] | None = None
+        ms, note = 0.0, "the trace did not start"
+        trace, self._trace = self._trace, None
+
+        def stop_trace() -> None:
+            nonlocal snapshot, ms, note
+            try:
+                snapshot, ms, note = self.attributor.stop_trace(trace)
+            except Exception as e:
+                warn(f"could not read the cell's trace: {e!r}")
+
+        if opts.breakdown and not opts.trace:
+            # Stopped before the attribution below: a breakdown's trace has no stacks, and
+            # the attribution must not take it for allocation tracking. (A --trace has
+            # stacks: the attribution reads them first.)
+            stop_trace()
         try:
             self.attributor.collector = self.collector
             report = self.attributor.enrich(
@@ -221,14 +237,9 @@ class Session:
             )
         except Exception as e:  # attribution must never cost the user the report
             warn(f"could not attribute the cell's memory: {e!r}")
+        if opts.trace:
+            stop_trace()
         if opts.trace or opts.breakdown:
-            trace, self._trace = self._trace, None
-            snapshot: dict[str, Any] | None = None
-            ms, note = 0.0, "the trace did not start"
-            try:
-                snapshot, ms, note = self.attributor.stop_trace(trace)
-            except Exception as e:
-                warn(f"could not read the cell's trace: {e!r}")
             if opts.breakdown:
                 try:
                     report = self.attributor.finish_breakdown(step, snapshot, note, report)

@@ -23,6 +23,7 @@ Every block alive at the peak is counted once, so the categories add up to the p
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -64,17 +65,25 @@ _ACTIONS = frozenset(
 )  # fmt: skip
 
 
-def events_from_trace(entries: Iterable[Mapping[str, Any]]) -> list[tuple[str, int, int]]:
-    """(action, address, size) of the events that matter, from
+Event = tuple[str, int, int, int]  # action, address, size, time_us
+TOLERANCE_US = 1  # the trace's clock and Python's agree to about this
+
+
+def events_from_trace(entries: Iterable[Mapping[str, Any]]) -> list[Event]:
+    """(action, address, size, time_us) of the events that matter, from
     ``torch.cuda.memory._snapshot()["device_traces"][i]`` (plain tuples: a training step
     has tens of thousands of them)."""
     actions = _ACTIONS
-    return [(e["action"], e["addr"], e["size"]) for e in entries if e["action"] in actions]
+    return [
+        (e["action"], e["addr"], e["size"], e.get("time_us", 0))
+        for e in entries
+        if e["action"] in actions
+    ]
 
 
 def analyze(
     device: int,
-    events: Sequence[tuple[str, int, int]],
+    events: Sequence[Event],
     begin_segments: Sequence[Mapping[str, Any]],
     live_at_end: Sequence[tuple[int, int]],
     observations: Iterable[Observed],
@@ -103,9 +112,11 @@ def analyze(
     position = 0
     peak, peak_at, reserved_at_peak = allocated, 0, base_reserved
     alloc, free_requested, free_completed = heap.alloc, heap.free_requested, heap.free_completed
-    for action, address, size in events:
+    times: list[int] = []  # time_us of the event at each position (position - 1)
+    for action, address, size, time_us in events:
         if action == "alloc":
             position += 1
+            times.append(time_us)
             b = _Block(address, alloc(address, size), position)
             blocks.append(b)
             live[address] = b
@@ -114,6 +125,7 @@ def analyze(
                 peak, peak_at, reserved_at_peak = allocated, position, reserved
         elif action == "free_requested":
             position += 1
+            times.append(time_us)
             allocated -= free_requested(address, size)
             found = live.pop(address, None)
             if found is not None:
@@ -158,12 +170,24 @@ def analyze(
     done = [m.positions.get(device, 0) for m in marks if m.phase == "backward done"]
     released_by_peak = [d for d in done if d < peak_at]
 
+    def window(t_ns: int) -> tuple[int, int]:
+        """The positions a moment of Python's clock falls between, on the trace's clock."""
+        t = t_ns // 1000
+        return bisect_left(times, t - TOLERANCE_US), bisect_right(times, t + TOLERANCE_US)
+
     def owner(b: _Block) -> Observed | None:
         best: Observed | None = None
         for o in by_address.get(b.address, ()):
-            if not b.alive(o.position):
-                continue
-            if o.category == "activations" and any(o.position <= d for d in released_by_peak):
+            if o.position >= 0:
+                if not b.alive(o.position):
+                    continue
+                seen_at = o.position
+            else:  # stamped by the clock: the block alive at some point of its window
+                lo, hi = window(o.time_ns)
+                if not (b.start <= hi and (b.end is None or b.end > lo)):
+                    continue
+                seen_at = lo
+            if o.category == "activations" and any(seen_at <= d for d in released_by_peak):
                 continue
             if best is None or _RANK[o.category] < _RANK[best.category]:
                 best = o
@@ -193,7 +217,12 @@ def analyze(
     categories = tuple(
         CategoryShare(c, totals[c][0], totals[c][1]) for c in CATEGORIES if totals[c][1]
     )
-    made_in = _innermost_calls(device, calls, sorted(b.start for b in temporaries))
+    spans = [
+        (c.name, bisect_right(times, c.start_ns // 1000),
+         bisect_right(times, c.end_ns // 1000) if c.end_ns is not None else None)
+        for c in calls
+    ]  # fmt: skip
+    made_in = _innermost_calls(spans, sorted(b.start for b in temporaries))
     temps: dict[str, int] = {}
     for b in temporaries:
         name = made_in.get(b.start) or NO_MODULE
@@ -224,19 +253,19 @@ def _rounded(n: int) -> int:
     return -(-n // ROUND) * ROUND
 
 
-def _innermost_calls(device: int, calls: Sequence[ModuleCall], starts: list[int]) -> dict[int, str]:
+def _innermost_calls(
+    calls: Sequence[tuple[str, int, int | None]], starts: list[int]
+) -> dict[int, str]:
     """For each allocation (by its position), the innermost module whose forward was running.
 
-    A call that began at position p and ended at q made the allocations p+1 .. q. Calls
-    nest, so a sweep with a stack finds the innermost one."""
+    A call (name, p, q) that began at position p and ended at q made the allocations
+    p+1 .. q. Calls nest, so a sweep with a stack finds the innermost one."""
     if not starts or not calls:
         return {}
     edges: list[tuple[float, int, int]] = []  # (where, 0 push / 1 pop, call index)
-    for i, c in enumerate(calls):
-        start = c.start.get(device, 0)
-        end = c.end.get(device, start) if c.end is not None else None
+    for i, (_, start, end) in enumerate(calls):
         if end is not None and end <= start:
-            continue  # allocated nothing on this device
+            continue  # allocated nothing
         edges.append((start + 0.5, 0, i))
         edges.append((end + 0.5 if end is not None else float("inf"), 1, i))
     edges.sort()
@@ -252,7 +281,7 @@ def _innermost_calls(device: int, calls: Sequence[ModuleCall], starts: list[int]
                 stack.remove(i)
             e += 1
         if stack:
-            out[s] = calls[stack[-1]].name
+            out[s] = calls[stack[-1]][0]
     return out
 
 

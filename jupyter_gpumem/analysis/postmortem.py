@@ -274,7 +274,9 @@ def explain_oom(
         "a smaller batch, activation checkpointing or lower precision (bfloat16) shrinks "
         "what each step needs"
     )
-    fixes.append(Fix("smaller", f"{need.hint}; {smaller}" if need.hint else smaller, None, None))
+    # The hint has its own line; the fix repeats only a scan command to run.
+    suggest = need.hint if need.hint.startswith("`%%gpumem --scan") else ""
+    fixes.append(Fix("smaller", f"{suggest}; {smaller}" if suggest else smaller, None, None))
     fixes.sort(
         key=lambda f: (
             not f.first_step,

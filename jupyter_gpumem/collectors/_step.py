@@ -14,10 +14,14 @@ While the cell runs, and only then:
 - global optimizer step hooks mark each optimizer step and see the gradients and the
   optimizer state.
 
-Each record is stamped with the device's *position*: how many allocations and frees its
-allocator has made since the cell began, from the allocator's own counters (one
-``_cuda_memoryStats`` call, ~8 us). ``analysis/breakdown.py`` turns the records and the
-allocator's trace into what the peak was made of. torch is never imported here: the caller
+Records of persistent tensors and the phase marks are stamped with the device's
+*position*: how many allocations and frees its allocator has made since the cell began,
+from the allocator's own counters (one ``_cuda_memoryStats`` call, ~12 us on an H100 host,
+a few per step). Module calls and saved tensors, hundreds per step, are stamped with
+``time.time_ns()`` instead (50 ns), which the allocator's trace clock places among its
+events (measured on an H100: an allocation's ``time_us`` fell between the Python clock
+readings around it). ``analysis/breakdown.py`` turns the records and the allocator's trace
+into what the peak was made of. torch is never imported here: the caller
 passes the module the user imported.
 """
 
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
+from time import time_ns
 from typing import Any
 
 from ..model import Mark, ModuleCall, Observed, StepRecord
@@ -56,9 +61,8 @@ def cuda_counters(t: Any) -> tuple[Callable[[], list[int]], Callable[[int], int]
 
 
 def _cuda_device(x: Any) -> int | None:
-    if not x.is_cuda:
-        return None
-    return int(x.get_device())
+    d = x.get_device()  # -1 on the CPU
+    return d if d >= 0 and x.is_cuda else None
 
 
 class StepRecorder:
@@ -92,6 +96,8 @@ class StepRecorder:
         self._thread = 0
         self._stack: list[list[Any]] = []  # [name, start, end] of the running calls
         self._calls: list[list[Any]] = []  # every call, in order (ModuleCall at stop)
+        # saved tensors: (device, address, nbytes, module, time_ns), Observed at stop
+        self._saved: list[tuple[int, int, int, str, int]] = []
         self._names: dict[int, str] = {}  # id(module) -> qualified name
         self._roots: dict[int, Any] = {}  # modules whose parameters are watched
         self._optimizers: dict[int, Any] = {}
@@ -218,7 +224,7 @@ class StepRecorder:
                 self._observe_module(module, self._positions(), set())
         name = self._names.get(id(module)) or type(module).__name__
         # [name, start, end, the activations it saved (observed at its end)]
-        call: list[Any] = [name, self._positions(), None, []]
+        call: list[Any] = [name, time_ns(), None, []]
         self._stack.append(call)
         self._calls.append(call)
 
@@ -226,13 +232,12 @@ class StepRecorder:
         if threading.get_ident() != self._thread or not self._stack:
             return
         call = self._stack.pop()
-        end = call[2] = self._positions()
+        end = call[2] = time_ns()
         # What this module saved for backward, stamped with its end: the saved tensors are
-        # still alive then, so the block at each address is theirs (one counter reading per
-        # module instead of one per saved tensor).
-        add = self.record.observations.append
-        for device, address, nbytes in call[3]:
-            add(Observed(end.get(device, 0), device, address, nbytes, "activations", call[0]))
+        # still alive then, so the block at each address is theirs.
+        if call[3]:
+            name = call[0]
+            self._saved.extend((d, a, n, name, end) for d, a, n in call[3])
         if not self._stack and not self._in_backward:
             self._mark("other")
 
@@ -262,14 +267,15 @@ class StepRecorder:
             try:
                 device = self._device_of(x)
                 if device is not None:
-                    st = x.untyped_storage()
-                    found = (device, st.data_ptr(), st.nbytes())
+                    if x._base is None and not x.storage_offset():
+                        found = (device, x.data_ptr(), x.nbytes)  # no storage object: cheaper
+                    else:  # a view: the block is its storage's
+                        st = x.untyped_storage()
+                        found = (device, st.data_ptr(), st.nbytes())
                     if self._stack and threading.get_ident() == self._thread:
                         self._stack[-1][3].append(found)
                     else:  # outside any module: stamped now
-                        self.record.observations.append(
-                            Observed(self._position(device), *found, "activations", "")
-                        )
+                        self._saved.append((*found, "", time_ns()))
             except Exception:
                 pass
         return (x.detach(), x._version)
@@ -332,11 +338,13 @@ class StepRecorder:
                     for p in group["params"]:
                         self._observe(p.grad, "gradients", end, seen)
             self.record.end_positions = end
-            add = self.record.observations.append
+            now = time_ns()
             for call in self._stack:  # calls that never returned: their saved tensors now
-                for device, address, nbytes in call[3]:
-                    add(Observed(end.get(device, 0), device, address, nbytes, "activations",
-                                 call[0]))  # fmt: skip
+                self._saved.extend((d, a, n, call[0], now) for d, a, n in call[3])
+            add = self.record.observations.append
+            for device, address, nbytes, module, t in self._saved:
+                add(Observed(-1, device, address, nbytes, "activations", module, t))
+            self._saved = []
         finally:
             self.active = False
             if self._hooks is not None:

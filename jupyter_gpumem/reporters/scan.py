@@ -54,8 +54,9 @@ def budget_lines(r: ScanResult) -> list[str]:
     else:
         lines.append(f"  = {fb(r.cap)} PyTorch may reserve")
     lines.append(
-        f"  - {fb(r.margin)} fragmentation margin (the probes' largest peak reserved beyond "
-        f"peak allocated) = {fb(r.budget)} for the peak allocated"
+        f"  - {fb(r.margin)} fragmentation margin (the most a probe could not use: reserved "
+        f"beyond allocated at its peak, at most its free pieces of used segments) = "
+        f"{fb(r.budget)} for the peak allocated"
     )
     return lines
 

@@ -1,5 +1,5 @@
 /**
- * Types of the kernel <-> panel protocol, version 1, revision 5.
+ * Types of the kernel <-> panel protocol, version 1, revision 6.
  *
  * docs/protocol.md and jupyter_gpumem/protocol/schema.json are the contract;
  * these types mirror them and must change with them.
@@ -11,7 +11,7 @@ export const PROTOCOL_VERSION = 1;
  * The revision this panel knows. A kernel of an older revision lacks some
  * actions: check `hello`'s `actions` before using one.
  */
-export const PROTOCOL_REVISION = 5;
+export const PROTOCOL_REVISION = 6;
 
 /** Message type of a request sent on the control channel. */
 export const REQUEST_MSG_TYPE = 'gpumem_request';
@@ -187,10 +187,21 @@ export interface IFix {
   text: string;
   /** Bytes it would free, when known. */
   frees: number | null;
-  /** Whether the failed request would fit afterwards; null: unknown. */
+  /**
+   * Judged against what the failed cell needs: true when the whole cell's need
+   * is known (a scan of it) and fits afterwards; null ("maybe") when it covers
+   * what the cell needed up to the failure; false when it does not.
+   */
   fits: boolean | null;
   /** What to run (may be empty). */
   command: string;
+  /**
+   * A first step before any retry, not a fix: it frees memory of the failed
+   * run itself, which a re-run allocates again (revision 6).
+   */
+  first_step?: boolean;
+  /** Bytes still missing after it, when it does not fit (revision 6). */
+  shortfall?: number | null;
 }
 
 export interface IOtherProcess {
@@ -222,6 +233,17 @@ export interface IPostMortem {
   owners: IWhoRow[];
   lines: IWhoRow[];
   fixes: IFix[];
+  /**
+   * What the cell had allocated above its start when it failed, plus the
+   * failed request (revision 6).
+   */
+  need?: number | null;
+  /** What the whole cell needs, when a scan of it says (revision 6). */
+  need_full?: number | null;
+  /** What PyTorch can use for the cell here after the first steps (revision 6). */
+  room?: number | null;
+  /** The largest value that fits (after a scan), or the scan to run (revision 6). */
+  hint?: string;
 }
 
 /** Every action the kernel accepts (test/protocol.spec.ts checks it against the schema). */

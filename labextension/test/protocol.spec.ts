@@ -145,7 +145,9 @@ const fix: Required<IFix> = {
   text: '',
   frees: null,
   fits: null,
-  command: ''
+  command: '',
+  first_step: false,
+  shortfall: null
 };
 const otherProcess: Required<IOtherProcess> = { pid: 1, name: '', bytes: 0 };
 const postmortem: Required<IPostMortem> = {
@@ -167,12 +169,16 @@ const postmortem: Required<IPostMortem> = {
   other_processes: [],
   owners: [],
   lines: [],
-  fixes: []
+  fixes: [],
+  need: null,
+  need_full: null,
+  room: null,
+  hint: ''
 };
 const tracking: Required<ITracking> = { active: false, wanted: false };
 const hello: Required<IHelloResult> = {
   protocol: 1,
-  revision: 5,
+  revision: 6,
   tracking,
   version: '',
   actions: [],

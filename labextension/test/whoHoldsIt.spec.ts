@@ -385,6 +385,61 @@ describe('the Who holds it tab', () => {
     );
   });
 
+  it('judges the fixes against what the cell needs (revision 6)', () => {
+    const pm = postmortem({
+      need: 10 * GiB,
+      need_full: 100 * GiB,
+      room: 9 * GiB,
+      hint: '`batch` = 64 needs about 100.00 GiB; 12 fits in 24 GiB (verified)',
+      fixes: [
+        {
+          kind: 'traceback',
+          text: 'first, before any retry: `%gpumem release-traceback` frees 8.82 GiB',
+          frees: 8.82 * GiB,
+          fits: null,
+          command: '%gpumem release-traceback',
+          first_step: true,
+          shortfall: null
+        },
+        {
+          kind: 'delete',
+          text: '`del opt` frees 967.40 MiB: not enough',
+          frees: 967 * MiB,
+          fits: false,
+          command: 'del opt',
+          first_step: false,
+          shortfall: 2 * GiB
+        }
+      ]
+    });
+    const nodes = view(stateAfter(read(whoResult({ postmortems: [pm] }))));
+    const [oom] = byClass(nodes, 'jp-GpuMem-oom');
+    const figure = (name: string) =>
+      text(findAll(oom, n => n.props['data-figure'] === name));
+    expect(figure('oom_need')).toBe('10.00 GiB');
+    expect(figure('oom_need_full')).toBe('100.00 GiB');
+    expect(figure('oom_room')).toBe('9.00 GiB');
+    expect(text(byClass(oom, 'jp-GpuMem-oomHint'))).toBe(pm.hint);
+    const fixes = byClass(oom, 'jp-GpuMem-fix');
+    expect(fixes.map(f => f.props['data-fits'])).toEqual(['first', 'no']);
+    const labels = fixes.map(f => byClass(f, 'jp-GpuMem-fits')[0]);
+    expect(labels.map(l => text(l))).toEqual(['first', 'no']);
+    expect(labels[0].props.title).toContain('A first step before any retry');
+    expect(labels[1].props.title).toBe('Not enough (2.00 GiB short)');
+  });
+
+  it('shows no need figures for an older kernel (revision 5)', () => {
+    const nodes = view(
+      stateAfter(read(whoResult({ postmortems: [postmortem()] })))
+    );
+    const [oom] = byClass(nodes, 'jp-GpuMem-oom');
+    const names = findAll(oom, n => n.props['data-figure'] !== undefined).map(
+      n => n.props['data-figure']
+    );
+    expect(names).not.toContain('oom_need');
+    expect(byClass(oom, 'jp-GpuMem-oomHint')).toHaveLength(0);
+  });
+
   it("renders the kernel's strings as text", () => {
     const evil = '<img src=x onerror="alert(1)">';
     const nodes = view(

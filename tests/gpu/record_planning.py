@@ -63,7 +63,7 @@ def main(path: str) -> None:
         rec, raw = captured["record"], captured["raw"]
         d = rep.device(0)
         events = [
-            [e["action"], int(e.get("addr", 0)), int(e.get("size", 0))]
+            [e["action"], int(e.get("addr", 0)), int(e.get("size", 0)), int(e.get("time_us", 0))]
             for e in raw["device_traces"][0]
             if e["action"]
             in (
@@ -93,14 +93,7 @@ def main(path: str) -> None:
             "alive_at_end": alive,
             "observations": [list(o) for o in rec.observations],
             "marks": [[{str(k): v for k, v in m.positions.items()}, m.phase] for m in rec.marks],
-            "calls": [
-                [
-                    c.name,
-                    {str(k): v for k, v in c.start.items()},
-                    None if c.end is None else {str(k): v for k, v in c.end.items()},
-                ]
-                for c in rec.calls
-            ],
+            "calls": [list(c) for c in rec.calls],
             "end_positions": {str(k): v for k, v in rec.end_positions.items()},
             "base": d.before.allocator.allocated,
             "base_reserved": d.before.allocator.reserved,

@@ -436,32 +436,70 @@ function explainedText(
     : trans.__('names explain %1 of %2 (%3)', explained, total, percent);
 }
 
-function fitsLabel(fits: boolean | null, trans: TranslationBundle): string {
-  if (fits === true) {
-    return trans.__('fits');
+type Verdict = 'first' | 'yes' | 'maybe' | 'no';
+
+function verdictOf(fix: IFix): Verdict {
+  if (fix.first_step) {
+    return 'first';
   }
-  return fits === false ? trans.__('no') : trans.__('maybe');
+  return fix.fits === null ? 'maybe' : fix.fits ? 'yes' : 'no';
 }
 
-function fitsHelp(fits: boolean | null, trans: TranslationBundle): string {
-  if (fits === true) {
-    return trans.__('After this the failed request would fit');
+function fitsLabel(verdict: Verdict, trans: TranslationBundle): string {
+  switch (verdict) {
+    case 'first':
+      return trans.__('first');
+    case 'yes':
+      return trans.__('fits');
+    case 'no':
+      return trans.__('no');
+    default:
+      return trans.__('maybe');
   }
-  return fits === false
-    ? trans.__('This alone does not make the request fit')
-    : trans.__('Unknown whether the request would fit after this');
 }
 
-function Fix(props: { fix: IFix; trans: TranslationBundle }): JSX.Element {
-  const { fix, trans } = props;
-  const fits = fix.fits === null ? 'maybe' : fix.fits ? 'yes' : 'no';
+function fitsHelp(
+  fix: IFix,
+  verdict: Verdict,
+  units: Units,
+  trans: TranslationBundle
+): string {
+  switch (verdict) {
+    case 'first':
+      return trans.__(
+        'A first step before any retry: it frees memory of the failed run itself, which a re-run allocates again'
+      );
+    case 'yes':
+      return trans.__(
+        'After this the whole cell fits (a scan of it says what it needs)'
+      );
+    case 'maybe':
+      return trans.__(
+        'It covers what the cell needed up to the failure; it may need more after'
+      );
+    default: {
+      const no = trans.__('Not enough');
+      return typeof fix.shortfall === 'number'
+        ? `${no} ${trans.__('(%1 short)', formatSize(fix.shortfall, units))}`
+        : no;
+    }
+  }
+}
+
+function Fix(props: {
+  fix: IFix;
+  units: Units;
+  trans: TranslationBundle;
+}): JSX.Element {
+  const { fix, units, trans } = props;
+  const verdict = verdictOf(fix);
   return (
-    <li className="jp-GpuMem-fix" data-fix={fix.kind} data-fits={fits}>
+    <li className="jp-GpuMem-fix" data-fix={fix.kind} data-fits={verdict}>
       <span
-        className={`jp-GpuMem-fits jp-mod-${fits}`}
-        title={fitsHelp(fix.fits, trans)}
+        className={`jp-GpuMem-fits jp-mod-${verdict}`}
+        title={fitsHelp(fix, verdict, units, trans)}
       >
-        {fitsLabel(fix.fits, trans)}
+        {fitsLabel(verdict, trans)}
       </span>
       <span className="jp-GpuMem-fixText">
         {fix.text}
@@ -540,6 +578,35 @@ export function OutOfMemory(props: {
             "Free blocks in PyTorch's cache and their bytes: many small pieces mean fragmentation"
           )}
         />
+        {typeof p.need === 'number' && (
+          <Figure
+            name="oom_need"
+            label={trans.__('Needs')}
+            value={bytes(p.need)}
+            help={trans.__(
+              'What the cell had allocated above its start when it failed, plus the failed request'
+            )}
+            warn
+          />
+        )}
+        {typeof p.need_full === 'number' && (
+          <Figure
+            name="oom_need_full"
+            label={trans.__('Whole cell')}
+            value={bytes(p.need_full)}
+            help={trans.__('What the whole cell needs, from a scan of it')}
+          />
+        )}
+        {typeof p.room === 'number' && (
+          <Figure
+            name="oom_room"
+            label={trans.__('Room')}
+            value={bytes(p.room)}
+            help={trans.__(
+              'What PyTorch can use for the cell here after the first steps'
+            )}
+          />
+        )}
         {p.other_processes.length > 0 && (
           <Figure
             name="oom_other_processes"
@@ -551,6 +618,7 @@ export function OutOfMemory(props: {
           />
         )}
       </dl>
+      {p.hint && <p className="jp-GpuMem-oomHint">{p.hint}</p>}
       {p.fixes.length > 0 && (
         <>
           <h4 className="jp-GpuMem-fixesTitle">
@@ -558,7 +626,12 @@ export function OutOfMemory(props: {
           </h4>
           <ol className="jp-GpuMem-fixes">
             {p.fixes.map((fix, i) => (
-              <Fix key={`${i}-${fix.kind}`} fix={fix} trans={trans} />
+              <Fix
+                key={`${i}-${fix.kind}`}
+                fix={fix}
+                units={units}
+                trans={trans}
+              />
             ))}
           </ol>
         </>
