@@ -48,12 +48,16 @@ class Server:
         if not fake:
             env.pop("JUPYTER_GPUMEM_FAKE_NVML")
         self.runtime = root / "runtime"
+        # The server's log (and its kernels' stderr) to a file: a pipe nobody reads fills up
+        # and blocks them.
+        self.log = root / "server.log"
+        self._log = open(self.log, "w")  # closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jupyter_server", "--no-browser", "--allow-root",
              f"--port={self.port}", "--ServerApp.port_retries=0", f"--ServerApp.root_dir={root}",
              f"--IdentityProvider.token={self.token}",
              "--ServerApp.jpserver_extensions={'jupyter_gpumem': True}"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            env=env, stdout=subprocess.DEVNULL, stderr=self._log, text=True,
         )  # fmt: skip
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -62,7 +66,7 @@ class Server:
                 return
             except Exception:
                 if self.proc.poll() is not None:
-                    raise RuntimeError(self.proc.stderr.read()[-3000:]) from None
+                    raise RuntimeError(self.log.read_text()[-3000:]) from None
                 time.sleep(0.3)
         raise RuntimeError("the server did not start")
 
@@ -79,7 +83,13 @@ class Server:
         _, text = self.request(path, token=token)
         return json.loads(text) if text.startswith(("{", "[")) else text
 
+    def tail(self, n: int = 3000) -> str:
+        """The end of the server's log (its kernels' stderr included)."""
+        self._log.flush()
+        return self.log.read_text()[-n:]
+
     def stop(self) -> None:
+        self._log.close()
         self.proc.terminate()
         try:
             self.proc.wait(timeout=20)

@@ -20,13 +20,23 @@ pytestmark = [
 GiB = 1 << 30
 
 
-def run_in(root, kernel_id, code):
+def run_in(root, kernel_id, server, code):
     from jupyter_client import BlockingKernelClient
 
+    # Connect once the server has heard from the kernel: a client's heartbeat that starts
+    # before the kernel binds its socket takes it for dead (seen on a loaded machine).
+    deadline = time.monotonic() + 60
+    while server.get(f"api/kernels/{kernel_id}").get("execution_state") != "idle":
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the kernel did not start; the server's log:\n{server.tail()}")
+        time.sleep(0.2)
     kc = BlockingKernelClient(connection_file=str(root / "runtime" / f"kernel-{kernel_id}.json"))
     kc.load_connection_file()
     kc.start_channels()
-    kc.wait_for_ready(timeout=60)
+    try:
+        kc.wait_for_ready(timeout=60)
+    except RuntimeError as e:
+        raise RuntimeError(f"{e}; the server's log ends with:\n{server.tail()}") from None
     reply = kc.execute_interactive(code, timeout=120)
     kc.stop_channels()
     assert reply["content"]["status"] == "ok", reply["content"]
@@ -41,7 +51,7 @@ def test_two_kernels_get_exactly_what_they_allocated(tmp_path):
             body = {"path": name, "type": "notebook", "kernel": {"name": "python3"}}
             _, text = server.request("api/sessions", "POST", body)
             kernels[name] = json.loads(text)["kernel"]["id"]
-            run_in(tmp_path, kernels[name],
+            run_in(tmp_path, kernels[name], server,
                    f"import torch\nx = torch.empty({gib} << 30, dtype=torch.uint8, device='cuda')\n"
                    "torch.cuda.synchronize()")  # fmt: skip
         time.sleep(1.2)
