@@ -119,7 +119,7 @@ def _who_once(ip, attributor) -> dict:
     # where the time goes: the allocator's snapshot, the namespace walk, the matching
     from jupyter_gpumem._ipython.cells import namespace_roots, traceback_roots
     from jupyter_gpumem.analysis.who import holdings
-    from jupyter_gpumem.collectors._snapshot import read_snapshot
+    from jupyter_gpumem.collectors.snapshot import read_snapshot
 
     parts: dict = {"snapshot": [], "walk": [], "match+views": []}
     for _ in range(5):

@@ -14,6 +14,7 @@ torch.cuda.max_memory_allocated over the same step.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -67,8 +68,8 @@ def time_cells(ip, cells: dict[str, str], n: int) -> dict[str, float]:
 
 PARTS = """
 import time, statistics, torch
-from jupyter_gpumem.collectors._step import StepRecorder
-from jupyter_gpumem.collectors._snapshot import read_snapshot
+from jupyter_gpumem.collectors.step import StepRecorder
+from jupyter_gpumem.collectors.snapshot import read_snapshot
 def _median(f, n):
     ts = []
     for _ in range(n):
@@ -165,7 +166,7 @@ def main() -> int:
         res = {
             "ms": t,
             "breakdown_over_bare": t["%%gpumem --breakdown"] / t["bare"],
-            "breakdown": b.to_dict() if b is not None else rep.breakdown_note,
+            "breakdown": dataclasses.asdict(b) if b is not None else rep.breakdown_note,
             "breakdown_sum_equals_peak": (
                 b is not None and sum(c.bytes for c in b.categories) == rep.device(0).peak_allocated
             ),

@@ -22,6 +22,8 @@ import tempfile
 import threading
 import time
 
+from jupyter_gpumem.testing.fake_nvml import env as fake_nvml_env
+
 GiB = 1 << 30
 
 
@@ -39,6 +41,7 @@ def fake_nvml(path: str, pids: list[int], latency_ms: float) -> None:
 
 CLIENT = r"""
 import json, statistics, sys, time, urllib.request
+
 url, token, seconds, devices = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4] == "1"
 headers = {"Authorization": f"token {token}"}
 def get(path):
@@ -82,7 +85,7 @@ def main() -> None:
     pids = [os.getpid(), *(p.pid for p in sleepers)]
     nvml = os.path.join(work, "nvml.json")
     fake_nvml(nvml, pids, args.latency_ms)
-    os.environ["JUPYTER_GPUMEM_FAKE_NVML"] = nvml
+    os.environ.update(fake_nvml_env(nvml))
     from jupyter_server.serverapp import ServerApp
     from tornado.ioloop import PeriodicCallback
 

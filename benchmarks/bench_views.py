@@ -32,7 +32,7 @@ def median_ms(fn, n=5):
 
 
 def bench_segments(ip, attributor) -> dict:
-    from jupyter_gpumem.collectors._snapshot import read_snapshot
+    from jupyter_gpumem.collectors.snapshot import read_snapshot
     from jupyter_gpumem.reporters.segments import segments_html
 
     out = {}

@@ -10,7 +10,7 @@ import time
 import torch
 
 from jupyter_gpumem.collectors import Collector
-from jupyter_gpumem.tracker import CellTracker
+from jupyter_gpumem.core.tracker import CellTracker
 
 dev = "cuda"
 model = torch.nn.Sequential(

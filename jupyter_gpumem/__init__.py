@@ -56,7 +56,11 @@ def who(device: int | None = None, by: str = "variable", n: int | None = None) -
         import pandas as pd
     except ImportError:
         return reports
-    records = [{"device": r.device, "by": r.by, **row.to_dict()} for r in reports for row in r.rows]
+    from .protocol.convert import to_protocol
+
+    records = [
+        {"device": r.device, "by": r.by, **to_protocol(row)} for r in reports for row in r.rows
+    ]
     columns = ["device", "by", "key", "detail", "bytes", "blocks", "example", "kind", "site"]
     return pd.DataFrame.from_records(records, columns=columns)
 
@@ -113,7 +117,8 @@ def scan(
     import sys
 
     from .analysis.targets import parse_target
-    from .scanner import Scanner, ScanStopped
+    from .core.scanner import Scanner
+    from .errors import ScanStopped
 
     vals = list(values)
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):

@@ -31,7 +31,9 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .protocol import BUSY, COMM_TARGET, REPLY, REQUEST, Handler, ProtocolError
+from .errors import ProtocolError
+from .protocol import BUSY, COMM_TARGET, REPLY, REQUEST
+from .protocol.handler import Handler
 from .protocol.stream import SampleStream
 
 if TYPE_CHECKING:

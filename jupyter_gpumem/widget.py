@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from . import actions
+from .core import actions
+from .errors import ActionRefused
+from .protocol.convert import to_protocol
 from .protocol.stream import SampleStream
 from .reporters.bars import sample_html
 from .units import format_bytes as fb
@@ -49,7 +51,7 @@ class GpuMemWidget:
         import ipywidgets as w
 
         self.session = session
-        self.bars = w.HTML(sample_html(session.collector.measure().to_dict()))
+        self.bars = w.HTML(sample_html(to_protocol(session.collector.measure())))
         self.status = w.HTML("")
         self.last_cell = w.HTML("")
         self.empty = w.Button(description="Empty cache", tooltip="gc.collect() + empty_cache()")
@@ -94,9 +96,9 @@ class GpuMemWidget:
     def _do(self, fn: Any) -> None:
         try:
             self.status.value = fn()
-        except actions.ActionRefused as e:
+        except ActionRefused as e:
             self.status.value = f"<span style='color:var(--jp-error-color1,#d32f2f)'>{e}</span>"
-        self.bars.value = sample_html(self.session.collector.measure().to_dict())
+        self.bars.value = sample_html(to_protocol(self.session.collector.measure()))
 
     def _empty(self) -> str:
         r = actions.empty_cache(self.session.collector)
@@ -121,7 +123,7 @@ class GpuMemWidget:
             try:
                 return self._limit(nbytes=parse_size(text))
             except ValueError as e:
-                raise actions.ActionRefused(str(e)) from None
+                raise ActionRefused(str(e)) from None
         return self._limit(fraction=fraction)
 
     def _limit(self, fraction: float | None = None, nbytes: int | None = None) -> str:

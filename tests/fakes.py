@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from jupyter_gpumem.collectors._replay import reading_from_raw
-from jupyter_gpumem.collectors._torch import Reading
+from jupyter_gpumem.collectors.allocator import Reading
+from jupyter_gpumem.testing.replay import reading_from_raw
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu_readings.json"
 RECORDED: dict[str, Any] = json.loads(FIXTURES.read_text())

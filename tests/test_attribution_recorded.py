@@ -14,9 +14,10 @@ from jupyter_gpumem.analysis.fragmentation import free_space
 from jupyter_gpumem.analysis.postmortem import explain_oom
 from jupyter_gpumem.analysis.sites import SiteResolver
 from jupyter_gpumem.analysis.who import holdings
-from jupyter_gpumem.collectors._replay import RecordedCells, recorded_device_after
-from jupyter_gpumem.collectors._snapshot import snapshot_from_dict
+from jupyter_gpumem.collectors.snapshot import snapshot_from_dict
 from jupyter_gpumem.model import OomEvent, Reference
+from jupyter_gpumem.protocol.convert import to_protocol
+from jupyter_gpumem.testing.replay import RecordedCells, recorded_device_after
 
 FIXTURE = Path(__file__).parent / "fixtures" / "attribution.json"
 DATA = json.loads(FIXTURE.read_text())
@@ -155,7 +156,7 @@ def test_segment_map_of_a_planted_fragmentation():
     assert html.count("<title>allocated: 64.00 MiB") == 8
     assert "<script" not in html and "http" not in html.replace("http://www.w3.org", "")
     assert "var(--jp-warn-color1,#f57c00)" in html  # the pieces, in the theme's colour
-    data = m.to_dict()
+    data = to_protocol(m)
     assert data["summary"]["pieces_bytes"] == m.space.pieces_bytes
     assert len(data["segments"][0]["blocks"]) == 16
 

@@ -11,6 +11,9 @@ import sys
 
 import pytest
 
+from jupyter_gpumem.protocol.convert import to_protocol
+from jupyter_gpumem.testing.fake_nvml import env as fake_nvml_env
+
 GiB = 1 << 30
 
 
@@ -23,14 +26,15 @@ def nvml_with_a_child(tmp_path, monkeypatch):
         "name": "NVIDIA H200", "uuid": "GPU-1", "total": 150 * GiB, "used": 9 * GiB,
         "processes": [{"pid": os.getpid(), "used": GiB}, {"pid": child.pid, "used": 3 * GiB},
                       {"pid": stranger, "used": 5 * GiB}]}]}))  # fmt: skip
-    monkeypatch.setenv("JUPYTER_GPUMEM_FAKE_NVML", str(path))
+    for k, v in fake_nvml_env(str(path)).items():
+        monkeypatch.setenv(k, v)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     yield child
     child.kill()
 
 
 def test_nvml_reading_lists_the_children_only(nvml_with_a_child):
-    from jupyter_gpumem.collectors._nvml import Nvml
+    from jupyter_gpumem.collectors.nvml import Nvml
 
     nv = Nvml().read(0)
     assert nv.process_used == GiB
@@ -39,7 +43,7 @@ def test_nvml_reading_lists_the_children_only(nvml_with_a_child):
 
 def test_now_table_shows_each_child_under_its_device(nvml_with_a_child, monkeypatch):
     from jupyter_gpumem.collectors import Collector
-    from jupyter_gpumem.collectors._torch import TorchBackend
+    from jupyter_gpumem.collectors.allocator import TorchBackend
     from jupyter_gpumem.reporters import measurement_text
 
     monkeypatch.delitem(sys.modules, "torch", raising=False)  # NVML figures only
@@ -51,6 +55,6 @@ def test_now_table_shows_each_child_under_its_device(nvml_with_a_child, monkeypa
     text = measurement_text(m)
     row = next(line for line in text.splitlines() if "child" in line)
     assert row.strip().startswith(f"child {nvml_with_a_child.pid}") and "3.00 GiB" in row
-    sample = m.to_dict()["devices"][0]
+    sample = to_protocol(m)["devices"][0]
     assert sample["children"][0]["pid"] == nvml_with_a_child.pid
     assert sample["children"][0]["used"] == 3 * GiB

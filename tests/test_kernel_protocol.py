@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from jupyter_gpumem.testing.replay import env as replay_env
 from tests.fakes import FIXTURES
 
 pytestmark = pytest.mark.kernel
@@ -78,7 +79,7 @@ def stop_kernel(km, kc, listener):
 
 @pytest.fixture(scope="module")
 def kernel():
-    km, kc = start_kernel({"JUPYTER_GPUMEM_REPLAY": str(FIXTURES)})
+    km, kc = start_kernel(replay_env(str(FIXTURES)))
     listener = Listener(kc)
     yield kc, listener
     stop_kernel(km, kc, listener)
@@ -181,8 +182,10 @@ def test_namespace_requests_wait_for_the_cell_and_run_between_cells(kernel):
 
     truth = json.loads((FIXTURES.parent / "attribution.json").read_text())["cells"]["truth"]
     _, content, _, _ = listener.request("track", enabled=True)
-    assert content["result"] == {"tracking": {"active": True, "wanted": True},
-                                 "message": "allocation tracking is on (replay)"}  # fmt: skip
+    assert content["result"] == {
+        "tracking": {"active": True, "wanted": True},
+        "message": "allocation tracking is on (recorded data)",
+    }
     _, content, _, _ = listener.request("who", n=50)
     assert content["status"] == "ok", content
     result = content["result"]

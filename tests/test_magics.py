@@ -216,7 +216,7 @@ def test_history_size_from_config(ip):
 
 
 def test_now_without_torch_reports_state(ip):
-    from jupyter_gpumem.collectors._torch import TorchBackend
+    from jupyter_gpumem.collectors.allocator import TorchBackend
 
     current().collector.backend = TorchBackend()
     res, texts, _ = run(ip, "%gpumem")
@@ -226,7 +226,7 @@ def test_now_without_torch_reports_state(ip):
 
 
 def test_actions_refused_without_torch(ip, monkeypatch):
-    from jupyter_gpumem.collectors._torch import TorchBackend
+    from jupyter_gpumem.collectors.allocator import TorchBackend
 
     current().collector.backend = TorchBackend()
     monkeypatch.delitem(sys.modules, "torch", raising=False)

@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 
 from jupyter_gpumem.collectors import Collector
-from jupyter_gpumem.collectors._torch import stats_from_flat, stats_from_nested
-from jupyter_gpumem.tracker import CellTracker
+from jupyter_gpumem.collectors.allocator import stats_from_flat, stats_from_nested
+from jupyter_gpumem.core.tracker import CellTracker
+from jupyter_gpumem.protocol.convert import to_protocol
 from tests.fakes import RECORDED, ScriptedBackend, scenario
 
 MiB = 1 << 20
@@ -124,7 +125,7 @@ def test_untouched_device_is_left_out_unless_asked():
 def test_sample_dict_matches_model():
     _, after, truth = scenario("keep_n_bytes")
     m = Collector(ScriptedBackend(after)).measure()
-    s = m.to_dict()
+    s = to_protocol(m)
     dev = s["devices"][0]
     assert dev["allocated"] == truth["n"]
     assert dev["process_used"] == after["devices"][0]["nvml"]["process_used"]
@@ -132,7 +133,7 @@ def test_sample_dict_matches_model():
 
 
 def test_timeline_frames_are_consistent():
-    from jupyter_gpumem.collectors._replay import reading_from_raw
+    from jupyter_gpumem.testing.replay import reading_from_raw
 
     for raw in RECORDED["timeline"]:
         d = reading_from_raw(raw).devices[0]
@@ -203,7 +204,7 @@ def test_replay_peak_is_never_below_the_start_of_the_cell():
     """The test-only replay moves through its frames with time: a cell whose start reading
     and peak reset fall in two frames must still have its peak at or above what was
     allocated at its start, as a real allocator's (every start frame, every next frame)."""
-    from jupyter_gpumem.collectors._replay import ReplayBackend
+    from jupyter_gpumem.testing.replay import ReplayBackend
     from tests.fakes import FIXTURES
 
     t = [0.0]

@@ -12,7 +12,7 @@ import pytest
 
 from jupyter_gpumem.analysis.sites import SiteResolver
 from jupyter_gpumem.analysis.who import UNREACHABLE, holdings
-from jupyter_gpumem.collectors._namespace import Limits, NamespaceWalker, Root, TorchTensors
+from jupyter_gpumem.collectors.namespace import Limits, NamespaceWalker, Root, TorchTensors
 from jupyter_gpumem.model import AllocatorSnapshot
 
 torch = pytest.importorskip("torch")

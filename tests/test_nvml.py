@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from jupyter_gpumem.collectors._nvml import Nvml, parse_visible_devices, uuids_to_ordinals
+from jupyter_gpumem.collectors.nvml import Nvml, parse_visible_devices, uuids_to_ordinals
 
 
 @pytest.mark.parametrize(

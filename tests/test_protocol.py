@@ -11,9 +11,11 @@ import pytest
 
 from jupyter_gpumem import protocol
 from jupyter_gpumem.collectors import Collector
-from jupyter_gpumem.collectors._replay import ReplayBackend
-from jupyter_gpumem.protocol import ACTIONS, Handler, schema
+from jupyter_gpumem.core.history import History
+from jupyter_gpumem.protocol import schema
+from jupyter_gpumem.protocol.handler import ACTIONS, Handler
 from jupyter_gpumem.protocol.stream import SampleStream
+from jupyter_gpumem.testing.replay import ReplayBackend
 from tests.fakes import FIXTURES
 
 S = schema()
@@ -34,8 +36,13 @@ class ListChannel:
 
 
 class FakeSession:
+    """The protocol's Services without IPython: no history, no attribution."""
+
     def __init__(self, collector):
         self.collector = collector
+        self.history = History(10)
+        self.busy = False
+        self.attributor = None
 
 
 @pytest.fixture
@@ -166,7 +173,7 @@ def test_tool_failure_is_a_failed_reply(handler):
     def boom(*a, **k):
         raise RuntimeError("nvml went away")
 
-    handler.session.collector.measure = boom
+    handler.services.collector.measure = boom
     reply = handler.handle({"protocol": 1, "action": "sample"})
     assert reply["error"] == {"code": "failed", "message": "RuntimeError: nvml went away"}
 
@@ -178,7 +185,7 @@ def test_stream_pushes_changes_and_cells(handler):
     assert st["active"] and st["comm_id"] == "test-comm" and st["clients"] == 1
     assert st["lease_s"] == 60
     time.sleep(1.2)
-    from jupyter_gpumem.tracker import CellTracker
+    from jupyter_gpumem.core.tracker import CellTracker
     from tests.fakes import ScriptedBackend, scenario
 
     t = CellTracker(Collector(ScriptedBackend(*scenario("keep_n_bytes")[:2])))

@@ -5,10 +5,10 @@ from dataclasses import replace
 
 import pytest
 
-from jupyter_gpumem._history import History
 from jupyter_gpumem.collectors import Collector
+from jupyter_gpumem.core.history import History
+from jupyter_gpumem.core.tracker import CellTracker
 from jupyter_gpumem.reporters import cell_report_html, cell_report_text, measurement_text
-from jupyter_gpumem.tracker import CellTracker
 from tests.fakes import ScriptedBackend, scenario
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_gpumem.testing.replay import env as replay_env
 from tests.fakes import FIXTURES
 
 pytestmark = pytest.mark.kernel
@@ -46,7 +47,7 @@ def run(*args: str | Path, replay: bool = True, module: bool = False, cwd: Path 
     if jupyter_path is not None:
         env["JUPYTER_PATH"] = str(jupyter_path)
     if replay:
-        env["JUPYTER_GPUMEM_REPLAY"] = str(FIXTURES)
+        env.update(replay_env(str(FIXTURES)))
     cmd = [sys.executable, "-m", "jupyter_gpumem"] if module else [str(SCRIPT)]
     p = subprocess.run([*cmd, *map(str, args)], capture_output=True, text=True, env=env,
                        cwd=cwd, timeout=180)  # fmt: skip

@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 
 from jupyter_gpumem.collectors import Collector
-from jupyter_gpumem.collectors._torch import Reading
+from jupyter_gpumem.collectors.allocator import Reading
+from jupyter_gpumem.core.scanner import Scanner
+from jupyter_gpumem.errors import ScanStopped
 from jupyter_gpumem.model import AllocatorStats, DeviceSample, Limit, Target
-from jupyter_gpumem.scanner import Scanner, ScanStopped
 from tests.conftest import run
 
 MiB, GiB = 1 << 20, 1 << 30

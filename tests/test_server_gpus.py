@@ -21,6 +21,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from jupyter_gpumem.testing.fake_nvml import env as fake_nvml_env
+
 psutil = pytest.importorskip("psutil")
 pytestmark = pytest.mark.kernel
 GiB = 1 << 30
@@ -41,12 +43,13 @@ class Server:
         self.port = _port()
         self.base = f"http://127.0.0.1:{self.port}/"
         self.nvml = nvml
-        env = {**os.environ, "JUPYTER_GPUMEM_FAKE_NVML": str(nvml),
+        env = {**os.environ, **fake_nvml_env(str(nvml)),
                "JUPYTER_RUNTIME_DIR": str(root / "runtime"),
                "JUPYTER_CONFIG_DIR": str(root / "config")}  # fmt: skip
         env.pop("JUPYTER_GPUMEM_REPLAY", None)
         if not fake:
             env.pop("JUPYTER_GPUMEM_FAKE_NVML")
+            env.pop("JUPYTER_GPUMEM_NVML")
         self.runtime = root / "runtime"
         # The server's log (and its kernels' stderr) to a file: a pipe nobody reads fills up
         # and blocks them.

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from jupyter_gpumem.collectors._step import StepRecorder  # noqa: E402
+from jupyter_gpumem.collectors.step import StepRecorder  # noqa: E402
 
 
 class Counter:

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gpumem._history import History
 from jupyter_gpumem.collectors import Collector
-from jupyter_gpumem.collectors._replay import RecordedCells
-from jupyter_gpumem.collectors._snapshot import snapshot_from_dict
-from jupyter_gpumem.tracker import CellTracker
+from jupyter_gpumem.collectors.snapshot import snapshot_from_dict
+from jupyter_gpumem.core.history import History
+from jupyter_gpumem.core.tracker import CellTracker
+from jupyter_gpumem.testing.replay import RecordedCells
 from tests.conftest import run
 from tests.fakes import ScriptedBackend, scenario
 
@@ -102,12 +102,12 @@ def test_who_segments_timeline_and_post_mortem():
     from jupyter_gpumem.analysis.sites import SiteResolver
     from jupyter_gpumem.analysis.timeline import build_timeline
     from jupyter_gpumem.analysis.who import holdings
-    from jupyter_gpumem.collectors._replay import recorded_device_after
     from jupyter_gpumem.model import OomEvent, Reference
     from jupyter_gpumem.reporters.html import cell_report_html
     from jupyter_gpumem.reporters.segments import segments_html
     from jupyter_gpumem.reporters.timeline import timeline_html
     from jupyter_gpumem.reporters.who import who_html
+    from jupyter_gpumem.testing.replay import recorded_device_after
 
     rec = hostile_record("oom_fragmentation")
     snap = snapshot_from_dict(rec, tracking=True)

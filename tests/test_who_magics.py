@@ -36,7 +36,7 @@ def test_who_with_a_cpu_only_torch_says_so(ip):
 
 def test_who_api_raises_a_sentence(ip):
     import jupyter_gpumem
-    from jupyter_gpumem.actions import ActionRefused
+    from jupyter_gpumem.core.actions import ActionRefused
 
     with pytest.raises(ActionRefused, match="CPU-only build"):
         jupyter_gpumem.who()

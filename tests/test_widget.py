@@ -7,7 +7,7 @@ import time
 import pytest
 
 from jupyter_gpumem._ipython import current
-from jupyter_gpumem.collectors._replay import ReplayBackend
+from jupyter_gpumem.testing.replay import ReplayBackend
 from jupyter_gpumem.units import format_bytes
 from jupyter_gpumem.widget import GpuMemWidget
 from tests.conftest import run

@@ -109,6 +109,10 @@ if [ -z "${JUPYTER_GPUMEM_REPLAY:-}" ] && [ $HAS_GPU -eq 0 ] \
   && [ -f "$ROOT/tests/fixtures/gpu_readings.json" ]; then
   export JUPYTER_GPUMEM_REPLAY="$ROOT/tests/fixtures/gpu_readings.json"
 fi
+if [ -n "${JUPYTER_GPUMEM_REPLAY:-}" ]; then
+  # the replay backend, plugged in by import path (jupyter_gpumem/testing/replay.py)
+  export JUPYTER_GPUMEM_BACKEND="jupyter_gpumem.testing.replay:from_env"
+fi
 # The kernel (python3, the server's Python) must import the kernel side.
 if ! (cd "$WORK" && "$PYTHON" -c "
 import importlib.resources as r
@@ -134,7 +138,7 @@ echo "run.sh: figures: $GPUMEM_UI_MODE${JUPYTER_GPUMEM_REPLAY:+ ($JUPYTER_GPUMEM
 # The server's GPU table (api/gpumem/devices, the "On this GPU" tab) reads a fake NVML
 # the tests rewrite: one H200, no process until a test names its kernels' PIDs. Set for
 # the server only. Kernels inherit the server's environment, and the kernel side reads
-# the same variable (collectors/_nvml.py, for the real-torch backend and the OOM
+# the same variables (collectors/nvml.py, for the real-torch backend and the OOM
 # post-mortem's other processes): a python3 kernel spec on the private JUPYTER_PATH,
 # ipykernel's own plus an env entry, blanks it for them, so the panel tests still see
 # what they saw before (the GPU, the replay fixture, or neither).
@@ -150,7 +154,7 @@ import sys
 from ipykernel.kernelspec import get_kernel_dict
 
 spec = get_kernel_dict()
-spec["env"] = {"JUPYTER_GPUMEM_FAKE_NVML": ""}
+spec["env"] = {"JUPYTER_GPUMEM_FAKE_NVML": "", "JUPYTER_GPUMEM_NVML": ""}
 os.makedirs(sys.argv[1], exist_ok=True)
 with open(os.path.join(sys.argv[1], "kernel.json"), "w") as f:
     json.dump(spec, f, indent=1)
@@ -170,7 +174,8 @@ if [ "$(id -u)" = "0" ]; then
 fi
 TOKEN=$("$PYTHON" -c "import secrets; print(secrets.token_hex(16))")
 
-JUPYTER_GPUMEM_FAKE_NVML="$FAKE_NVML" "$JUPYTER" lab \
+JUPYTER_GPUMEM_FAKE_NVML="$FAKE_NVML" \
+  JUPYTER_GPUMEM_NVML="jupyter_gpumem.testing.fake_nvml:from_env" "$JUPYTER" lab \
   --no-browser \
   --ServerApp.ip=127.0.0.1 \
   --ServerApp.port="$PORT" \

@@ -18,7 +18,7 @@ import torch.nn.modules.module as mm
 import torch.optim.optimizer as oo
 import torchvision
 
-from jupyter_gpumem.collectors._step import StepRecorder
+from jupyter_gpumem.collectors.step import StepRecorder
 
 
 def median_ms(f, n=20):
@@ -63,6 +63,7 @@ def main():
     torch.empty(1, device="cuda")
     print(f"one _cuda_memoryStats: {median_ms(lambda: stats(0), 2000) * 1000:.1f} us")
     for name, (step, model, opt) in steps().items():
+        ns = [("model", model), ("opt", opt)]
         out = {"none": median_ms(step)}
         nothing = lambda *a, **k: None  # noqa: E731
         h = [mm.register_module_forward_pre_hook(nothing),
@@ -70,13 +71,13 @@ def main():
         out["module hooks, empty"] = median_ms(step)
         for x in h:
             x.remove()
-        rec = StepRecorder(torch, lambda: [("model", model), ("opt", opt)])
+        rec = StepRecorder(torch, lambda ns=ns: ns)
         rec.start()
         rec._hooks.__exit__(None, None, None)  # only the module and optimizer hooks
         rec._hooks = None
         out["recorder, no saved-tensor hooks"] = median_ms(step)
         rec.stop()
-        rec = StepRecorder(torch, lambda: [("model", model), ("opt", opt)])
+        rec = StepRecorder(torch, lambda ns=ns: ns)
         rec.start()
         for x in rec._handles:
             x.remove()
@@ -88,7 +89,7 @@ def main():
         out["optimizer hooks, empty"] = median_ms(step)
         for x in h:
             x.remove()
-        rec = StepRecorder(torch, lambda: [("model", model), ("opt", opt)])
+        rec = StepRecorder(torch, lambda ns=ns: ns)
         rec.start()
         out["recorder, all"] = median_ms(step)
         rec.stop()
@@ -122,8 +123,10 @@ def counter_time_inside_a_step():
     total = (time.perf_counter() - t0) * 1000
     rec.stop()
     inside = spent[n0:]
-    print(f"resnet50 step {total:.1f} ms with {len(inside)} counter readings taking "
-          f"{sum(inside) * 1000:.2f} ms (median {statistics.median(inside) * 1e6:.1f} us)")
+    print(
+        f"resnet50 step {total:.1f} ms with {len(inside)} counter readings taking "
+        f"{sum(inside) * 1000:.2f} ms (median {statistics.median(inside) * 1e6:.1f} us)"
+    )
     # the trace's clock against Python's: time_us of an allocation made right now
     torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python")
     before = time.time_ns() // 1000

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from types import FrameType, TracebackType
 from typing import Any
 
-from ..collectors._namespace import Root
+from ..collectors.namespace import Root
 
 _HISTORY_NAME = re.compile(r"^_(?:i+|i?\d+|ih|oh|dh)$")
 _OUTPUT_NAMES = ("_", "__", "___")
@@ -47,6 +47,41 @@ class IPythonCells:
     def files_of(self, execution_count: int) -> frozenset[str]:
         """The file names of a cell's code (one, unless the same count compiled twice)."""
         return frozenset(f for f, n in self._map.items() if n == execution_count)
+
+
+class IPythonWorkspace:
+    """:class:`~jupyter_gpumem.core.attribution.Workspace` of one IPython shell: its user
+    namespace, cells, kept traceback and input transforms."""
+
+    def __init__(self, shell: Any) -> None:
+        self.shell = shell
+        self.cells = IPythonCells(shell)
+
+    def roots(self, optimizer_type: type | None) -> list[Root]:
+        return namespace_roots(self.shell, optimizer_type)
+
+    def traceback_roots(self) -> list[Root]:
+        return traceback_roots(self.shell)
+
+    def release_traceback(self) -> int:
+        return release_traceback(self.shell)
+
+    def variables(self) -> list[tuple[str, Any]]:
+        hidden = getattr(self.shell, "user_ns_hidden", {}) or {}
+        return [(k, v) for k, v in list(self.shell.user_ns.items()) if k not in hidden]
+
+    def namespace(self) -> dict[str, Any]:
+        ns: dict[str, Any] = self.shell.user_ns
+        return ns
+
+    def python(self, raw: str) -> str:
+        """The cell as Python (IPython's transforms: magics become calls)."""
+        if not raw:
+            return ""
+        try:
+            return str(self.shell.transform_cell(raw))
+        except Exception:
+            return raw
 
 
 def namespace_roots(shell: Any, optimizer_type: type | None = None) -> list[Root]:

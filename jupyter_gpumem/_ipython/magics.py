@@ -10,7 +10,8 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import MagicArgumentParser
 
-from .. import actions
+from ..core import actions
+from ..errors import ActionRefused
 from ..reporters import measurement_html, measurement_text, table_html, table_text
 from ..units import format_bytes as fb
 from ..units import parse_size
@@ -299,7 +300,7 @@ class GpuMemMagics(Magics):
             return
         try:
             actions.check_device(self.session.collector, device)
-        except actions.ActionRefused as e:
+        except ActionRefused as e:
             raise UsageError(str(e)) from None
 
     def parse_cell_line(self, line: str) -> CellOptions:
@@ -346,7 +347,7 @@ class GpuMemMagics(Magics):
         command = args.command or "now"
         try:
             return getattr(self, "_cmd_" + command.replace("-", "_"))(args)
-        except actions.ActionRefused as e:
+        except ActionRefused as e:
             raise UsageError(str(e)) from None
 
     gpumem.__doc__ = _DOC
@@ -373,8 +374,9 @@ class GpuMemMagics(Magics):
     def _scan(self, opts: CellOptions, body: str) -> None:
         from IPython.display import display
 
+        from ..core.scanner import Scanner
+        from ..errors import ScanStopped
         from ..reporters.scan import scan_html, scan_text, stopped_text
-        from ..scanner import Scanner, ScanStopped
         from .scan_runs import CellRuns
 
         assert self.shell is not None and opts.scan is not None
@@ -544,7 +546,7 @@ class GpuMemMagics(Magics):
         self._check_device(device)
         try:
             reports = self.session.attributor.who(device, args.by, args.n)
-        except actions.ActionRefused as e:
+        except ActionRefused as e:
             print(f"gpumem: {e}")
             return
         display({"text/plain": who_text(reports), "text/html": who_html(reports)}, raw=True)
@@ -560,7 +562,7 @@ class GpuMemMagics(Magics):
             maps = self.session.attributor.segment_maps(
                 device, None if args.all else args.max_segments
             )
-        except actions.ActionRefused as e:
+        except ActionRefused as e:
             print(f"gpumem: {e}")
             return
         display({"text/plain": segments_text(maps), "text/html": segments_html(maps)}, raw=True)

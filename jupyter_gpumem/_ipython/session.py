@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 from traitlets import Bool, Int
 from traitlets.config import Configurable
 
-from .._history import History
 from ..collectors import Collector
+from ..core.history import History
+from ..core.tracker import CellTracker
 from ..model import CellReport, Target
-from ..tracker import CellTracker
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -91,9 +91,12 @@ class Session:
         self.report_listeners: list[Callable[[CellReport], None]] = []
         self.last_report: CellReport | None = None
         self.last_breakdown: CellReport | None = None  # the last cell with --breakdown
-        from .attribution import Attributor
+        from ..core.attribution import Attributor
+        from .cells import IPythonWorkspace
 
-        self.attributor = Attributor(shell, self.collector, track=self.config.track)
+        self.attributor = Attributor(
+            IPythonWorkspace(shell), self.collector, track=self.config.track
+        )
         self.attributor.scans = lambda: self.scans
 
     # -- input transformer ---------------------------------------------------------

@@ -29,6 +29,7 @@ from ..model import (
     FixKind,
     OomEvent,
     PostMortem,
+    ProcessMemory,
     Segment,
     WhoRow,
 )
@@ -137,7 +138,7 @@ def explain_oom(
     after: DeviceSample,
     segments: Sequence[Segment],
     held: DeviceHoldings | None,
-    other_processes: Sequence[tuple[int, str, int]] = (),
+    other_processes: Sequence[ProcessMemory] = (),
     settings: dict | None = None,
     n_rows: int = 5,
     need: Need | None = None,

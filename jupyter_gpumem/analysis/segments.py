@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 from ..model import ACTIVE, AllocatorSnapshot, Segment
 from .fragmentation import FreeSpace, free_space
@@ -47,20 +47,6 @@ class SegmentView:
     def free_pieces(self) -> list[BlockView]:
         return [b for b in self.blocks if b.kind == "piece"]
 
-    def to_dict(self, labels: dict[str, int]) -> dict[str, Any]:
-        blocks = []
-        for b in self.blocks:
-            label = labels.setdefault(b.site, len(labels)) if b.site else -1
-            blocks.append([b.offset, b.size, b.kind, label])
-        return {
-            "address": self.address,
-            "size": self.size,
-            "pool": self.pool,
-            "stream": self.stream,
-            "expandable": self.expandable,
-            "blocks": blocks,
-        }
-
 
 @dataclass(frozen=True, slots=True)
 class SegmentMap:
@@ -74,30 +60,6 @@ class SegmentMap:
     @property
     def blocks(self) -> int:
         return sum(len(s.blocks) for s in self.segments)
-
-    def to_dict(self) -> dict[str, Any]:
-        labels: dict[str, int] = {}
-        segments = [s.to_dict(labels) for s in self.segments]
-        sp = self.space
-        return {
-            "device": self.device,
-            "summary": {
-                "segments": sp.segments,
-                "reserved": sp.reserved,
-                "allocated": sp.allocated,
-                "cached_free": sp.cached_free,
-                "releasable": sp.releasable,
-                "pieces": sp.pieces,
-                "pieces_bytes": sp.pieces_bytes,
-                "largest_free_block": sp.largest_free_block,
-                "fragmentation": round(sp.fragmentation, 4),
-            },
-            "segments": segments,
-            "labels": sorted(labels, key=labels.__getitem__),
-            "omitted": self.omitted,
-            "omitted_bytes": self.omitted_bytes,
-            "tracking": self.tracking,
-        }
 
 
 def segment_map(

@@ -25,6 +25,9 @@ class CellNames(Protocol):
 
     def execution_count(self, filename: str) -> int | None: ...
     def line_text(self, filename: str, line: int) -> str: ...
+    def files_of(self, execution_count: int) -> frozenset[str]:
+        """The file names a cell's code was compiled under."""
+        ...
 
 
 class NoCells:
@@ -35,6 +38,9 @@ class NoCells:
         import linecache
 
         return linecache.getline(filename, line).strip()
+
+    def files_of(self, execution_count: int) -> frozenset[str]:
+        return frozenset()
 
 
 def default_library_dirs() -> tuple[str, ...]:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..model import ACTIVE, AllocatorSnapshot, Block, Reference, Site, WhoReport, WhoRow
+from ..model import ACTIVE, AllocatorSnapshot, Block, Reference, Site, WhoReport, WhoRow, WhoRowKind
 from ..units import format_bytes as fb
 from .sites import SiteResolver
 
@@ -155,7 +155,7 @@ class DeviceHoldings:
                 entry = per_site[id(s)] = (s, [])
             entry[1].append(address)
         groups: dict[tuple, list[int]] = {}
-        labels: dict[tuple, tuple[str, str, str]] = {}
+        labels: dict[tuple, tuple[str, str, WhoRowKind]] = {}
         for s, addresses in per_site.values():
             if not cells:
                 key: tuple = (s.kind, s.filename, s.line)
@@ -220,7 +220,7 @@ class DeviceHoldings:
         return ""
 
 
-def _site_row(s: Site) -> tuple[str, str, str]:
+def _site_row(s: Site) -> tuple[str, str, WhoRowKind]:
     """(key, detail, kind) of a by-line row."""
     if s.kind in ("no_stack", "before_tracking"):
         return (s.label, "", "untracked")

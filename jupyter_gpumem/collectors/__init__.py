@@ -11,19 +11,17 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..model import Measurement, OomEvent
-from ._host import host_rss
-from ._torch import Reading, TorchBackend
+from .allocator import Reading, TorchBackend
+from .host import host_rss
 
-REPLAY_ENV = "JUPYTER_GPUMEM_REPLAY"
+BACKEND_ENV = "JUPYTER_GPUMEM_BACKEND"
 
 
 class Backend(Protocol):
     """What the collector and the actions need from a source of GPU figures."""
-
-    replay: bool
 
     def read(self, with_process: bool = True, full: bool = True) -> Reading: ...
     def initialized_devices(self) -> list[int]: ...
@@ -36,17 +34,32 @@ class Backend(Protocol):
     def set_caching(self, enabled: bool) -> bool: ...
     def set_limit(self, device: int, fraction: float) -> None: ...
     def total_for_limit(self, device: int) -> int: ...
+    def actionable(self) -> str | None:
+        """Why actions (empty_cache, caps, caching) can't run here, or None."""
+        ...
 
 
 def make_backend() -> Backend:
-    """The real backend; the test-only replay backend when ``JUPYTER_GPUMEM_REPLAY`` names
-    a fixture (UI tests on machines without a GPU). Samples then say so."""
-    path = os.environ.get(REPLAY_ENV)
-    if path:
-        from ._replay import ReplayBackend
-
-        return ReplayBackend(path)
+    """The real backend (torch and NVML), or the one ``JUPYTER_GPUMEM_BACKEND`` names by
+    import path (``package.module:callable``, called without arguments): another source
+    of the same figures, such as the test-only replay of recorded readings."""
+    spec = os.environ.get(BACKEND_ENV)
+    if spec:
+        backend: Backend = load_plugin(spec, BACKEND_ENV)
+        return backend
     return TorchBackend()
+
+
+def load_plugin(spec: str, variable: str) -> Any:
+    """Call the ``package.module:callable`` that ``spec`` names; a clear error otherwise."""
+    import importlib
+
+    module, _, attr = spec.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise RuntimeError(f"{variable}={spec!r}: cannot load it ({e})") from None
+    return factory()
 
 
 class Collector:

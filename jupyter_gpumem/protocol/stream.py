@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from ..collectors import Collector
 from ..model import CellReport
 from . import PROTOCOL_VERSION
+from .convert import to_protocol
 
 LEASE_S = 60
 
@@ -118,7 +119,7 @@ class SampleStream:
 
     def push_cell(self, report: CellReport) -> None:
         if self._thread is not None:
-            self._send("cell", cell=report.marker())
+            self._send("cell", cell=to_protocol(report))
 
     def _run(self, stop: threading.Event) -> None:
         self._send("open", stream=self.state())
@@ -133,7 +134,7 @@ class SampleStream:
                     return
                 interval, heartbeat = self.interval_ms, self.heartbeat_ms
             try:
-                sample = self.collector.measure().to_dict()
+                sample = to_protocol(self.collector.measure())
                 key = {k: v for k, v in sample.items() if k not in ("time", "host_rss")}
                 now = time.monotonic()
                 if key != last_key:

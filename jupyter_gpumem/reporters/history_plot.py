@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from .._history import DeviceRow, HistoryRow
+from ..model import DeviceRow, HistoryRow
 from ..units import format_bytes as fb
 
 WIDTH, HEIGHT = 640, 200

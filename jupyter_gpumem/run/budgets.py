@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import BudgetError
 from ..units import format_bytes, parse_size
 
 # The figures of a HistoryCell device row that each metric reads.
@@ -42,10 +43,6 @@ FORM = (
 
 _EXPR = re.compile(r"^\s*([A-Za-z_]+)\s*(<=|<)\s*(.+?)\s*$")
 _ZERO = re.compile(r"^\s*(?:0+(?:\.0*)?|\.0+)\s*([A-Za-z]*)\s*$")
-
-
-class BudgetError(ValueError):
-    """A budget that does not parse; the message shows the accepted form."""
 
 
 @dataclass(frozen=True, slots=True)

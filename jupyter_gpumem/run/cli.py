@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from .._version import __version__
+from ..errors import CliUsageError
 
 PROG = "jupyter-gpumem"
 USAGE_ERROR = 2
@@ -43,10 +44,6 @@ examples:
   jupyter-gpumem run train.ipynb --budget 'peak<=20GiB' --budget 'kept<=1GiB'
   jupyter-gpumem run train.ipynb --fits 23GiB --json gpumem.json --html gpumem.html
 """
-
-
-class UsageError(Exception):
-    pass
 
 
 class _Parser(argparse.ArgumentParser):
@@ -132,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return USAGE_ERROR
     try:
         return run(args)
-    except UsageError as e:
+    except CliUsageError as e:
         say(f"error: {e}")
         return USAGE_ERROR
     except KeyboardInterrupt:
@@ -152,20 +149,20 @@ def _outputs(args: argparse.Namespace, notebook: Path) -> dict[str, Path]:
             continue
         path = Path(value).expanduser()
         if path.is_dir():
-            raise UsageError(f"--{kind} {value}: is a folder; give a file name")
+            raise CliUsageError(f"--{kind} {value}: is a folder; give a file name")
         if path.exists() and not args.force:
-            raise UsageError(f"--{kind} {value} exists; choose a new file name or add --force")
+            raise CliUsageError(f"--{kind} {value} exists; choose a new file name or add --force")
         parent = path.resolve().parent
         if not parent.is_dir():
-            raise UsageError(f"--{kind} {value}: no folder {parent}")
+            raise CliUsageError(f"--{kind} {value}: no folder {parent}")
         if path.resolve() == notebook.resolve() and not args.force:
-            raise UsageError(f"--{kind} would overwrite the notebook itself")
+            raise CliUsageError(f"--{kind} would overwrite the notebook itself")
         outs[kind] = path
     seen: dict[Path, str] = {}
     for kind, path in outs.items():
         other = seen.setdefault(path.resolve(), kind)
         if other != kind:
-            raise UsageError(f"--{other} and --{kind} name the same file {path}")
+            raise CliUsageError(f"--{other} and --{kind} name the same file {path}")
     return outs
 
 
@@ -173,13 +170,13 @@ def _read_notebook(path: Path) -> Any:
     import nbformat
 
     if not path.exists():
-        raise UsageError(f"no such notebook: {path}")
+        raise CliUsageError(f"no such notebook: {path}")
     if path.is_dir():
-        raise UsageError(f"{path} is a folder, not a notebook")
+        raise CliUsageError(f"{path} is a folder, not a notebook")
     try:
         nb = nbformat.read(str(path), as_version=4)
     except Exception as e:  # NotJSONError, ValidationError, OSError, UnicodeDecodeError...
-        raise UsageError(f"cannot read {path} as a notebook: {_short(e)}") from None
+        raise CliUsageError(f"cannot read {path} as a notebook: {_short(e)}") from None
     return nb
 
 
@@ -189,9 +186,10 @@ def _short(e: BaseException) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..errors import BudgetError, RunError
     from ..units import format_bytes, parse_size
-    from .budgets import BudgetError, effective, parse_budget, tag_budgets
-    from .execute import CellRun, RunError, first_code_line, run_notebook
+    from .budgets import effective, parse_budget, tag_budgets
+    from .execute import CellRun, first_code_line, run_notebook
     from .report import (
         annotate_notebook,
         html_report,
@@ -204,13 +202,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         budgets = [parse_budget(b) for b in args.budget]
     except BudgetError as e:
-        raise UsageError(f"--budget: {e}") from None
+        raise CliUsageError(f"--budget: {e}") from None
     fits = None
     if args.fits is not None:
         try:
             fits = parse_size(args.fits)
         except ValueError as e:
-            raise UsageError(f"--fits: {e}") from None
+            raise CliUsageError(f"--fits: {e}") from None
     notebook = Path(args.notebook).expanduser()
     nb = _read_notebook(notebook)
     outs = _outputs(args, notebook)
@@ -223,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             own = tag_budgets(cell.metadata.get("tags", []))
         except BudgetError as e:
-            raise UsageError(f"cell {i + 1} `{first[:60]}`: bad budget tag: {e}") from None
+            raise CliUsageError(f"cell {i + 1} `{first[:60]}`: bad budget tag: {e}") from None
         cells.append(CellRun(i, first, effective(budgets, own)))
 
     def progress(cell: CellRun, k: int, total: int) -> None:

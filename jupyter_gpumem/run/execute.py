@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import RunError
 from .budgets import Budget, BudgetResult
 
 OOM_NAMES = frozenset({"OutOfMemoryError"})  # torch.OutOfMemoryError, torch.cuda.OutOfMemoryError
@@ -31,10 +32,6 @@ REQUEST_TIMEOUT_S = 10.0
 WHO_TIMEOUT_S = 20.0
 MIN_REVISION = 3  # the protocol revision that added the history action
 TIMEOUT = "CellTimeout"  # the error a cell past --timeout gets
-
-
-class RunError(Exception):
-    """The notebook could not be run (exit code 2); the message says why."""
 
 
 @dataclass

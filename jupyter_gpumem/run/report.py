@@ -301,7 +301,7 @@ def _e(v: Any) -> str:
 
 
 def _chart(result: RunResult) -> str:
-    from .._history import DeviceRow, HistoryRow
+    from ..model import DeviceRow, HistoryRow
     from ..reporters.history_plot import COLORS, history_svg
 
     rows = [

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from ..collectors._nvml import Nvml
+from ..collectors.nvml import Nvml
 from .gpus import GpuReading, read_gpus
 
 

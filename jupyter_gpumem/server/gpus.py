@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..collectors._nvml import Nvml
+from ..collectors.nvml import Nvml
 
 
 @dataclass(frozen=True, slots=True)

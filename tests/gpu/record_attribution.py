@@ -60,7 +60,7 @@ def trimmed(segments, cell_files):
 def record_state(ip, session, truth, extra=None):
     from jupyter_gpumem._ipython.cells import namespace_roots, traceback_roots
     from jupyter_gpumem.analysis.sites import default_library_dirs
-    from jupyter_gpumem.collectors._snapshot import read_snapshot
+    from jupyter_gpumem.collectors.snapshot import read_snapshot
 
     fmap = dict(ip.compile._filename_map)
     cell_files = set(fmap)
@@ -135,7 +135,7 @@ def main(path: str) -> None:
     for _ in range(2):
         run(ip, leak)
     from jupyter_gpumem.analysis.cell_sites import live_blocks_by_device
-    from jupyter_gpumem.collectors._snapshot import read_snapshot
+    from jupyter_gpumem.collectors.snapshot import read_snapshot
 
     known = live_blocks_by_device(read_snapshot(torch)).get(0, {})
     r = run(ip, leak)

@@ -10,6 +10,7 @@ torch itself (the tensors' storage sizes, the allocator's peak counter). The CPU
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
@@ -101,7 +102,7 @@ def main(path: str) -> None:
             "truth": {
                 "parameters": sum(r512(p.untyped_storage().nbytes()) for p in mlp.parameters()),
                 "optimizer_state": sum(r512(t.untyped_storage().nbytes()) for t in state),
-                "breakdown": rep.breakdowns[0].to_dict() if rep.breakdowns else None,
+                "breakdown": dataclasses.asdict(rep.breakdowns[0]) if rep.breakdowns else None,
             },
         }
         for k in ("mlp", "opt", "x", "out", "loss", "rep"):

@@ -588,7 +588,7 @@ function whoTests(): void {
     await page.keyboard.press('Space');
     await expect(track).toBeChecked();
     await expect(statusLine(page)).toHaveText(
-      'Allocation tracking is on (replay)'
+      'Allocation tracking is on (recorded data)'
     );
     await expect(table('line')).toBeVisible();
     for (const [key, bytes] of Object.entries(truth().lines)) {

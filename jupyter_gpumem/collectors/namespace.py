@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import Reference
+from ..model import Reference, Via
 
 # Kinds of objects, decided once per type.
 _SKIP, _TENSOR, _MODULE, _OPTIMIZER, _SEQ, _MAP, _OBJECT = range(7)
@@ -59,7 +59,7 @@ class Root:
 
     owner: str  # how rows name it: "acts", "Out[7]", "traceback: f() h"
     obj: Any
-    via: str | None = None  # fixed for everything under it ("output history", "traceback")
+    via: Via | None = None  # fixed for everything under it ("output history", "traceback")
     path: str | None = None  # the first path component (default: owner)
 
 
@@ -207,7 +207,7 @@ class NamespaceWalker:
         classify = self.kind
         atomic = ATOMIC
         fixed_via = root.via
-        stack: list[tuple[Any, Path, int, str]] = [
+        stack: list[tuple[Any, Path, int, Via]] = [
             (root.obj, root.path or root.owner, 0, root.via or "tensor")
         ]
         pop, push = stack.pop, stack.append
@@ -302,7 +302,7 @@ class NamespaceWalker:
                 stack.append((p, (here, "[]", i), d, fixed or "optimizer params"))
 
     def _tensor(
-        self, t: Any, path: Path, via: str, owner: str, order: int, out: Walk,
+        self, t: Any, path: Path, via: Via, owner: str, order: int, out: Walk,
         seen: set[int], keep: list[Any], deadline: float, nodes: list[Any] | None = None,
     ) -> None:  # fmt: skip
         """Record a tensor's storages; then its gradient and the autograd graph it keeps.
@@ -335,7 +335,7 @@ class NamespaceWalker:
         self._graph(fn, spell(path) + ".grad_fn", gvia, owner, order, out, seen, keep, deadline)
 
     def _graph(
-        self, fn: Any, path: str, via: str, owner: str, order: int, out: Walk,
+        self, fn: Any, path: str, via: Via, owner: str, order: int, out: Walk,
         seen: set[int], keep: list[Any], deadline: float,
     ) -> None:  # fmt: skip
         nodes = [fn]

@@ -1,8 +1,13 @@
-"""Who holds the memory, for one IPython shell: tracking, ``%gpumem who``, per-cell
-attribution, the OOM post-mortem and the kept traceback.
+"""Who holds the memory: tracking, ``who``, per-cell attribution, the OOM post-mortem,
+the kept traceback, traces and breakdowns, for one front end's workspace.
+
+Front-end free: the user's names, cells and kept traceback come through a
+:class:`Workspace` (IPython's is ``_ipython/cells.py``). A backend may bring recorded
+attribution instead of the live allocator and namespace (``recorded_attribution()``,
+a :class:`RecordedAttribution`); the test-only replay backend does.
 
 Reads the namespace: call only on the shell thread while no cell runs (the magics and the
-cell hooks do; the panel's requests are sent to the shell thread by ``_kernel.py``).
+cell hooks do; the panel's requests are sent to the shell thread by the kernel front end).
 """
 
 from __future__ import annotations
@@ -11,9 +16,8 @@ import os
 import sys
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from ..actions import ActionRefused
 from ..analysis.breakdown import breakdowns_from_raw
 from ..analysis.cell_sites import cell_attribution, live_blocks_by_device
 from ..analysis.postmortem import Need, bound_names, explain_oom
@@ -22,27 +26,29 @@ from ..analysis.segments import SegmentMap, segment_map
 from ..analysis.sites import SiteResolver
 from ..analysis.timeline import build_timeline
 from ..analysis.who import DeviceHoldings, holdings
-from ..collectors._host import process_name
-from ..collectors._namespace import Limits, NamespaceWalker, Root, TorchTensors
-from ..collectors._snapshot import Recording, Trace, cuda_ready, read_snapshot
-from ..collectors._step import StepRecorder
+from ..collectors.host import process_name
+from ..collectors.namespace import Limits, NamespaceWalker, Root, TorchTensors
+from ..collectors.snapshot import Recording, Trace, cuda_ready, read_snapshot
+from ..collectors.step import StepRecorder
+from ..errors import ActionRefused
 from ..model import (
     AllocatorSnapshot,
     CellReport,
     CellTrace,
     OomEvent,
     PostMortem,
+    ProcessMemory,
     ScanResult,
     TracebackHolding,
     TracebackHoldings,
     WhoReport,
 )
-from ..tracker import with_hints
-from .cells import IPythonCells, namespace_roots, release_traceback, traceback_roots
+from .tracker import with_hints
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
+    from ..analysis.sites import CellNames
     from ..collectors import Collector
 
 By = Literal["variable", "line", "cell"]
@@ -52,6 +58,44 @@ By = Literal["variable", "line", "cell"]
 class ReleaseResult:
     frames: int
     freed: dict[int, int]  # device -> bytes no longer allocated
+
+
+class Workspace(Protocol):
+    """What attribution reads from a front end: the user's names, cells, kept traceback."""
+
+    @property
+    def cells(self) -> CellNames: ...
+
+    def roots(self, optimizer_type: type | None) -> list[Root]:
+        """Where a namespace walk starts: the user's names, then the output history."""
+        ...
+
+    def traceback_roots(self) -> list[Root]: ...
+
+    def release_traceback(self) -> int:
+        """Drop what the front end keeps of the last failure; frames cleared."""
+        ...
+
+    def variables(self) -> Iterable[tuple[str, Any]]:
+        """The user's own variables (not the front end's), by name."""
+        ...
+
+    def namespace(self) -> Mapping[str, Any]: ...
+
+    def python(self, raw: str) -> str:
+        """A cell's source as Python (the front end's transforms applied)."""
+        ...
+
+
+class RecordedAttribution(Protocol):
+    """Attribution recorded elsewhere, which a backend may bring instead of the live
+    allocator and namespace."""
+
+    def holdings(self, devices: list[int] | None, tracking: bool) -> dict[int, DeviceHoldings]: ...
+
+    def segment_maps(self, device: int | None, max_segments: int | None) -> list[SegmentMap]: ...
+
+    def postmortems(self) -> tuple[PostMortem, ...]: ...
 
 
 def _torch() -> Any:
@@ -71,10 +115,10 @@ def why_nothing(t: Any) -> str | None:
 
 
 class Attributor:
-    def __init__(self, shell: Any, collector: Collector, track: bool = False) -> None:
-        self.shell = shell
+    def __init__(self, workspace: Workspace, collector: Collector, track: bool = False) -> None:
+        self.workspace = workspace
         self.collector = collector
-        self.cells = IPythonCells(shell)
+        self.cells = workspace.cells
         self.resolver = SiteResolver(self.cells)
         self.recording = Recording()
         self.recording.wanted = track
@@ -89,13 +133,14 @@ class Attributor:
 
     # -- tracking ------------------------------------------------------------------------
     @property
-    def _replay(self) -> Any:
-        """The recorded attribution of the test-only replay backend, or None."""
-        return getattr(self.collector.backend, "attribution", None)
+    def _recorded(self) -> RecordedAttribution | None:
+        """The attribution the backend recorded, when it brings one."""
+        recorded = getattr(self.collector.backend, "recorded_attribution", None)
+        return recorded() if callable(recorded) else None
 
     @property
     def tracking(self) -> bool:
-        if self._replay is not None:
+        if self._recorded is not None:
             return self.recording.wanted
         t = _torch()
         return t is not None and cuda_build(t) and self.recording.active(t)
@@ -104,8 +149,8 @@ class Attributor:
         """Switch allocation-site recording; returns what happened, in words."""
         t = _torch()
         self.recording.wanted = on
-        if self._replay is not None:
-            return f"allocation tracking is {'on' if on else 'off'} (replay)"
+        if self._recorded is not None:
+            return f"allocation tracking is {'on' if on else 'off'} (recorded data)"
         if not on:
             was_ours = self.recording.ours
             self.recording.stop(t)
@@ -149,8 +194,11 @@ class Attributor:
     ) -> dict[int, DeviceHoldings]:
         """Snapshot + namespace walk, matched per device. Raises ActionRefused with a
         sentence when there is nothing to attribute."""
-        if self._replay is not None:
-            return self._read_recorded(devices)
+        recorded = self._recorded
+        if recorded is not None:
+            if not self.last_postmortems:
+                self.last_postmortems = recorded.postmortems()
+            return recorded.holdings(devices, self.recording.wanted)
         t = _torch()
         why = why_nothing(t)
         if why is not None:
@@ -162,7 +210,8 @@ class Attributor:
         refs = None
         notes: list[str] = []
         if walk:
-            roots = namespace_roots(self.shell, t.optim.Optimizer) + traceback_roots(self.shell)
+            ws = self.workspace
+            roots = ws.roots(t.optim.Optimizer) + ws.traceback_roots()
             w = self._walker(t).walk(roots)
             refs = w.refs
             notes += [f"namespace walk {r}: some owners may be missing" for r in w.truncated]
@@ -172,56 +221,22 @@ class Attributor:
         before = self.recording.before
         return {d: holdings(snap, d, refs, self.resolver, before, notes, elapsed) for d in devices}
 
-    def _read_recorded(self, devices: list[int] | None) -> dict[int, DeviceHoldings]:
-        from ..collectors._replay import RecordedCells
-        from ..collectors._snapshot import snapshot_from_dict
-        from ..model import Reference
-
-        rec = self._replay.record("cells")
-        snap = snapshot_from_dict(rec, tracking=self.recording.wanted)
-        if not self.recording.wanted:  # as if recorded without sites
-            snap = AllocatorSnapshot(snap.time, _without_frames(snap.segments), False)
-        resolver = SiteResolver(RecordedCells(rec), rec["library_dirs"])
-        refs = [Reference(*r) for r in rec["refs"]]
-        before = frozenset(tuple(k) for k in rec["before"])
-        if not self.last_postmortems:
-            self.last_postmortems = self._recorded_postmortems()
-        return {d: holdings(snap, d, refs, resolver, before) for d in devices or [0]}
-
-    def _recorded_postmortems(self) -> tuple[PostMortem, ...]:
-        from ..collectors._replay import RecordedCells, recorded_device_after
-        from ..collectors._snapshot import snapshot_from_dict
-        from ..model import OomEvent, Reference
-
-        rec = self._replay.record("oom_fragmentation")
-        snap = snapshot_from_dict(rec, tracking=True)
-        resolver = SiteResolver(RecordedCells(rec), rec["library_dirs"])
-        held = holdings(snap, 0, [Reference(*r) for r in rec["refs"]], resolver)
-        after = recorded_device_after(rec)
-        event = OomEvent(*rec["oom"])
-        return (explain_oom(event, after, snap.segments, held, (), snap.settings),)
-
     def segment_maps(
         self, device: int | None = None, max_segments: int | None = None
     ) -> list[SegmentMap]:
         """The segment map of each device (or one). Reads no namespace: safe beside a
         running cell (the cell names it reads are only looked up)."""
-        if self._replay is not None:
-            from ..collectors._replay import RecordedCells
-            from ..collectors._snapshot import snapshot_from_dict
-
-            rec = self._replay.record("oom_fragmentation")
-            snap = snapshot_from_dict(rec, tracking=True)
-            resolver = SiteResolver(RecordedCells(rec), rec["library_dirs"])
-        else:
-            t = _torch()
-            why = why_nothing(t)
-            if why is not None:
-                raise ActionRefused(why)
-            found = read_snapshot(t)
-            if found is None:
-                raise ActionRefused("CUDA is not initialised in this kernel")
-            snap, resolver = found, self.resolver
+        recorded = self._recorded
+        if recorded is not None:
+            return recorded.segment_maps(device, max_segments)
+        t = _torch()
+        why = why_nothing(t)
+        if why is not None:
+            raise ActionRefused(why)
+        snap = read_snapshot(t)
+        if snap is None:
+            raise ActionRefused("CUDA is not initialised in this kernel")
+        resolver = self.resolver
         devices = sorted({s.get("device", 0) for s in snap.segments})
         if device is not None:
             devices = [device]
@@ -240,7 +255,7 @@ class Attributor:
         t = _torch()
         if why_nothing(t) is not None:
             return None
-        roots = traceback_roots(self.shell)
+        roots = self.workspace.traceback_roots()
         if not roots:
             return None
         snap = snapshot if snapshot is not None else read_snapshot(t)
@@ -267,7 +282,7 @@ class Attributor:
 
     def release_traceback(self) -> ReleaseResult:
         before = self._allocated()
-        frames = release_traceback(self.shell)
+        frames = self.workspace.release_traceback()
         after = self._allocated()
         return ReleaseResult(frames, {d: before[d] - after.get(d, 0) for d in before})
 
@@ -370,11 +385,10 @@ class Attributor:
         if t is None:
             return []
         kinds = (t.nn.Module, t.optim.Optimizer)
-        hidden = getattr(self.shell, "user_ns_hidden", {}) or {}
         return [
             (k, v)
-            for k, v in list(self.shell.user_ns.items())
-            if isinstance(v, kinds) and k not in hidden and not k.startswith("_")
+            for k, v in self.workspace.variables()
+            if isinstance(v, kinds) and not k.startswith("_")
         ]
 
     def finish_breakdown(
@@ -443,7 +457,7 @@ class Attributor:
         if not events:
             return ()
         held = self.read(sorted(events), snapshot=snap)
-        python = self._python(code)
+        python = self.workspace.python(code) if code else ""
         out = []
         for device, event in sorted(events.items()):
             after = report.after.device(device)
@@ -461,15 +475,6 @@ class Attributor:
             out.append(replace(pm, execution_count=report.execution_count, time=report.after.time))
         return tuple(out)
 
-    def _python(self, raw: str) -> str:
-        """The cell as Python (IPython's transforms: magics become calls)."""
-        if not raw:
-            return ""
-        try:
-            return str(self.shell.transform_cell(raw))
-        except Exception:
-            return raw
-
     def _need(self, report: CellReport, device: int, event: OomEvent, code: str) -> Need:
         """What the failed cell needs: what it had allocated above its start plus the
         failed request; the whole need when a scan of this cell knows it."""
@@ -478,12 +483,13 @@ class Attributor:
         so_far = max(0, above) + event.requested
         total = d.after.total if d is not None else None
         cap = event.allowed if total is not None and event.allowed < total else None
-        full, hint = scan_knowledge(code, device, self.shell.user_ns, self.scans(), cap)
+        ns = self.workspace.namespace()
+        full, hint = scan_knowledge(code, device, ns, self.scans(), cap)
         if full is not None:
             full = max(full, so_far)
         return Need(so_far=so_far, full=full, bound=bound_names(code), hint=hint)
 
-    def _other_processes(self, device: int) -> list[tuple[int, str, int]]:
+    def _other_processes(self, device: int) -> list[ProcessMemory]:
         nvml = getattr(self.collector.backend, "nvml", None)
         if nvml is None:
             return []
@@ -491,12 +497,12 @@ class Attributor:
         if index is None:
             return []
         me = os.getpid()
-        out = [(pid, process_name(pid), used) for pid, used in nvml.processes(index) if pid != me]
-        return sorted(out, key=lambda p: -p[2])
-
-
-def _without_frames(segments: Any) -> list[Any]:
-    return [{**s, "blocks": [{**b, "frames": []} for b in s.get("blocks", ())]} for s in segments]
+        out = [
+            ProcessMemory(pid, process_name(pid), used)
+            for pid, used in nvml.processes(index)
+            if pid != me
+        ]
+        return sorted(out, key=lambda p: -p.bytes)
 
 
 def _by_device(keys: frozenset[tuple[int, int, int]]) -> dict[int, dict[int, int]]:
@@ -519,4 +525,11 @@ def _empty_snapshot() -> AllocatorSnapshot:
     return AllocatorSnapshot(time=time.time(), segments=(), tracking=False)
 
 
-__all__ = ["Attributor", "ReleaseResult", "Root", "why_nothing"]
+__all__ = [
+    "Attributor",
+    "RecordedAttribution",
+    "ReleaseResult",
+    "Root",
+    "Workspace",
+    "why_nothing",
+]

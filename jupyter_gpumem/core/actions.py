@@ -11,17 +11,10 @@ from __future__ import annotations
 import gc
 from dataclasses import dataclass
 
-from .collectors import Collector
-from .model import Measurement
-from .units import format_bytes as fb
-
-
-class ActionRefused(Exception):
-    """A valid request that cannot be done now; the message says why."""
-
-
-class Busy(Exception):
-    """The request needs the shell thread between cells, and a cell is running."""
+from ..collectors import Collector
+from ..errors import ActionRefused
+from ..model import Measurement
+from ..units import format_bytes as fb
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,15 +42,9 @@ class LimitResult:
 
 
 def _require_torch(c: Collector) -> None:
-    if c.backend.replay:
-        return
-    from .collectors._torch import TorchBackend, _is_cuda_build
-
-    t = TorchBackend.torch()
-    if t is None:
-        raise ActionRefused("torch is not imported in this kernel: nothing to act on")
-    if not _is_cuda_build(t):
-        raise ActionRefused(f"torch {t.__version__} has no CUDA/ROCm allocator to act on")
+    why = c.backend.actionable()
+    if why is not None:
+        raise ActionRefused(why)
 
 
 def check_device(c: Collector, device: int) -> None:

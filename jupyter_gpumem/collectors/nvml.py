@@ -14,6 +14,10 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+# ``package.module:callable`` returning an object with pynvml's calls (the test-only
+# jupyter_gpumem.testing.fake_nvml:from_env describes GPUs in a file)
+NVML_ENV = "JUPYTER_GPUMEM_NVML"
+
 
 def _strtoul(s: str) -> int:
     """Leading unsigned integer of ``s`` as C's strtoul reads it, or -1."""
@@ -100,11 +104,11 @@ class Nvml:
             return self._nvml is not None
         self._started = True
         try:
-            fake = os.environ.get("JUPYTER_GPUMEM_FAKE_NVML")  # test-only: _fake_nvml.py
-            if fake:
-                from ._fake_nvml import FakeNvml
+            spec = os.environ.get(NVML_ENV)
+            if spec:  # another implementation of the same calls, by import path
+                from . import load_plugin
 
-                nvml: Any = FakeNvml(fake)
+                nvml: Any = load_plugin(spec, NVML_ENV)
             else:
                 nvml = importlib.import_module("pynvml")  # from nvidia-ml-py
             nvml.nvmlInit()

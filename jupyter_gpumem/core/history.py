@@ -5,34 +5,11 @@ from __future__ import annotations
 import csv
 from collections import deque
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
-from .model import CellReport
+from ..model import CellReport, DeviceRow, HistoryRow
 
 FIRST_LINE_CHARS = 60
-
-
-class DeviceRow(NamedTuple):
-    device: int
-    allocated: int | None  # after the cell
-    allocated_delta: int | None
-    reserved: int | None
-    reserved_delta: int | None
-    peak_allocated: int | None
-    peak_above_start: int | None
-    outside_torch_delta: int | None
-    device_allocs: int | None
-    kept_at: str | None = None  # with tracking: the line that allocated most of what it kept
-
-
-class HistoryRow(NamedTuple):
-    execution_count: int | None
-    time: float  # unix seconds at the cell's end
-    first_line: str
-    wall_time: float
-    failed: bool
-    host_rss_delta: int | None
-    devices: tuple[DeviceRow, ...]
 
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")

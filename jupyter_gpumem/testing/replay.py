@@ -1,7 +1,9 @@
 """Test-only backend: replays allocator readings recorded on a real GPU.
 
-Switched on only by ``JUPYTER_GPUMEM_REPLAY=<fixture.json>`` (the UI tests set it for the
-kernel on machines without a GPU); every sample then says it is a replay. When an
+Plugged in like any backend, by import path: ``JUPYTER_GPUMEM_BACKEND=
+jupyter_gpumem.testing.replay:from_env`` with ``JUPYTER_GPUMEM_REPLAY=<fixture.json>`` (the UI
+tests set both for the kernel on machines without a GPU); every sample then says it is a
+replay. Nothing in the package's production code names it. When an
 ``attribution.json`` (``tests/gpu/record_attribution.py``) lies beside the fixture, ``who``
 answers from its recorded snapshot, namespace references and cell names, through the same
 analyses as live data, and the recorded OOM gives a post-mortem. The fixture is
@@ -19,9 +21,14 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..model import AllocatorStats, DeviceSample
-from ._nvml import NvmlDevice
-from ._torch import Reading, make_device_sample, stats_from_flat
+from ..analysis.postmortem import explain_oom
+from ..analysis.segments import SegmentMap, segment_map
+from ..analysis.sites import SiteResolver
+from ..analysis.who import DeviceHoldings, holdings
+from ..collectors.allocator import Reading, make_device_sample, stats_from_flat
+from ..collectors.nvml import NvmlDevice
+from ..collectors.snapshot import snapshot_from_dict
+from ..model import AllocatorSnapshot, AllocatorStats, DeviceSample, OomEvent, PostMortem, Reference
 
 
 def device_from_raw(raw: Mapping[str, Any]) -> DeviceSample:
@@ -53,9 +60,24 @@ def reading_from_raw(raw: Mapping[str, Any], message: str = "") -> Reading:
     )
 
 
-class ReplayBackend:
-    replay = True
+def from_env() -> ReplayBackend:
+    """The backend ``JUPYTER_GPUMEM_BACKEND=jupyter_gpumem.testing.replay:from_env`` makes:
+    the fixture named by ``JUPYTER_GPUMEM_REPLAY``."""
+    path = os.environ.get(REPLAY_ENV)
+    if not path:
+        raise RuntimeError(f"{REPLAY_ENV} must name a fixture (tests/fixtures/gpu_readings.json)")
+    return ReplayBackend(path)
 
+
+REPLAY_ENV = "JUPYTER_GPUMEM_REPLAY"
+
+
+def env(path: str) -> dict[str, str]:
+    """The environment that makes a kernel replay the readings recorded in ``path``."""
+    return {"JUPYTER_GPUMEM_BACKEND": "jupyter_gpumem.testing.replay:from_env", REPLAY_ENV: path}
+
+
+class ReplayBackend:
     def __init__(self, path: str, clock: Callable[[], float] = time.monotonic) -> None:
         with open(path) as f:
             data = json.load(f)
@@ -71,6 +93,13 @@ class ReplayBackend:
         self._last: dict[int, tuple[int, int]] = {}
         self._caching = True
         self._fraction: dict[int, float] = {}
+
+    def recorded_attribution(self) -> RecordedAttribution | None:
+        """Attribution recorded beside the fixture, instead of the live namespace."""
+        return self.attribution
+
+    def actionable(self) -> str | None:
+        return None  # every action is simulated on the recording
 
     def _frame(self) -> dict[str, Any]:
         i = int((self._clock() - self._t0) / self.period) % len(self.timeline)
@@ -196,6 +225,39 @@ class RecordedAttribution:
 
     def record(self, name: str = "cells") -> dict[str, Any]:
         return dict(self.data[name])
+
+    # -- core.attribution.RecordedAttribution --------------------------------------------
+    def holdings(self, devices: list[int] | None, tracking: bool) -> dict[int, DeviceHoldings]:
+        rec = self.record("cells")
+        snap = snapshot_from_dict(rec, tracking=tracking)
+        if not tracking:  # as if recorded without sites
+            segments = [
+                {**seg, "blocks": [{**b, "frames": []} for b in seg.get("blocks", ())]}
+                for seg in snap.segments
+            ]
+            snap = AllocatorSnapshot(snap.time, segments, False)  # type: ignore[arg-type]
+        resolver = SiteResolver(RecordedCells(rec), rec["library_dirs"])
+        refs = [Reference(*r) for r in rec["refs"]]
+        before = frozenset(tuple(k) for k in rec["before"])
+        return {d: holdings(snap, d, refs, resolver, before) for d in devices or [0]}
+
+    def segment_maps(self, device: int | None, max_segments: int | None) -> list[SegmentMap]:
+        rec = self.record("oom_fragmentation")
+        snap = snapshot_from_dict(rec, tracking=True)
+        resolver = SiteResolver(RecordedCells(rec), rec["library_dirs"])
+        devices = sorted({seg.get("device", 0) for seg in snap.segments})
+        if device is not None:
+            devices = [device]
+        return [segment_map(snap, d, resolver, max_segments) for d in devices]
+
+    def postmortems(self) -> tuple[PostMortem, ...]:
+        rec = self.record("oom_fragmentation")
+        snap = snapshot_from_dict(rec, tracking=True)
+        resolver = SiteResolver(RecordedCells(rec), rec["library_dirs"])
+        held = holdings(snap, 0, [Reference(*r) for r in rec["refs"]], resolver)
+        after = recorded_device_after(rec)
+        event = OomEvent(*rec["oom"])
+        return (explain_oom(event, after, snap.segments, held, (), snap.settings),)
 
 
 def recorded_device_after(record: Mapping[str, Any]) -> DeviceSample:

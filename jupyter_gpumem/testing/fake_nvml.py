@@ -1,6 +1,8 @@
 """Test-only stand-in for ``pynvml`` (nvidia-ml-py), at the NVML call boundary.
 
-Switched on only by ``JUPYTER_GPUMEM_FAKE_NVML=<file.json>``: server tests on machines
+Plugged in like any NVML, by import path: ``JUPYTER_GPUMEM_NVML=
+jupyter_gpumem.testing.fake_nvml:from_env`` with ``JUPYTER_GPUMEM_FAKE_NVML=<file.json>``
+(:data:`ENV` sets both): server tests on machines
 without a GPU describe GPUs and the processes on them (real PIDs of kernels they started),
 and benchmarks add latency to every call. The file is read again at each
 ``nvmlDeviceGetCount`` / ``GetComputeRunningProcesses``, so a test can change it.
@@ -21,6 +23,18 @@ from types import SimpleNamespace
 from typing import Any
 
 FAKE_ENV = "JUPYTER_GPUMEM_FAKE_NVML"
+
+
+def env(path: str) -> dict[str, str]:
+    """The environment that makes a process use the fake NVML described in ``path``."""
+    return {"JUPYTER_GPUMEM_NVML": "jupyter_gpumem.testing.fake_nvml:from_env", FAKE_ENV: path}
+
+
+def from_env() -> FakeNvml:
+    path = os.environ.get(FAKE_ENV)
+    if not path:
+        raise RuntimeError(f"{FAKE_ENV} must name a file describing the fake GPUs")
+    return FakeNvml(path)
 
 
 class NVMLError(Exception):

@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..model import AllocatorStats, Backend, DeviceSample, Limit, State
-from ._host import process_name
-from ._nvml import Nvml, NvmlDevice
+from ..model import AllocatorStats, BackendName, DeviceSample, Limit, ProcessMemory, State
+from .host import process_name
+from .nvml import Nvml, NvmlDevice
 
 _NO_CACHING_ENV = "PYTORCH_NO_CUDA_MEMORY_CACHING"
 
@@ -77,7 +77,7 @@ def make_device_sample(
     *,
     index: int,
     name: str,
-    backend: Backend,
+    backend: BackendName,
     initialized: bool,
     stats: AllocatorStats | None,
     nvml: NvmlDevice | None,
@@ -95,10 +95,10 @@ def make_device_sample(
     as the allocator computes it.
     """
     total = device_used = process_used = None
-    children: tuple[tuple[int, str, int], ...] = ()
+    children: tuple[ProcessMemory, ...] = ()
     if nvml is not None:
         process_used = nvml.process_used
-        children = tuple((pid, process_name(pid), used) for pid, used in nvml.children)
+        children = tuple(ProcessMemory(pid, process_name(pid), used) for pid, used in nvml.children)
         name = name or nvml.name
     if mem_get_info is not None:
         free, total = mem_get_info
@@ -136,8 +136,6 @@ class Reading:
 
 class TorchBackend:
     """The real backend: torch (if the user imported it) plus NVML."""
-
-    replay = False
 
     def __init__(self, nvml: Nvml | None = None) -> None:
         self.nvml = nvml or Nvml()
@@ -323,6 +321,15 @@ class TorchBackend:
         if self.cuda_ready():
             t.cuda.empty_cache()
 
+    def actionable(self) -> str | None:
+        """Why actions can't run here (no torch, no GPU allocator), or None."""
+        t = self.torch()
+        if t is None:
+            return "torch is not imported in this kernel: nothing to act on"
+        if not _is_cuda_build(t):
+            return f"torch {t.__version__} has no CUDA/ROCm allocator to act on"
+        return None
+
     def caching_supported(self) -> str | None:
         """None when caching can be switched at run time, else why not."""
         t = self.torch()
@@ -367,7 +374,7 @@ class _Bound:
     def __init__(self, t: Any) -> None:
         self.torch = t
         self.version = str(getattr(t, "__version__", "?"))
-        self.backend: Backend = "rocm" if getattr(t.version, "hip", None) else "cuda"
+        self.backend: BackendName = "rocm" if getattr(t.version, "hip", None) else "cuda"
         # torch >= 2.12 can tell the caching switch; before, the variable torch read once,
         # when CUDA started (the switch we set is remembered by TorchBackend).
         self.caching_fn = getattr(t._C, "_cuda_cudaCachingAllocator_is_enabled", None)

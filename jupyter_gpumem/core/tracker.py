@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .collectors import Collector
-from .hints import hints_for
-from .model import CellReport, DeviceCellReport, DeviceSample, Measurement
+from ..analysis.hints import hints_for
+from ..collectors import Collector
+from ..model import CellReport, DeviceCellReport, DeviceSample, Measurement
 
 
 @dataclass(slots=True)

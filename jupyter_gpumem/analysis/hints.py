@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .model import CellReport, DeviceCellReport
-from .units import format_bytes as fb
+from ..model import CellReport, DeviceCellReport
+from ..units import format_bytes as fb
 
 _MiB = 1 << 20
 _GiB = 1 << 30

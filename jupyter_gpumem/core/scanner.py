@@ -3,7 +3,7 @@
 Front-end free: the caller gives ``run(value)`` (runs the cell or the function once with
 the value bound; returns the exception it raised, or None) and ``cleanup()`` (drops what
 the run bound, so that runs do not stack). Each run is measured as ``%%gpumem`` measures a
-cell (:class:`~jupyter_gpumem.tracker.CellTracker`: exact peak allocated and reserved);
+cell (:class:`~jupyter_gpumem.core.tracker.CellTracker`: exact peak allocated and reserved);
 between runs the garbage collector runs and the cache is emptied, because a run must start
 from what the program holds, not from what the last run left cached.
 
@@ -24,25 +24,17 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..analysis.fit import fit_peaks, largest_within
+from ..collectors import Collector
+from ..errors import ScanStopped
+from ..model import DeviceSample, ScanResult, ScanRun, Target
+from ..units import format_bytes as fb
 from .actions import fraction_for
-from .analysis.fit import fit_peaks, largest_within
-from .collectors import Collector
-from .model import DeviceSample, ScanResult, ScanRun, Target
 from .tracker import CellTracker
-from .units import format_bytes as fb
 
 MAX_STEP_DOWN = 3  # more runs after the one at the prediction
 KEPT_NOISE = 1 << 20  # a first run that keeps more changed what the others start from
 CLOSE_ENOUGH = 0.02  # stop stepping down when the bracket is this narrow (share of hi)
-
-
-class ScanStopped(Exception):
-    """The scan could not go on: the runs so far, the exception a run raised, and why."""
-
-    def __init__(self, runs: Sequence[ScanRun], error: BaseException | None, why: str) -> None:
-        super().__init__(why)
-        self.runs = tuple(runs)
-        self.error = error
 
 
 @dataclass

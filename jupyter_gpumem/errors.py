@@ -1,0 +1,51 @@
+"""Every error jupyter-gpumem raises on purpose, in one place.
+
+Each carries a message in the user's words; front ends turn them into what their users
+see (IPython's ``UsageError``, a protocol error reply, a CLI exit code).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .model import ScanRun
+
+
+class GpuMemError(Exception):
+    """Base of the errors below."""
+
+
+class ActionRefused(GpuMemError):
+    """A valid request that cannot be done now (no torch, no such device, ...)."""
+
+
+class ProtocolError(GpuMemError):
+    """A request the kernel protocol refuses; ``code`` is schema.json's error code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class ScanStopped(GpuMemError):
+    """A scan could not go on: the runs so far, the exception a run raised, and why."""
+
+    def __init__(self, runs: Sequence[ScanRun], error: BaseException | None, why: str) -> None:
+        super().__init__(why)
+        self.runs = tuple(runs)
+        self.error = error
+
+
+class BudgetError(GpuMemError, ValueError):
+    """A budget that does not parse; the message shows the accepted form."""
+
+
+class RunError(GpuMemError):
+    """A notebook could not be run (``jupyter-gpumem run`` exits 2); the message says why."""
+
+
+class CliUsageError(GpuMemError):
+    """Bad command-line arguments (``jupyter-gpumem run`` exits 2)."""

@@ -1,0 +1,140 @@
+"""The one typed model of a measurement, by topic.
+
+Collectors fill these records; analyses derive more records from them; reporters (text,
+HTML, DataFrame, panel protocol) only read them. A :class:`Measurement` is the state of
+the process at one instant; a :class:`CellReport` is the difference of two measurements
+plus the exact in-cell peaks and what the analyses found.
+
+- ``measurement``: devices and the process at one instant
+- ``cell``: what one cell did
+- ``history``: a measured cell as the history keeps it
+- ``snapshot``: the allocator's segments and blocks
+- ``attribution``: where memory was allocated, who holds it
+- ``postmortem``: after a failure
+- ``trace``: one cell's allocations over time
+- ``planning``: a step's breakdown, scans
+- ``render``: records that show themselves (the views register)
+"""
+
+from __future__ import annotations
+
+from .attribution import (
+    VIA_RANK,
+    DeviceAttribution,
+    LineShare,
+    Reference,
+    Site,
+    SiteKind,
+    Via,
+    WhoReport,
+    WhoRow,
+    WhoRowKind,
+    short_path,
+)
+from .cell import (
+    CellReport,
+    DeviceCellReport,
+)
+from .history import DeviceRow, HistoryRow
+from .measurement import (
+    AllocatorStats,
+    BackendName,
+    DeviceSample,
+    Limit,
+    Measurement,
+    OomEvent,
+    ProcessMemory,
+    State,
+)
+from .planning import (
+    CATEGORIES,
+    Breakdown,
+    Category,
+    CategoryShare,
+    Fit,
+    FitKind,
+    Mark,
+    ModuleCall,
+    ModuleShare,
+    Observed,
+    Phase,
+    RunKind,
+    ScanResult,
+    ScanRun,
+    StepRecord,
+    Target,
+)
+from .postmortem import (
+    Fix,
+    FixKind,
+    PostMortem,
+    TracebackHolding,
+    TracebackHoldings,
+)
+from .snapshot import (
+    ACTIVE,
+    AllocatorSnapshot,
+    Block,
+    Frame,
+    Segment,
+)
+from .trace import (
+    CellTrace,
+    Timeline,
+    TraceAllocation,
+)
+
+__all__ = [
+    "ACTIVE",
+    "CATEGORIES",
+    "VIA_RANK",
+    "AllocatorSnapshot",
+    "AllocatorStats",
+    "BackendName",
+    "Block",
+    "Breakdown",
+    "Category",
+    "CategoryShare",
+    "CellReport",
+    "CellTrace",
+    "DeviceAttribution",
+    "DeviceCellReport",
+    "DeviceRow",
+    "DeviceSample",
+    "Fit",
+    "FitKind",
+    "Fix",
+    "FixKind",
+    "Frame",
+    "HistoryRow",
+    "Limit",
+    "LineShare",
+    "Mark",
+    "Measurement",
+    "ModuleCall",
+    "ModuleShare",
+    "Observed",
+    "OomEvent",
+    "Phase",
+    "PostMortem",
+    "ProcessMemory",
+    "Reference",
+    "RunKind",
+    "ScanResult",
+    "ScanRun",
+    "Segment",
+    "Site",
+    "SiteKind",
+    "State",
+    "StepRecord",
+    "Target",
+    "Timeline",
+    "TraceAllocation",
+    "TracebackHolding",
+    "TracebackHoldings",
+    "Via",
+    "WhoReport",
+    "WhoRow",
+    "WhoRowKind",
+    "short_path",
+]

@@ -1,0 +1,116 @@
+"""One instant of the process: the allocator's figures and the device's, per device."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+from .render import ShowsItself
+
+State = Literal["ok", "no_torch", "cpu_only", "not_initialized", "no_gpu"]
+BackendName = Literal["cuda", "rocm", "xpu", "mps", "nvml"]
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatorStats:
+    """What PyTorch's caching allocator says about one device (``memory_stats``)."""
+
+    allocated: int  # bytes held by live tensors (allocated_bytes.all.current)
+    reserved: int  # bytes obtained from cudaMalloc and kept (reserved_bytes.all.current)
+    active: int  # allocated + freed-but-not-yet-reusable (stream-ordered frees)
+    requested: int  # bytes the program asked for, before rounding
+    inactive_split: int  # free pieces of split blocks: empty_cache can't return them
+    peak_allocated: int  # since the last reset_peak_memory_stats (global per device)
+    peak_reserved: int
+    device_allocs: int  # cudaMalloc calls so far (num_device_alloc)
+    device_frees: int  # cudaFree calls so far (num_device_free)
+    alloc_retries: int  # cudaMalloc failed, cache flushed, retried (slow)
+    ooms: int  # OutOfMemoryError raised by the allocator
+    segments: int  # cudaMalloc'd segments currently held
+    blocks: int  # live allocations (allocation.all.current)
+    # highest inactive_split since the last peak reset: free pieces inside segments that
+    # also hold live blocks, which a cap can't reclaim (the scan's fragmentation margin)
+    peak_inactive_split: int = 0
+
+
+class ProcessMemory(NamedTuple):
+    """A process's memory on a device, from NVML."""
+
+    pid: int
+    name: str
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """A cap set by ``set_per_process_memory_fraction``."""
+
+    fraction: float
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSample:
+    """One device, one instant."""
+
+    index: int  # torch index, after CUDA_VISIBLE_DEVICES
+    name: str
+    backend: BackendName
+    initialized: bool  # this process has a context here: allocator figures are valid
+    allocator: AllocatorStats | None = None
+    total: int | None = None  # device capacity
+    device_used: int | None = None  # all processes: total - free
+    process_used: int | None = None  # this process, from NVML; None when unknown
+    limit: Limit | None = None
+    error: str | None = None  # why some figures are missing
+    # Child processes of this kernel using the device (NVML).
+    children: tuple[ProcessMemory, ...] = ()
+
+    @property
+    def outside_torch(self) -> int | None:
+        """Device memory this process uses beyond PyTorch's reservation.
+
+        CUDA context, cuBLAS/cuDNN workspaces, NCCL, other libraries and anything allocated
+        while caching was off. From NVML's per-process figure when known, else from the
+        whole device's usage (which then includes other processes).
+        """
+        if self.allocator is None:
+            return None
+        used = self.process_used if self.process_used is not None else self.device_used
+        if used is None:
+            return None
+        return used - self.allocator.reserved
+
+    @property
+    def outside_torch_is_process(self) -> bool:
+        return self.process_used is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement(ShowsItself):
+    """The whole process at one instant."""
+
+    time: float  # unix seconds
+    clock: float  # perf_counter seconds, for intervals
+    state: State
+    message: str  # why ``state`` is not ``ok``, in the user's words; "" when ok
+    torch_version: str | None
+    host_rss: int | None
+    caching: bool | None  # caching allocator switched on; None when not applicable
+    devices: tuple[DeviceSample, ...] = ()
+
+    def device(self, index: int) -> DeviceSample | None:
+        for d in self.devices:
+            if d.index == index:
+                return d
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class OomEvent:
+    """What the allocator's OOM observer saw just before raising OutOfMemoryError."""
+
+    device: int
+    requested: int  # bytes the failing allocation asked for
+    allowed: int  # device total, or the cap when one is set
+    free: int  # free device memory at that moment

@@ -1,0 +1,207 @@
+"""Answers the panel's requests: one method per action of schema.json.
+
+Depends on a small :class:`Services` interface (the collector, the attribution service,
+the history, whether a cell runs), not on a front end: IPython's session provides it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .._version import __version__
+from ..core import actions
+from ..errors import ActionRefused, ProtocolError
+from . import BUSY, PROTOCOL_REVISION, PROTOCOL_VERSION, check_request, error_reply
+from .convert import to_protocol
+
+if TYPE_CHECKING:
+    from ..collectors import Collector
+    from ..core.attribution import Attributor
+    from ..core.history import History
+    from .stream import SampleStream
+
+
+class Services(Protocol):
+    """What the protocol needs of the kernel's state (IPython's session has it)."""
+
+    collector: Collector
+    history: History
+    busy: bool  # a cell is running
+
+    @property
+    def attributor(self) -> Attributor | None: ...
+
+
+ShellRunner = Callable[[Callable[[], dict[str, Any]]], dict[str, Any]]
+
+
+def run_here_when_idle(services: Services) -> ShellRunner:
+    """Without a kernel (tests, plain IPython): run at once, unless a cell runs."""
+
+    def run(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        if services.busy:
+            raise ProtocolError("busy", BUSY)
+        return fn()
+
+    return run
+
+
+class Handler:
+    """Answers requests for one kernel. Runs on ipykernel's control thread: keep it fast.
+    Actions that read the user's namespace run on the shell thread, only between cells
+    (``on_shell``, from the kernel front end); while a cell runs they answer ``busy``."""
+
+    def __init__(
+        self, services: Services, stream: SampleStream, on_shell: ShellRunner | None = None
+    ) -> None:
+        self.services = services
+        self.stream = stream
+        self.on_shell = on_shell if on_shell is not None else run_here_when_idle(services)
+
+    @property
+    def collector(self) -> Collector:
+        return self.services.collector
+
+    @property
+    def attributor(self) -> Attributor:
+        a = self.services.attributor
+        if a is None:
+            raise ActionRefused("attribution is not available in this kernel")
+        return a
+
+    def handle(self, content: Any) -> dict[str, Any]:
+        action: str | None = None
+        try:
+            action, args = check_request(content)
+            result = ACTIONS[action](self, **args)
+        except ProtocolError as e:
+            return error_reply(action, e.code, e.message)
+        except ActionRefused as e:
+            return error_reply(action, "refused", str(e))
+        except Exception as e:  # the tool failed; the kernel must keep working
+            return error_reply(action, "failed", f"{type(e).__name__}: {e}"[:2000])
+        return {"protocol": PROTOCOL_VERSION, "action": action, "status": "ok", "result": result}
+
+    # -- actions -------------------------------------------------------------------
+    def hello(self) -> dict[str, Any]:
+        return {
+            "protocol": PROTOCOL_VERSION,
+            "revision": PROTOCOL_REVISION,
+            "tracking": self._tracking(),
+            "version": __version__,
+            "actions": list(ACTIONS),
+            "sample": to_protocol(self.collector.measure()),
+            "stream": self.stream.state(),
+        }
+
+    def sample(self) -> dict[str, Any]:
+        return {"sample": to_protocol(self.collector.measure())}
+
+    def empty_cache(self, collect_garbage: bool = False) -> dict[str, Any]:
+        r = actions.empty_cache(self.collector, collect_garbage=collect_garbage)
+        return {
+            "released": {str(k): v for k, v in r.released.items()},
+            "sample": to_protocol(r.after),
+        }
+
+    def set_caching(self, enabled: bool) -> dict[str, Any]:
+        r = actions.set_caching(self.collector, enabled)
+        return {"caching": r.caching, "sample": to_protocol(r.after)}
+
+    def reset_peak(self, device: int | None = None) -> dict[str, Any]:
+        return {"sample": to_protocol(actions.reset_peak(self.collector, device))}
+
+    def set_limit(
+        self, device: int | None = None, bytes: int | None = None, fraction: float | None = None
+    ) -> dict[str, Any]:
+        if bytes is not None and fraction is not None:
+            raise ProtocolError("bad_request", "set_limit: give bytes or fraction, not both")
+        if device is None:
+            ready = self.collector.backend.initialized_devices()
+            device = ready[0] if ready else 0
+        r = actions.set_limit(
+            self.collector,
+            device,
+            fraction=None if fraction is None else float(fraction),
+            nbytes=bytes,
+        )
+        limit = None if r.fraction is None else {"fraction": r.fraction, "bytes": r.bytes}
+        return {"limit": limit, "sample": to_protocol(r.after)}
+
+    def subscribe(
+        self, interval_ms: int, heartbeat_ms: int = 2000, client: str = ""
+    ) -> dict[str, Any]:
+        return {"stream": self.stream.subscribe(interval_ms, heartbeat_ms, client)}
+
+    def unsubscribe(self, client: str = "") -> dict[str, Any]:
+        return {"stream": self.stream.unsubscribe(client)}
+
+    def who(self, device: int | None = None, n: int = 10) -> dict[str, Any]:
+        attributor = self.attributor
+        if device is not None:
+            actions.check_device(self.collector, device)
+
+        def read() -> dict[str, Any]:
+            held = attributor.read(None if device is None else [device])
+            return {
+                "devices": [
+                    {
+                        "index": d,
+                        "by_variable": to_protocol(h.report("variable", n)),
+                        "by_line": to_protocol(h.report("line", n)) if h.tracking else None,
+                    }
+                    for d, h in sorted(held.items())
+                ],
+                "tracking": attributor.tracking,
+                "postmortems": [to_protocol(p) for p in attributor.last_postmortems],
+            }
+
+        return self.on_shell(read)
+
+    def segments(self, device: int | None = None, max_segments: int = 200) -> dict[str, Any]:
+        if device is not None:
+            actions.check_device(self.collector, device)
+        maps = self.attributor.segment_maps(device, max_segments)
+        return {"devices": [to_protocol(m) for m in maps]}
+
+    def history(self, n: int = 200) -> dict[str, Any]:
+        return {"cells": self.services.history.cells(n)}
+
+    def _tracking(self) -> dict[str, bool]:
+        """``active``: sites are being recorded; ``wanted``: asked for (recording starts
+        once torch is imported)."""
+        a = self.services.attributor  # a bare session (tests) has none
+        if a is None:
+            return {"active": False, "wanted": False}
+        return {"active": a.tracking, "wanted": a.recording.wanted}
+
+    def track(self, enabled: bool) -> dict[str, Any]:
+        message = self.attributor.set_tracking(enabled)
+        return {"tracking": self._tracking(), "message": message}
+
+    def release_traceback(self) -> dict[str, Any]:
+        attributor = self.attributor
+
+        def release() -> dict[str, Any]:
+            r = attributor.release_traceback()
+            return {"frames": r.frames, "freed": {str(k): v for k, v in r.freed.items()}}
+
+        return self.on_shell(release)
+
+
+ACTIONS: dict[str, Callable[..., dict[str, Any]]] = {
+    "hello": Handler.hello,
+    "sample": Handler.sample,
+    "empty_cache": Handler.empty_cache,
+    "set_caching": Handler.set_caching,
+    "reset_peak": Handler.reset_peak,
+    "set_limit": Handler.set_limit,
+    "subscribe": Handler.subscribe,
+    "unsubscribe": Handler.unsubscribe,
+    "who": Handler.who,
+    "track": Handler.track,
+    "release_traceback": Handler.release_traceback,
+    "segments": Handler.segments,
+    "history": Handler.history,
+}
