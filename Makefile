@@ -12,7 +12,7 @@ LABEXT := jupyter_gpumem/labextension/static/style.js
 TS_SOURCES := $(shell find labextension/src labextension/style labextension/schema -type f 2>/dev/null) \
               labextension/package.json labextension/package-lock.json
 
-.PHONY: lab test install labext lint pytest ts-test ui-test ui-deps gpu-test bench clean screenshots
+.PHONY: lab test install labext lint pytest ts-test ui-test ui-deps gpu-test bench clean screenshots architecture
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -47,8 +47,8 @@ lab: install
 	$(BIN)/jupyter lab examples/
 
 lint: install
-	$(BIN)/ruff check jupyter_gpumem gpumem tests benchmarks
-	$(BIN)/ruff format --check jupyter_gpumem gpumem tests benchmarks
+	$(BIN)/ruff check jupyter_gpumem gpumem tests benchmarks scripts
+	$(BIN)/ruff format --check jupyter_gpumem gpumem tests benchmarks scripts
 	$(BIN)/mypy
 	cd labextension && npm run lint
 
@@ -84,6 +84,10 @@ gpu-test:
 bench:
 	$(PY) benchmarks/bench_cell_overhead.py
 	$(PY) benchmarks/bench_panel.py
+
+# docs/architecture.svg: the import graph, layer by layer (a test fails when it is stale)
+architecture:
+	$(PY) scripts/architecture.py --write
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache \

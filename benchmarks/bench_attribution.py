@@ -64,21 +64,29 @@ def bench_pairs() -> dict:
 STEPS = {
     # the benchmark cell of bench_cell_overhead.py (3 linear layers, SGD)
     "small MLP step": (
-        "model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(),"
-        " torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10)).cuda()\n"
-        "opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
-        "xb = torch.randn(256, 1024, device='cuda')\n"
-        "yb = torch.randint(0, 10, (256,), device='cuda')",
-        "loss = torch.nn.functional.cross_entropy(model(xb), yb)\nloss.backward()\nopt.step()\n"
-        "opt.zero_grad(set_to_none=True)\ntorch.cuda.synchronize()",
+        (
+            "model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(),"
+            " torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10)).cuda()\n"
+            "opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+            "xb = torch.randn(256, 1024, device='cuda')\n"
+            "yb = torch.randint(0, 10, (256,), device='cuda')"
+        ),
+        (
+            "loss = torch.nn.functional.cross_entropy(model(xb), yb)\nloss.backward()\nopt.step()\n"
+            "opt.zero_grad(set_to_none=True)\ntorch.cuda.synchronize()"
+        ),
     ),
     # a transformer block with AdamW: a typical training notebook's step
     "transformer step": (
-        "layer = torch.nn.TransformerEncoderLayer(1024, 16, 4096, batch_first=True).cuda()\n"
-        "opt = torch.optim.AdamW(layer.parameters(), lr=1e-4)\n"
-        "xb = torch.randn(16, 512, 1024, device='cuda')",
-        "loss = layer(xb).square().mean()\nloss.backward()\nopt.step()\n"
-        "opt.zero_grad(set_to_none=True)\ntorch.cuda.synchronize()",
+        (
+            "layer = torch.nn.TransformerEncoderLayer(1024, 16, 4096, batch_first=True).cuda()\n"
+            "opt = torch.optim.AdamW(layer.parameters(), lr=1e-4)\n"
+            "xb = torch.randn(16, 512, 1024, device='cuda')"
+        ),
+        (
+            "loss = layer(xb).square().mean()\nloss.backward()\nopt.step()\n"
+            "opt.zero_grad(set_to_none=True)\ntorch.cuda.synchronize()"
+        ),
     ),
 }
 
@@ -175,16 +183,20 @@ def bench_cell_attribution(ip, n: int = 100) -> dict:
                 times = []
                 for _ in range(n):
                     t0 = time.perf_counter()
-                    ip.run_cell("%%gpumem -q\nkept.append(torch.empty(1 << 20, device='cuda'))",
-                                store_history=True)  # fmt: skip
+                    ip.run_cell(
+                        "%%gpumem -q\nkept.append(torch.empty(1 << 20, device='cuda'))",
+                        store_history=True,
+                    )
                     times.append(time.perf_counter() - t0)
                 ip.run_cell("kept.clear()")
             res[mode] = statistics.median(times) * 1e3
         with capture_output():
             ip.run_cell("%gpumem track off")
             ip.run_cell("del bg, kept")
-        out[f"{background} live blocks"] = {**{f"{k}_ms": v for k, v in res.items()},
-                                             "added_ms": res["on"] - res["off"]}  # fmt: skip
+        out[f"{background} live blocks"] = {
+            **{f"{k}_ms": v for k, v in res.items()},
+            "added_ms": res["on"] - res["off"],
+        }
     return out
 
 

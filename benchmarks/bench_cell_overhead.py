@@ -140,8 +140,12 @@ print(json.dumps({"bytes_per_cell": size / n, "devices": len(row.devices)}))
 
 
 def child(code: str, payload: list) -> dict:
-    out = subprocess.run([sys.executable, "-c", code, json.dumps(payload)], capture_output=True,
-                         text=True, timeout=600)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(payload)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     # Peers print their own lines (also at exit): take the last line that is our JSON.
     for line in reversed(out.stdout.strip().splitlines()):
         if line.startswith("{"):
@@ -167,8 +171,11 @@ def main() -> None:
             payload = [SETUP_TORCH, template, cell, args.n, cfg == "auto mode"]
             rounds = [child(OURS_CHILD, payload) for _ in range(args.rounds)]
             ok = sorted((r for r in rounds if "added_ms" in r), key=lambda r: r["added_ms"])
-            res[cfg] = {**ok[len(ok) // 2], "rounds_added_ms": [r["added_ms"] for r in ok]} \
-                if ok else rounds[0]  # fmt: skip
+            res[cfg] = (
+                {**ok[len(ok) // 2], "rounds_added_ms": [r["added_ms"] for r in ok]}
+                if ok
+                else rounds[0]
+            )
         if args.no_peers:
             continue
         res["bare process"] = child(PEER_CHILD, [SETUP_TORCH, "pass", cell, args.peer_n])
@@ -197,8 +204,10 @@ def main() -> None:
         for cfg, r in results[cell_name].items():
             if "error" in r:
                 print(f"  {cfg} / {cell_name}: not measured: {r['error']}")
-    print(f"\nhistory: {hist.get('bytes_per_cell', float('nan')):.0f} bytes per measured cell "
-          f"({hist.get('devices')} device(s) per row) {hist.get('error', '')}")  # fmt: skip
+    print(
+        f"\nhistory: {hist.get('bytes_per_cell', float('nan')):.0f} bytes per measured cell "
+        f"({hist.get('devices')} device(s) per row) {hist.get('error', '')}"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"cells": results, "history": hist, "gpu": gpu}, f, indent=1)

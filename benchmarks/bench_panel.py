@@ -113,8 +113,10 @@ def main() -> None:
         f"rounds; spread {spread})"
     )
     for a, r in result["rtt_ms"].items():
-        print(f"action {a!r} while a cell runs: p50 {r['p50']:.1f} ms, p95 {r['p95']:.1f} ms "
-              f"(n={r['n']})")  # fmt: skip
+        print(
+            f"action {a!r} while a cell runs: p50 {r['p50']:.1f} ms, p95 {r['p95']:.1f} ms "
+            f"(n={r['n']})"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

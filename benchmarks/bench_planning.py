@@ -131,8 +131,12 @@ def memtracker(ip, name: str) -> dict:
             categories = {str(k): int(v) for k, v in cats.items()}
             totals[str(dev)] = {"total": int(total or 0), "categories": categories}
     total = sum(t["total"] for t in totals.values())
-    return {"exact_peak": exact, "memtracker_total": total,
-            "share": total / exact if exact else None, "devices": totals}  # fmt: skip
+    return {
+        "exact_peak": exact,
+        "memtracker_total": total,
+        "share": total / exact if exact else None,
+        "devices": totals,
+    }
 
 
 def main() -> int:
@@ -193,8 +197,10 @@ def main() -> int:
         for k in ("model", "opt", "xb", "yb", "step", "_rep"):
             ip.user_ns.pop(k, None)
         ip.run_cell("import gc; gc.collect(); torch.cuda.empty_cache()")
-    print(f"{'step':<16} {'bare ms':>9} {'%%gpumem':>9} {'--breakdown':>12} {'ratio':>6}  "
-          "MemTracker/exact")  # fmt: skip
+    print(
+        f"{'step':<16} {'bare ms':>9} {'%%gpumem':>9} {'--breakdown':>12} {'ratio':>6}  "
+        "MemTracker/exact"
+    )
     for name, r in out["steps"].items():
         ms = r["ms"]
         mt = r["memtracker"].get("share")
@@ -204,8 +210,10 @@ def main() -> int:
         plain = ms["%%gpumem"]
         print(f"{name:<16} {ms['bare']:>9.2f} {plain:>9.2f} {bd:>12.2f} {ratio:>6.2f}  {mt_s}")
     for name, r in out["steps"].items():
-        print(name, ", ".join(f"{k} {v:.2f}" for k, v in r["parts_ms"].items()
-                              if isinstance(v, float)))  # fmt: skip
+        print(
+            name,
+            ", ".join(f"{k} {v:.2f}" for k, v in r["parts_ms"].items() if isinstance(v, float)),
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1, default=str)

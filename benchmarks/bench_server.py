@@ -30,11 +30,21 @@ GiB = 1 << 30
 def fake_nvml(path: str, pids: list[int], latency_ms: float) -> None:
     devices = []
     for d in range(8):
-        procs = [{"pid": pid, "used": GiB, "name": "python"} for i, pid in enumerate(pids)
-                 if i % 8 == d or d == 0]  # fmt: skip
+        procs = [
+            {"pid": pid, "used": GiB, "name": "python"}
+            for i, pid in enumerate(pids)
+            if i % 8 == d or d == 0
+        ]
         uuid = f"GPU-{d:08d}-0000-0000-0000-000000000000"
-        devices.append({"name": "NVIDIA H200", "uuid": uuid, "total": 150 * GiB,
-                        "used": len(procs) * GiB, "processes": procs})  # fmt: skip
+        devices.append(
+            {
+                "name": "NVIDIA H200",
+                "uuid": uuid,
+                "total": 150 * GiB,
+                "used": len(procs) * GiB,
+                "processes": procs,
+            }
+        )
     with open(path, "w") as f:
         json.dump({"driver": "fake", "latency_ms": latency_ms, "devices": devices}, f)
 
@@ -80,8 +90,9 @@ def main() -> None:
     ap.add_argument("--without", action="store_true", help="the server without jupyter_gpumem")
     args = ap.parse_args()
     work = tempfile.mkdtemp()
-    sleepers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(900)"])
-                for _ in range(49)]  # fmt: skip
+    sleepers = [
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(900)"]) for _ in range(49)
+    ]
     pids = [os.getpid(), *(p.pid for p in sleepers)]
     nvml = os.path.join(work, "nvml.json")
     fake_nvml(nvml, pids, args.latency_ms)
@@ -91,9 +102,17 @@ def main() -> None:
 
     token = "bench"
     app = ServerApp(jpserver_extensions={} if args.without else {"jupyter_gpumem": True})
-    app.initialize(["--no-browser", "--allow-root", "--port=0", f"--ServerApp.root_dir={work}",
-                    f"--IdentityProvider.token={token}", "--ServerApp.log_level=WARN"],
-                   find_extensions=False)  # fmt: skip
+    app.initialize(
+        [
+            "--no-browser",
+            "--allow-root",
+            "--port=0",
+            f"--ServerApp.root_dir={work}",
+            f"--IdentityProvider.token={token}",
+            "--ServerApp.log_level=WARN",
+        ],
+        find_extensions=False,
+    )
     url = f"http://127.0.0.1:{app.port}/"
     lags: list[float] = []
     state = {"last": 0.0, "on": False}
@@ -114,8 +133,18 @@ def main() -> None:
 
     def client() -> None:
         proc = subprocess.Popen(
-            [sys.executable, "-c", CLIENT, url, token, str(args.seconds),
-             "0" if args.without else "1"], stdout=subprocess.PIPE, text=True)  # fmt: skip
+            [
+                sys.executable,
+                "-c",
+                CLIENT,
+                url,
+                token,
+                str(args.seconds),
+                "0" if args.without else "1",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert proc.stdout is not None
         for line in proc.stdout:
             if line.startswith("SCRAPING"):

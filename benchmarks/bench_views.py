@@ -40,9 +40,11 @@ def bench_segments(ip, attributor) -> dict:
         with capture_output():
             ip.run_cell("import gc; gc.collect(); torch.cuda.empty_cache()")
             ip.run_cell("%gpumem track on")
-            ip.run_cell(f"g = torch.Generator().manual_seed(0)\n"
-                        f"live = [torch.empty(int(s), dtype=torch.uint8, device='cuda') for s in"
-                        f" torch.randint(512, 4 << 20, ({n},), generator=g)]")  # fmt: skip
+            ip.run_cell(
+                f"g = torch.Generator().manual_seed(0)\n"
+                f"live = [torch.empty(int(s), dtype=torch.uint8, device='cuda') for s in"
+                f" torch.randint(512, 4 << 20, ({n},), generator=g)]"
+            )
         snap = read_snapshot(torch)
         blocks = sum(len(s["blocks"]) for s in snap.segments)
         html = segments_html(attributor.segment_maps(0, 200))
@@ -81,8 +83,9 @@ def bench_trace_pairs() -> dict:
         torch.cuda.memory._record_memory_history(enabled=None)
         pair_us(10_000)
         res["off"].append(pair_us())
-        torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python",
-                                                 max_entries=20_000)  # fmt: skip
+        torch.cuda.memory._record_memory_history(
+            enabled="all", context="all", stacks="python", max_entries=20_000
+        )
         pair_us(10_000)
         res["trace (all, python stacks)"].append(pair_us())
     torch.cuda.memory._record_memory_history(enabled=None)
@@ -98,8 +101,9 @@ def bench_trace_cell(ip, session, tmp="/tmp/gpumem_bench_trace.pickle") -> dict:
     code = "xs = [torch.empty(4096, device='cuda') for _ in range(5_000)]\ndel xs"
     with capture_output():
         t0 = time.perf_counter()
-        ip.run_cell(f"%%gpumem -q --trace --entries 20000 --save {tmp} -o rep\n{code}",
-                    store_history=True)  # fmt: skip
+        ip.run_cell(
+            f"%%gpumem -q --trace --entries 20000 --save {tmp} -o rep\n{code}", store_history=True
+        )
         traced = time.perf_counter() - t0
         t0 = time.perf_counter()
         ip.run_cell(f"%%gpumem -q -o rep0\n{code}", store_history=True)

@@ -119,6 +119,7 @@ def scan(
     from .analysis.targets import parse_target
     from .core.scanner import Scanner
     from .errors import ScanStopped
+    from .reporters import bundles  # noqa: F401  (the result shows itself: its views)
 
     vals = list(values)
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):

@@ -53,8 +53,13 @@ class _IopubChannel:
         k = self.kernel
         content = {"comm_id": self._comm_id, "data": data}
         # The same call ipykernel's own Comm.publish_msg makes; IOPub sends are thread-safe.
-        k.session.send(k.iopub_socket, "comm_msg", content, parent=k.get_parent(),
-                       ident=f"comm-{self._comm_id}".encode())  # fmt: skip
+        k.session.send(
+            k.iopub_socket,
+            "comm_msg",
+            content,
+            parent=k.get_parent(),
+            ident=f"comm-{self._comm_id}".encode(),
+        )
 
 
 class KernelBridge:

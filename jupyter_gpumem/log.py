@@ -11,9 +11,12 @@ import logging
 import sys
 
 logger = logging.getLogger("jupyter_gpumem")
+# A library's logger: silent unless the application configures logging (without this,
+# logging's last-resort handler would print each warning a second time).
+logger.addHandler(logging.NullHandler())
 
 
-def warn(message: str, exc_info: bool = False) -> None:
-    """Tell the user in one line; log the details."""
+def warn(message: str, exc_info: bool = True) -> None:
+    """Tell the user in one line; log the details (the exception being handled, if any)."""
     print(f"gpumem: warning: {message}", file=sys.stderr)
     logger.warning(message, exc_info=exc_info)

@@ -11,11 +11,19 @@ _DECIMAL = (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3))
 _UNITS: dict[str, int] = {
     "b": 1,
     "": 1,
-    "k": 1000, "kb": 1000, "kib": 1 << 10,
-    "m": 10**6, "mb": 10**6, "mib": 1 << 20,
-    "g": 10**9, "gb": 10**9, "gib": 1 << 30,
-    "t": 10**12, "tb": 10**12, "tib": 1 << 40,
-}  # fmt: skip
+    "k": 1000,
+    "kb": 1000,
+    "kib": 1 << 10,
+    "m": 10**6,
+    "mb": 10**6,
+    "mib": 1 << 20,
+    "g": 10**9,
+    "gb": 10**9,
+    "gib": 1 << 30,
+    "t": 10**12,
+    "tb": 10**12,
+    "tib": 1 << 40,
+}
 
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*$")
 
@@ -58,8 +66,10 @@ def parse_size(text: str) -> int:
         )
     value = float(m.group(1)) * _UNITS[unit]
     if not value < 1 << 64:  # also inf, from a number too long for a float
-        raise ValueError(f"size too large: {text[:40]!r}{'…' if len(text) > 40 else ''} "
-                         "(at most 16 EiB; e.g. 24GiB)")  # fmt: skip
+        raise ValueError(
+            f"size too large: {text[:40]!r}{'…' if len(text) > 40 else ''} "
+            "(at most 16 EiB; e.g. 24GiB)"
+        )
     if value < 1:
         raise ValueError(f"size must be at least one byte: {text!r}")
     return int(value)

@@ -92,8 +92,14 @@ def test_oom_post_mortem_on_a_planted_fragmentation():
     rec = DATA["oom_fragmentation"]
     truth = rec["truth"]
     h, *_ = held(rec)
-    pm = explain_oom(OomEvent(*rec["oom"]), recorded_device_after(rec), rec["segments"], h,
-                     [(4242, "python", 30 << 30)], rec["allocator_settings"])  # fmt: skip
+    pm = explain_oom(
+        OomEvent(*rec["oom"]),
+        recorded_device_after(rec),
+        rec["segments"],
+        h,
+        [(4242, "python", 30 << 30)],
+        rec["allocator_settings"],
+    )
     assert pm.largest_free_block == truth["largest_free_block"]
     assert pm.requested == 128 * MiB
     pieces = [r for r in pm.owners if r.key == "blocks"]
@@ -108,8 +114,12 @@ def test_oom_post_mortem_on_a_planted_fragmentation():
     other = next(f for f in pm.fixes if f.kind == "other_process")
     assert "PID 4242 python 30.00 GiB" in other.text
     space = free_space(rec["segments"])
-    pieces_64 = [b for s in rec["segments"] for b in s["blocks"]
-                 if b["state"] == "inactive" and b["size"] == 64 * MiB]  # fmt: skip
+    pieces_64 = [
+        b
+        for s in rec["segments"]
+        for b in s["blocks"]
+        if b["state"] == "inactive" and b["size"] == 64 * MiB
+    ]
     assert len(pieces_64) == truth["pieces_64mib"]
     assert space.pieces_bytes >= truth["pieces_64mib"] * 64 * MiB
 
@@ -144,8 +154,9 @@ def test_segment_map_of_a_planted_fragmentation():
     assert [b.kind for b in big.blocks] == ["piece", "allocated"] * 8
     assert m.space.largest_free_block == truth["largest_free_block"]
     live = [b for b in big.blocks if b.kind == "allocated"]
-    assert all(b.site.startswith("In[") and "blocks = [torch.empty(64 << 20" in b.site
-               for b in live)  # fmt: skip
+    assert all(
+        b.site.startswith("In[") and "blocks = [torch.empty(64 << 20" in b.site for b in live
+    )
     text = segments_text([m])
     assert "largest free block 64.00 MiB" in text
     assert "large 1.00 GiB" in text and "8 free piece(s) 512.00 MiB (largest 64.00 MiB)" in text

@@ -93,8 +93,7 @@ def test_blocks_larger_than_max_split_size_are_not_split():
 
 
 def test_settings_that_change_the_rules_are_named():
-    _, notes = settings_notes({"expandable_segments": True,
-                               "roundup_power2_divisions": {"1": 4}})  # fmt: skip
+    _, notes = settings_notes({"expandable_segments": True, "roundup_power2_divisions": {"1": 4}})
     assert len(notes) == 2
 
 
@@ -104,8 +103,14 @@ def test_categories_add_up_to_the_replayed_peak_with_block_slack():
     events = [("alloc", 0, 3 * MiB + MiB // 2), ("alloc", 1 << 30, 512)]
     begin = [seg(0, 4 * MiB), seg(1 << 30, 2 * MiB)]
     obs = [Observed(1, 0, 0, 3 * MiB + MiB // 2, "parameters")]
-    b = run(events, begin, obs, counter_peak=4 * MiB + 512, end_position=2,
-            alive=[(0, 4 * MiB), (1 << 30, 512)])  # fmt: skip
+    b = run(
+        events,
+        begin,
+        obs,
+        counter_peak=4 * MiB + 512,
+        end_position=2,
+        alive=[(0, 4 * MiB), (1 << 30, 512)],
+    )
     assert b.exact, b.note
     assert b.peak == 4 * MiB + 512
     assert b.bytes_of("parameters") == 3 * MiB + MiB // 2
@@ -125,8 +130,13 @@ def test_an_observation_names_only_the_block_alive_when_it_was_made():
         ("alloc", A + 8 * MiB, 4 * MiB),  # 4: the peak
     ]
     obs = [Observed(1, 0, A, 8 * MiB, "activations", "model.0")]
-    b = run(events, [seg(A, 20 * MiB)], obs, end_position=4,
-            alive=[(A, 8 * MiB), (A + 8 * MiB, 4 * MiB)])  # fmt: skip
+    b = run(
+        events,
+        [seg(A, 20 * MiB)],
+        obs,
+        end_position=4,
+        alive=[(A, 8 * MiB), (A + 8 * MiB, 4 * MiB)],
+    )
     # THEN at the peak the block at A is the temporary, not the old activation
     assert b.peak_event == 4
     assert b.bytes_of("activations") == 0
@@ -149,19 +159,40 @@ def test_saved_tensors_stop_being_activations_when_their_backward_is_done():
     # GIVEN the input x (kept from before) saved in the forward, then backward done,
     # then an optimizer step that peaks
     X, T = 1 << 30, 1 << 31
-    begin = [seg(X, 2 * MiB, [{"address": X, "size": 2 * MiB, "state": "active_allocated"}]),
-             seg(T, 20 * MiB)]  # fmt: skip
+    begin = [
+        seg(X, 2 * MiB, [{"address": X, "size": 2 * MiB, "state": "active_allocated"}]),
+        seg(T, 20 * MiB),
+    ]
     obs = [Observed(0, 0, X, 2 * MiB, "activations", "model.0")]
-    marks = [Mark({0: 0}, "forward"), Mark({0: 0}, "other"), Mark({0: 0}, "backward"),
-             Mark({0: 0}, "backward done"), Mark({0: 0}, "optimizer step")]  # fmt: skip
-    b = run([("alloc", T, 8 * MiB)], begin, obs, marks, base=2 * MiB, end_position=1,
-            alive=[(X, 2 * MiB), (T, 8 * MiB)])  # fmt: skip
+    marks = [
+        Mark({0: 0}, "forward"),
+        Mark({0: 0}, "other"),
+        Mark({0: 0}, "backward"),
+        Mark({0: 0}, "backward done"),
+        Mark({0: 0}, "optimizer step"),
+    ]
+    b = run(
+        [("alloc", T, 8 * MiB)],
+        begin,
+        obs,
+        marks,
+        base=2 * MiB,
+        end_position=1,
+        alive=[(X, 2 * MiB), (T, 8 * MiB)],
+    )
     assert b.phase == "optimizer step"
     assert b.bytes_of("activations") == 0
     assert b.bytes_of("kept from before") == 2 * MiB
     # WITHOUT the backward pass, x is still saved at the peak
-    b2 = run([("alloc", T, 8 * MiB)], begin, obs, marks[:2], base=2 * MiB, end_position=1,
-             alive=[(X, 2 * MiB), (T, 8 * MiB)])  # fmt: skip
+    b2 = run(
+        [("alloc", T, 8 * MiB)],
+        begin,
+        obs,
+        marks[:2],
+        base=2 * MiB,
+        end_position=1,
+        alive=[(X, 2 * MiB), (T, 8 * MiB)],
+    )
     assert b2.bytes_of("activations") == 2 * MiB
 
 
@@ -174,8 +205,13 @@ def test_temporaries_go_to_the_innermost_module_running_when_allocated():
         ModuleCall("model.0", 5 * us, 15 * us),
         ModuleCall("model.1", 15 * us, 25 * us),
     ]
-    b = run(events, [seg(T, 20 * MiB)], calls=calls, end_position=3,
-            alive=[(T, 2 * MiB), (T + 2 * MiB, 4 * MiB), (T + 6 * MiB, MiB)])  # fmt: skip
+    b = run(
+        events,
+        [seg(T, 20 * MiB)],
+        calls=calls,
+        end_position=3,
+        alive=[(T, 2 * MiB), (T + 2 * MiB, 4 * MiB), (T + 6 * MiB, MiB)],
+    )
     by = {m.module: m.temporaries for m in b.modules}
     assert by == {"model.1": 4 * MiB, "model.0": 2 * MiB, "model": MiB}
     assert [m.module for m in b.modules] == ["model.1", "model.0", "model"]
@@ -184,30 +220,46 @@ def test_temporaries_go_to_the_innermost_module_running_when_allocated():
 def test_a_wrapped_ring_buffer_or_a_wrong_replay_is_not_called_exact():
     b = run([("alloc", 0, MiB)], [seg(0, 2 * MiB)], end_position=5, alive=[(0, MiB)])
     assert not b.exact and "ring buffer wrapped" in b.note
-    b = run([("alloc", 0, MiB)], [seg(0, 2 * MiB)], counter_peak=3 * MiB, end_position=1,
-            alive=[(0, MiB)])  # fmt: skip
+    b = run(
+        [("alloc", 0, MiB)],
+        [seg(0, 2 * MiB)],
+        counter_peak=3 * MiB,
+        end_position=1,
+        alive=[(0, MiB)],
+    )
     assert not b.exact and "differs from the allocator's" in b.note
     b = run([("alloc", 0, MiB)], [seg(0, 2 * MiB)], end_position=1, alive=[(0, 2 * MiB)])
     assert not b.exact and "end state" in b.note
 
 
 def test_events_from_a_raw_trace_keep_what_the_replay_needs():
-    raw = [{"action": "alloc", "addr": 1, "size": 2, "frames": [], "time_us": 7},
-           {"action": "oom", "addr": 0, "size": 9},
-           {"action": "segment_alloc", "addr": 0, "size": 4, "time_us": 5}]  # fmt: skip
+    raw = [
+        {"action": "alloc", "addr": 1, "size": 2, "frames": [], "time_us": 7},
+        {"action": "oom", "addr": 0, "size": 9},
+        {"action": "segment_alloc", "addr": 0, "size": 4, "time_us": 5},
+    ]
     assert events_from_trace(raw) == [("alloc", 1, 2, 7), ("segment_alloc", 0, 4, 5)]
 
 
 def test_a_saved_tensor_stamped_by_the_clock_is_placed_by_the_traces_clock():
     # GIVEN address A reused: a temporary (events 1-2), then the saved tensor (event 3)
     A = 1 << 30
-    events = [("alloc", A, 8 * MiB, 10), ("free_requested", A, 8 * MiB, 20),
-              ("free_completed", A, 8 * MiB, 20), ("alloc", A, 8 * MiB, 30),
-              ("alloc", A + 8 * MiB, 4 * MiB, 40)]  # fmt: skip
+    events = [
+        ("alloc", A, 8 * MiB, 10),
+        ("free_requested", A, 8 * MiB, 20),
+        ("free_completed", A, 8 * MiB, 20),
+        ("alloc", A, 8 * MiB, 30),
+        ("alloc", A + 8 * MiB, 4 * MiB, 40),
+    ]
     # WHEN the module that saved it ended at 35 us (Python's clock, in ns)
     saved = Observed(-1, 0, A, 8 * MiB, "activations", "model.0", 35_000)
-    b = run(events, [seg(A, 20 * MiB)], [saved], end_position=4,
-            alive=[(A, 8 * MiB), (A + 8 * MiB, 4 * MiB)])  # fmt: skip
+    b = run(
+        events,
+        [seg(A, 20 * MiB)],
+        [saved],
+        end_position=4,
+        alive=[(A, 8 * MiB), (A + 8 * MiB, 4 * MiB)],
+    )
     # THEN the block alive then is the saved one; the earlier block at A is not
     assert b.bytes_of("activations") == 8 * MiB
     assert [m.module for m in b.modules] == ["model.0", "(outside any module)"]

@@ -22,10 +22,25 @@ def nvml_with_a_child(tmp_path, monkeypatch):
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     stranger = os.getppid()  # our parent: on the GPU too, but not our descendant
     path = tmp_path / "nvml.json"
-    path.write_text(json.dumps({"devices": [{
-        "name": "NVIDIA H200", "uuid": "GPU-1", "total": 150 * GiB, "used": 9 * GiB,
-        "processes": [{"pid": os.getpid(), "used": GiB}, {"pid": child.pid, "used": 3 * GiB},
-                      {"pid": stranger, "used": 5 * GiB}]}]}))  # fmt: skip
+    path.write_text(
+        json.dumps(
+            {
+                "devices": [
+                    {
+                        "name": "NVIDIA H200",
+                        "uuid": "GPU-1",
+                        "total": 150 * GiB,
+                        "used": 9 * GiB,
+                        "processes": [
+                            {"pid": os.getpid(), "used": GiB},
+                            {"pid": child.pid, "used": 3 * GiB},
+                            {"pid": stranger, "used": 5 * GiB},
+                        ],
+                    }
+                ]
+            }
+        )
+    )
     for k, v in fake_nvml_env(str(path)).items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

@@ -18,12 +18,18 @@ BASE = 0x7F00_0000_0000  # 2 MiB aligned
 def segment(sizes_states, address=BASE, small=False, device=0, expandable=False):
     blocks, a = [], address
     for size, state in sizes_states:
-        blocks.append({"address": a, "size": size, "requested_size": size, "state": state,
-                       "frames": []})  # fmt: skip
+        blocks.append(
+            {"address": a, "size": size, "requested_size": size, "state": state, "frames": []}
+        )
         a += size
-    return {"device": device, "address": address, "total_size": a - address,
-            "segment_type": "small" if small else "large", "is_expandable": expandable,
-            "blocks": blocks}  # fmt: skip
+    return {
+        "device": device,
+        "address": address,
+        "total_size": a - address,
+        "segment_type": "small" if small else "large",
+        "is_expandable": expandable,
+        "blocks": blocks,
+    }
 
 
 def planted(n=16, size=64 * MiB):
@@ -79,8 +85,9 @@ def test_would_fit_under_a_cap_only_with_expandable_segments():
 def test_small_requests_need_small_pool_blocks():
     large_free = segment([(20 * MiB, "inactive"), (1 * MiB, "active_allocated")])
     assert not would_fit([large_free], 4096, device_free=0, cap=None)
-    small_free = segment([(1 * MiB, "inactive"), (1 * MiB, "active_allocated")], small=True,
-                         address=BASE + GiB)  # fmt: skip
+    small_free = segment(
+        [(1 * MiB, "inactive"), (1 * MiB, "active_allocated")], small=True, address=BASE + GiB
+    )
     assert would_fit([large_free, small_free], 4096, device_free=0, cap=None)
 
 

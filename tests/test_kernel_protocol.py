@@ -39,9 +39,13 @@ class Listener:
         self.iopub: list[tuple[float, dict]] = []
         self.control: queue.Queue = queue.Queue()
         self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._pump, args=(ch, sink), daemon=True)
-                        for ch, sink in ((kc.iopub_channel, self.iopub.append),
-                                         (kc.control_channel, self.control.put))]  # fmt: skip
+        self.threads = [
+            threading.Thread(target=self._pump, args=(ch, sink), daemon=True)
+            for ch, sink in (
+                (kc.iopub_channel, self.iopub.append),
+                (kc.control_channel, self.control.put),
+            )
+        ]
         for t in self.threads:
             t.start()
 
@@ -54,8 +58,7 @@ class Listener:
             sink((time.monotonic(), msg))
 
     def request(self, action, timeout=5.0, **args):
-        msg = self.kc.session.msg("gpumem_request", {"protocol": 1, "action": action,
-                                                     "args": args})  # fmt: skip
+        msg = self.kc.session.msg("gpumem_request", {"protocol": 1, "action": action, "args": args})
         t0 = time.monotonic()
         self.kc.control_channel.send(msg)
         deadline = t0 + timeout
@@ -126,8 +129,11 @@ def test_actions_and_samples_while_a_cell_runs(kernel):
     reply = kc.get_shell_msg(timeout=10)
     t_reply = time.monotonic()
     assert reply["parent_header"]["msg_id"] == msg_id and reply["content"]["status"] == "ok"
-    pushed = [(t, m) for t, m in listener.iopub if m["msg_type"] == "comm_msg"
-              and m["content"]["comm_id"] == comm_id]  # fmt: skip
+    pushed = [
+        (t, m)
+        for t, m in listener.iopub
+        if m["msg_type"] == "comm_msg" and m["content"]["comm_id"] == comm_id
+    ]
     during = [m for t, m in pushed if t_start - 0.5 <= t < t_reply]
     kinds = [m["content"]["data"]["type"] for m in during]
     assert kinds.count("sample") >= 2, kinds  # live while busy
@@ -143,9 +149,13 @@ def test_cell_marker_pushed(kernel):
     comm_id = content["result"]["stream"]["comm_id"]
     wait_execute(kc, "%%gpumem -q\nq = 1")
     time.sleep(0.3)
-    cells = [m["content"]["data"]["cell"] for _, m in listener.iopub
-             if m["msg_type"] == "comm_msg" and m["content"]["comm_id"] == comm_id
-             and m["content"]["data"]["type"] == "cell"]  # fmt: skip
+    cells = [
+        m["content"]["data"]["cell"]
+        for _, m in listener.iopub
+        if m["msg_type"] == "comm_msg"
+        and m["content"]["comm_id"] == comm_id
+        and m["content"]["data"]["type"] == "cell"
+    ]
     assert cells and cells[-1]["first_line"] == "q = 1"
     _, content, _, _ = listener.request("unsubscribe", client="t1")
     assert content["result"]["stream"]["active"] is False
@@ -208,8 +218,12 @@ def test_namespace_requests_wait_for_the_cell_and_run_between_cells(kernel):
     assert failed["content"]["status"] == "error"
     _, content, _, _ = listener.request("release_traceback")
     assert content["status"] == "ok" and content["result"]["frames"] == 1
-    assert wait_execute(kc, "import sys; assert not hasattr(sys, 'last_traceback')")[
-        "content"]["status"] == "ok"  # fmt: skip
+    assert (
+        wait_execute(kc, "import sys; assert not hasattr(sys, 'last_traceback')")["content"][
+            "status"
+        ]
+        == "ok"
+    )
     _, content, _, _ = listener.request("track", enabled=False)
     assert content["result"]["tracking"] == {"active": False, "wanted": False}
     _, content, _, _ = listener.request("who")

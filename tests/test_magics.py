@@ -57,8 +57,7 @@ def test_loaded_from_config():
         print(s.history.maxlen, s.auto)
         """
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=60)  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "7 True"
 
@@ -72,6 +71,18 @@ def test_cell_report_and_out(ip, spike):
     rep = ip.user_ns["rep"]
     assert rep.first_line == "x = 40" and rep.device(0).allocated_delta == 64 << 20
     assert spike.reads == 2
+
+
+def test_a_kept_report_shows_itself_as_the_magic_showed_it(ip, spike):
+    _, texts, cap = run(ip, "%%gpumem -o rep\nx = 40")
+    rep = ip.user_ns["rep"]
+    data, _ = ip.display_formatter.format(rep)  # what a kernel sends for `rep`
+    assert data["text/plain"] == texts[0]
+    assert data["text/html"] == cap.outputs[0].data["text/html"]
+    assert "+64.00 MiB" in data["text/html"] and "<script" not in data["text/html"]
+    res, _, cap = run(ip, "rep")
+    assert res.result is rep
+    assert "CellReport(" not in cap.stdout and "+64.00 MiB" in cap.stdout
 
 
 def test_traceback_line_numbers_are_those_the_user_sees(ip, spike):
@@ -146,7 +157,7 @@ def test_bad_cell_flags(ip, spike, line, message):
         ("%gpumem frobnicate", "invalid choice: 'frobnicate'"),
         ("%gpumem limit 12XB", "not a size: '12XB'"),
         ("%gpumem limit 1.5", "a plain number is a fraction of the device, in (0, 1]"),
-        ("%gpumem limit", "the following arguments are required: spec"),
+        ("%gpumem limit", "the following arguments are required: 24GiB|0.3|off"),
         ("%gpumem auto maybe", "invalid choice: 'maybe'"),
         ("%gpumem history -n -1", "must not be negative"),
         ("%gpumem -d 3", "no device 3"),
@@ -161,8 +172,12 @@ def test_bad_line_commands(ip, spike, line, message):
 
 def test_help_is_real(ip):
     doc = ip.find_line_magic("gpumem").__doc__
-    for text in ("%%gpumem [-d N] [-q] [-o VAR] [--keep-peak]", "max_memory_allocated",
-                 "%gpumem limit 24GiB|0.3|off", "%gpumem caching off|on"):  # fmt: skip
+    for text in (
+        "%%gpumem [-d N] [-q] [-o VAR] [--keep-peak]",
+        "max_memory_allocated",
+        "%gpumem limit [-d N] 24GiB|0.3|off",
+        "%gpumem caching on|off",
+    ):
         assert text in doc
     assert ip.find_cell_magic("gpumem").__doc__ == doc
 
@@ -230,7 +245,11 @@ def test_actions_refused_without_torch(ip, monkeypatch):
 
     current().collector.backend = TorchBackend()
     monkeypatch.delitem(sys.modules, "torch", raising=False)
-    for cmd in ("%gpumem empty-cache", "%gpumem caching off", "%gpumem limit 0.5",
-                "%gpumem reset-peak"):  # fmt: skip
+    for cmd in (
+        "%gpumem empty-cache",
+        "%gpumem caching off",
+        "%gpumem limit 0.5",
+        "%gpumem reset-peak",
+    ):
         res, _, _ = run(ip, cmd)
         assert "torch is not imported in this kernel" in str(res.error_in_exec), cmd

@@ -189,8 +189,10 @@ def test_outside_pytorch_takes_both_ends_from_one_source():
     expected_after = a.device_used - a.allocator.reserved
     from jupyter_gpumem.units import format_bytes, format_delta
 
-    assert row.value == (f"{format_bytes(expected_before)} -> {format_bytes(expected_after)} "
-                         f"({format_delta(expected_after - expected_before)})")  # fmt: skip
+    assert row.value == (
+        f"{format_bytes(expected_before)} -> {format_bytes(expected_after)} "
+        f"({format_delta(expected_after - expected_before)})"
+    )
     assert d.outside_torch_delta == expected_after - expected_before
     # with the figure at both ends: this process's at both ends
     r2, _, _ = report_for("keep_n_bytes")

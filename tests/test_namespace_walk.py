@@ -31,10 +31,23 @@ def snapshot_of(tensors):
             continue
         seen.add(s.data_ptr())
         size = -(-s.nbytes() // 512) * 512
-        segments.append({"device": 0, "address": s.data_ptr(), "total_size": size,
-                         "segment_type": "large", "blocks": [
-                             {"address": s.data_ptr(), "size": size, "requested_size": s.nbytes(),
-                              "state": "active_allocated", "frames": []}]})  # fmt: skip
+        segments.append(
+            {
+                "device": 0,
+                "address": s.data_ptr(),
+                "total_size": size,
+                "segment_type": "large",
+                "blocks": [
+                    {
+                        "address": s.data_ptr(),
+                        "size": size,
+                        "requested_size": s.nbytes(),
+                        "state": "active_allocated",
+                        "frames": [],
+                    }
+                ],
+            }
+        )
     return AllocatorSnapshot(time=0.0, segments=segments, tracking=False)
 
 
@@ -59,8 +72,10 @@ def test_views_and_their_base_count_once_and_rows_add_up():
     got = rows(r)
     assert got[("base", "tensor")] == 1024  # 1000 bytes in a 1024-byte block
     assert ("view", "tensor") not in got
-    assert got[(UNREACHABLE, "temporaries of a running computation, objects this walk does not "
-                              "open")] == 4096  # fmt: skip
+    assert (
+        got[(UNREACHABLE, "temporaries of a running computation, objects this walk does not open")]
+        == 4096
+    )
     assert sum(row.bytes for row in r.rows) == r.allocated == 1024 + 2048 + 4096
     assert r.explained == 1024 + 2048
 
@@ -192,8 +207,9 @@ def test_traceback_frames_are_roots_and_release_frees_them_keeping_the_namespace
 
     ip = shell_ns
     ip.run_cell("import torch\nkeep = torch.ones(2)", store_history=True)
-    ip.run_cell("def f():\n    h = torch.ones(1000)\n    raise ValueError('boom')",
-                store_history=True)  # fmt: skip
+    ip.run_cell(
+        "def f():\n    h = torch.ones(1000)\n    raise ValueError('boom')", store_history=True
+    )
     defined = ip.execution_count - 1
     res = ip.run_cell("before = 1\nf()", store_history=True)
     assert not res.success

@@ -45,18 +45,44 @@ def situation(owners: dict[str, tuple[str, int]]):
     segments, refs, blocks = [], [], {}
     address = 1 << 32
     for order, (name, (via, size)) in enumerate(owners.items()):
-        block = {"address": address, "size": size, "requested_size": size,
-                 "state": "active_allocated", "frames": []}  # fmt: skip
-        segments.append({"device": 0, "address": address, "total_size": size,
-                         "allocated_size": size, "blocks": [block]})  # fmt: skip
+        block = {
+            "address": address,
+            "size": size,
+            "requested_size": size,
+            "state": "active_allocated",
+            "frames": [],
+        }
+        segments.append(
+            {
+                "device": 0,
+                "address": address,
+                "total_size": size,
+                "allocated_size": size,
+                "blocks": [block],
+            }
+        )
         blocks[address] = block
         refs.append(Reference(0, address, size, name, via, name, order))
         address += size
     allocated = sum(s["total_size"] for s in segments)
-    held = DeviceHoldings(0, False, blocks, {r.address: r for r in refs}, 0,
-                          SiteResolver(NoCells()))  # fmt: skip
-    stats = AllocatorStats(allocated, allocated, allocated, allocated, 0, allocated, allocated,
-                           0, 0, 0, 1, len(segments), len(segments))  # fmt: skip
+    held = DeviceHoldings(
+        0, False, blocks, {r.address: r for r in refs}, 0, SiteResolver(NoCells())
+    )
+    stats = AllocatorStats(
+        allocated,
+        allocated,
+        allocated,
+        allocated,
+        0,
+        allocated,
+        allocated,
+        0,
+        0,
+        0,
+        1,
+        len(segments),
+        len(segments),
+    )
     total = 80 * GiB
     after = DeviceSample(0, "gpu", "cuda", True, stats, total, total - 60 * GiB, None)
     return segments, held, after
@@ -148,18 +174,30 @@ def scan_result(**kw) -> ScanResult:
     fit = Fit("affine", 1 * GiB, 100 * MiB, 0.0, (8.0, 16.0), (1.8 * GiB, 2.6 * GiB), (0, 0))
     probe = ScanRun(8, "probe", True, None, False, 1 * GiB, 2 * GiB, 2 * GiB, 0, None, 0.1)
     fields = {
-        "name": "batch", "device": 0, "runs": (probe,), "target": Target(CAP, "12 GiB", "t", True),
-        "outside_torch": 0, "cap": CAP, "margin": 0, "budget": CAP, "fit": fit,
-        "predicted": 112.0, "verified": 110.0, "verify_note": "", "answer": "", "integer": True,
+        "name": "batch",
+        "device": 0,
+        "runs": (probe,),
+        "target": Target(CAP, "12 GiB", "t", True),
+        "outside_torch": 0,
+        "cap": CAP,
+        "margin": 0,
+        "budget": CAP,
+        "fit": fit,
+        "predicted": 112.0,
+        "verified": 110.0,
+        "verify_note": "",
+        "answer": "",
+        "integer": True,
         "execution_count": 5,
-    }  # fmt: skip
+    }
     fields.update(kw)
     return ScanResult(**fields)  # type: ignore[arg-type]
 
 
 def test_a_scan_of_the_cell_gives_the_whole_need_and_the_answer():
-    full, hint = scan_knowledge("x = torch.randn(batch, 10)", 0, {"batch": 64}, [scan_result()],
-                                CAP)  # fmt: skip
+    full, hint = scan_knowledge(
+        "x = torch.randn(batch, 10)", 0, {"batch": 64}, [scan_result()], CAP
+    )
     assert full == 100 * MiB * 64  # the fit at 64, above the probes' start
     assert hint.startswith("`batch` = 64 needs about 6.25 GiB (the fit of the scan of In[5])")
     assert "110 fits in 12 GiB (verified)" in hint

@@ -37,9 +37,21 @@ def test_parse(text, metric, op, limit, normal):
 
 @pytest.mark.parametrize(
     "text",
-    ["", "peak", "peak<=", "peak=4GiB", "peak>=4GiB", "peak<==4GiB", "peek<=4GiB",
-     "peak<=4XB", "peak<=-1GiB", "peak<=0XB", "<=4GiB", "peak<=4GiB extra"],
-)  # fmt: skip
+    [
+        "",
+        "peak",
+        "peak<=",
+        "peak=4GiB",
+        "peak>=4GiB",
+        "peak<==4GiB",
+        "peek<=4GiB",
+        "peak<=4XB",
+        "peak<=-1GiB",
+        "peak<=0XB",
+        "<=4GiB",
+        "peak<=4GiB extra",
+    ],
+)
 def test_bad_expressions_show_the_accepted_form(text):
     with pytest.raises(BudgetError) as e:
         parse_budget(text)
@@ -72,11 +84,21 @@ def test_a_cell_budget_replaces_the_global_one_of_its_metric():
 
 def test_check_per_device_and_boundaries():
     devices = [
-        {"index": 0, "peak_allocated": 4 * GiB, "allocated_delta": 0, "allocated": 1,
-         "reserved": 2},
-        {"index": 1, "peak_allocated": 5 * GiB, "allocated_delta": -GiB, "allocated": None,
-         "reserved": None},
-    ]  # fmt: skip
+        {
+            "index": 0,
+            "peak_allocated": 4 * GiB,
+            "allocated_delta": 0,
+            "allocated": 1,
+            "reserved": 2,
+        },
+        {
+            "index": 1,
+            "peak_allocated": 5 * GiB,
+            "allocated_delta": -GiB,
+            "allocated": None,
+            "reserved": None,
+        },
+    ]
     le, lt = parse_budget("peak<=4GiB"), parse_budget("peak<4GiB")
     r = check([le, lt, parse_budget("kept<=0"), parse_budget("allocated<=1B")], devices)
     assert [(x.budget.text, x.device, x.ok) for x in r] == [
@@ -96,6 +118,12 @@ def test_check_per_device_and_boundaries():
     kept = check([parse_budget("kept<=1MiB")], [{"index": 0, "allocated_delta": 3 << 20}])
     assert kept[0].describe() == "kept +3.00 MiB (3145728 B) > 1.00 MiB (1048576 B) on cuda:0"
     assert kept[0].to_dict() == {
-        "expression": "kept<=1MiB", "scope": "global", "metric": "kept", "op": "<=",
-        "limit": 1 << 20, "device": 0, "value": 3 << 20, "ok": False,
-    }  # fmt: skip
+        "expression": "kept<=1MiB",
+        "scope": "global",
+        "metric": "kept",
+        "op": "<=",
+        "limit": 1 << 20,
+        "device": 0,
+        "value": 3 << 20,
+        "ok": False,
+    }

@@ -31,8 +31,11 @@ def notebook(path: Path, *cells: tuple[str, list[str]] | str) -> Path:
     import nbformat
 
     nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}  # fmt: skip
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nb.cells.append(nbformat.v4.new_markdown_cell("# a notebook"))
     for c in cells:
         source, tags = (c, []) if isinstance(c, str) else c
@@ -41,16 +44,22 @@ def notebook(path: Path, *cells: tuple[str, list[str]] | str) -> Path:
     return path
 
 
-def run(*args: str | Path, replay: bool = True, module: bool = False, cwd: Path | None = None,
-        jupyter_path: Path | None = None):  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k != "JUPYTER_GPUMEM_REPLAY"}
+def run(
+    *args: str | Path,
+    replay: bool = True,
+    module: bool = False,
+    cwd: Path | None = None,
+    jupyter_path: Path | None = None,
+):
+    env = {k: v for k, v in os.environ.items() if k not in replay_env("")}
     if jupyter_path is not None:
         env["JUPYTER_PATH"] = str(jupyter_path)
     if replay:
         env.update(replay_env(str(FIXTURES)))
     cmd = [sys.executable, "-m", "jupyter_gpumem"] if module else [str(SCRIPT)]
-    p = subprocess.run([*cmd, *map(str, args)], capture_output=True, text=True, env=env,
-                       cwd=cwd, timeout=180)  # fmt: skip
+    p = subprocess.run(
+        [*cmd, *map(str, args)], capture_output=True, text=True, env=env, cwd=cwd, timeout=180
+    )
     assert "Traceback" not in p.stderr, p.stderr  # the tool never prints one
     return p
 
@@ -92,8 +101,21 @@ def test_budgets_hold_files_written(tmp_path):
     html = tmp_path / "report.html"
     html.write_text("old")  # replaced: --force
     out, js = tmp_path / "executed.ipynb", tmp_path / "out.json"
-    p = run("run", nb, "--budget", "peak<=1TiB", "--budget", "kept < 1TiB",
-            "--json", js, "--html", html, "--output", out, "--force")  # fmt: skip
+    p = run(
+        "run",
+        nb,
+        "--budget",
+        "peak<=1TiB",
+        "--budget",
+        "kept < 1TiB",
+        "--json",
+        js,
+        "--html",
+        html,
+        "--output",
+        out,
+        "--force",
+    )
     assert p.returncode == 0, p.stderr
     # progress on stderr, one line per code cell; the table on stdout
     progress = [line for line in p.stderr.splitlines() if re.match(r"\[\d+/\d+\] ", line)]
@@ -118,7 +140,9 @@ def test_budgets_hold_files_written(tmp_path):
         assert all(b["ok"] is True for b in c["budgets"])
     # the tagged cell: its own peak budget replaced the global one, kept still applies
     assert {(b["expression"], b["scope"]) for b in cells[1]["budgets"]} == {
-        ("peak<=1TiB", "cell"), ("kept<1TiB", "global")}  # fmt: skip
+        ("peak<=1TiB", "cell"),
+        ("kept<1TiB", "global"),
+    }
     assert doc["summary"]["budgets"] == {"held": 8, "failed": 0, "not_checked": 0}
     # the executed notebook: the kernel's auto-mode lines in each cell, figures in metadata
     executed = json.loads(out.read_text())
@@ -192,8 +216,9 @@ def test_global_budget_fails(tmp_path):
 
 
 def test_cell_tag_budget_fails(tmp_path):
-    nb = notebook(tmp_path / "t.ipynb", "x = 1", ("y = 2", ["gpumem: kept<=1TiB; peak<=1B"]),
-                  "z = 3")  # fmt: skip
+    nb = notebook(
+        tmp_path / "t.ipynb", "x = 1", ("y = 2", ["gpumem: kept<=1TiB; peak<=1B"]), "z = 3"
+    )
     p = run("run", nb, "--budget", "peak<=1TiB")
     assert p.returncode == 1, p.stderr
     failed = [line for line in p.stderr.splitlines() if line.startswith("jupyter-gpumem: FAILED: ")]
@@ -256,8 +281,12 @@ def test_a_cell_that_raises_stops_the_run(tmp_path):
 
 
 def test_raises_exception_and_skip_execution_tags(tmp_path):
-    nb = notebook(tmp_path / "x.ipynb", ("1 / 0", ["raises-exception"]),
-                  ("1 / 0", ["skip-execution"]), "y = 1")  # fmt: skip
+    nb = notebook(
+        tmp_path / "x.ipynb",
+        ("1 / 0", ["raises-exception"]),
+        ("1 / 0", ["skip-execution"]),
+        "y = 1",
+    )
     js = tmp_path / "x.json"
     p = run("run", nb, "--budget", "peak<=1TiB", "--json", js)
     assert p.returncode == 0, p.stderr
@@ -286,10 +315,14 @@ def test_a_kernel_that_fails_to_start_is_exit_2_with_its_last_words(tmp_path):
     lines are shown when it fails to start."""
     spec = tmp_path / "kernels" / "broken"
     spec.mkdir(parents=True)
-    argv = [sys.executable, "-c",
-            "import sys; sys.stderr.write('boom: no such module xyz\\n'); sys.exit(3)"]  # fmt: skip
-    (spec / "kernel.json").write_text(json.dumps(
-        {"argv": argv, "display_name": "broken", "language": "python"}))  # fmt: skip
+    argv = [
+        sys.executable,
+        "-c",
+        "import sys; sys.stderr.write('boom: no such module xyz\\n'); sys.exit(3)",
+    ]
+    (spec / "kernel.json").write_text(
+        json.dumps({"argv": argv, "display_name": "broken", "language": "python"})
+    )
     nb = notebook(tmp_path / "nb.ipynb", "x = 1")
     p = run("run", nb, "--kernel", "broken", "-q", jupyter_path=tmp_path)
     assert p.returncode == 2, p.stderr
@@ -333,7 +366,11 @@ def test_usage_errors_write_nothing_and_start_no_kernel(tmp_path):
     assert p.returncode == 2 and "--html" in p.stderr and "exists" in p.stderr
     assert existing.read_text() == "keep me"
     assert sorted(f.name for f in tmp_path.iterdir()) == [
-        "bad.ipynb", "exists.html", "tag.ipynb", "u.ipynb"]  # fmt: skip
+        "bad.ipynb",
+        "exists.html",
+        "tag.ipynb",
+        "u.ipynb",
+    ]
 
 
 def test_version():

@@ -26,10 +26,17 @@ HOSTILE = "x = '</code></td><script>alert(1)</script>\" onmouseover=\"alert(2)'"
 
 
 def dev(index=0, peak=2 * GiB, kept=GiB, allocated=GiB, reserved=3 * GiB, touched=True):
-    return {"index": index, "allocated": allocated, "allocated_delta": kept,
-            "reserved": reserved, "reserved_delta": 0, "peak_allocated": peak,
-            "peak_above_start": peak - allocated + kept, "kept_at": None,
-            "touched": touched}  # fmt: skip
+    return {
+        "index": index,
+        "allocated": allocated,
+        "allocated_delta": kept,
+        "reserved": reserved,
+        "reserved_delta": 0,
+        "peak_allocated": peak,
+        "peak_above_start": peak - allocated + kept,
+        "kept_at": None,
+        "touched": touched,
+    }
 
 
 def cell(index, first_line, devices=(), budgets=(), tags=(), status="ok", count=None, **kw):
@@ -45,9 +52,20 @@ def cell(index, first_line, devices=(), budgets=(), tags=(), status="ok", count=
 def result(*cells, sample=True, **kw):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(f"# {i}") for i in range(max(c.index for c in cells) + 1)]
-    s = {"state": "ok", "message": "", "torch_version": "2.11.0+cu130",
-         "devices": [{"index": 0, "name": "NVIDIA H200 <b>", "backend": "cuda",
-                      "total": 140 * GiB, "limit": None}]}  # fmt: skip
+    s = {
+        "state": "ok",
+        "message": "",
+        "torch_version": "2.11.0+cu130",
+        "devices": [
+            {
+                "index": 0,
+                "name": "NVIDIA H200 <b>",
+                "backend": "cuda",
+                "total": 140 * GiB,
+                "limit": None,
+            }
+        ],
+    }
     return RunResult(nb, "python3", list(cells), 1.7e9, 3.0, "0.1.0", s if sample else None, **kw)
 
 
@@ -68,10 +86,32 @@ def test_pass_with_two_devices_and_an_untouched_cell():
         "3 budget checks held"
     )
     table = table_text(r.cells).splitlines()
-    assert table[0].split() == ["cell", "[n]", "device", "kept", "peak", "time", "budgets",
-                                "status", "code"]  # fmt: skip
-    assert table[2].split() == ["1", "[0]", "cuda:0", "+1.00", "GiB", "2.00", "GiB", "250.0",
-                                "ms", "ok", "model", "=", "Net()"]  # fmt: skip
+    assert table[0].split() == [
+        "cell",
+        "[n]",
+        "device",
+        "kept",
+        "peak",
+        "time",
+        "budgets",
+        "status",
+        "code",
+    ]
+    assert table[2].split() == [
+        "1",
+        "[0]",
+        "cuda:0",
+        "+1.00",
+        "GiB",
+        "2.00",
+        "GiB",
+        "250.0",
+        "ms",
+        "ok",
+        "model",
+        "=",
+        "Net()",
+    ]
     assert table[3].split() == ["cuda:1", "0", "B", "3.00", "GiB"]  # second device, same cell
     assert progress_line(r.cells[0], 1, 2) == (
         "[1/2] cell 1 [0] `model = Net()`: cuda:0 kept +1.00 GiB, peak 2.00 GiB; "
@@ -79,8 +119,12 @@ def test_pass_with_two_devices_and_an_untouched_cell():
     )
     doc = json_document(r, v, "nb.ipynb", peak, None)
     validate(doc)
-    assert doc["summary"]["peak"] == {"bytes": 3 * GiB, "device": 1, "cell_index": 0,
-                                      "execution_count": 0}  # fmt: skip
+    assert doc["summary"]["peak"] == {
+        "bytes": 3 * GiB,
+        "device": 1,
+        "cell_index": 0,
+        "execution_count": 0,
+    }
     assert doc["cells"][1]["devices"][0]["touched"] is False
 
 
@@ -90,12 +134,18 @@ def test_exit_codes():
     v = judge(result(cell(1, "a = f()", [dev()], b)), b, None)
     assert v.exit_code == 1 and v.headline == "1 budget check failed"
     assert v.problems == [
-        "cell 2 [1] `a = f()`: peak 2.00 GiB (2147483648 B) > 1.00 GiB (1073741824 B) on "
-        "cuda:0 (budget peak<=1GiB from --budget)"
+        (
+            "cell 2 [1] `a = f()`: peak 2.00 GiB (2147483648 B) > 1.00 GiB (1073741824 B) on "
+            "cuda:0 (budget peak<=1GiB from --budget)"
+        )
     ]
     # the notebook failed to run: 2, also when a budget failed before
-    r = result(cell(1, "a = f()", [dev()], b), cell(2, "1/0", status="error"),
-               cell(3, "z", status="not_run"), stopped="cell 3 [2] `1/0` raised ...")  # fmt: skip
+    r = result(
+        cell(1, "a = f()", [dev()], b),
+        cell(2, "1/0", status="error"),
+        cell(3, "z", status="not_run"),
+        stopped="cell 3 [2] `1/0` raised ...",
+    )
     v = judge(r, b, None)
     assert v.exit_code == 2 and v.headline.startswith("the notebook failed to run: cell 3")
     assert len(v.problems) == 1
@@ -109,8 +159,15 @@ def test_exit_codes():
     r = result(cell(1, "x = 1", [], tags=["gpumem: kept<=0"], measured=True))
     assert judge(r, [], None).exit_code == 2
     # out of memory under --fits: 1 with the fix; a raises-exception cell's error is expected
-    oom = cell(1, "big()", [dev()], status="error", error=("OutOfMemoryError", "CUDA out"),
-               oom=True, oom_fix="`del blocks` frees 512.00 MiB: enough")  # fmt: skip
+    oom = cell(
+        1,
+        "big()",
+        [dev()],
+        status="error",
+        error=("OutOfMemoryError", "CUDA out"),
+        oom=True,
+        oom_fix="`del blocks` frees 512.00 MiB: enough",
+    )
     v = judge(result(oom), [], 2 * GiB)
     assert v.exit_code == 1
     assert v.headline == "the notebook does not fit in 2.00 GiB (cell 2 [1] `big()`)"
@@ -153,8 +210,10 @@ def test_schema_rejects_drift(bad):
 
 def test_html_escapes_everything_and_fetches_nothing():
     b = [parse_budget("peak<=1GiB")]
-    r = result(cell(0, HOSTILE, [dev()], b), cell(1, "<b>y</b>", status="error",
-               error=("E<i>", "<script>")))  # fmt: skip
+    r = result(
+        cell(0, HOSTILE, [dev()], b),
+        cell(1, "<b>y</b>", status="error", error=("E<i>", "<script>")),
+    )
     v = judge(r, b, None)
     page = html_report(r, v, json_document(r, v, "<evil>.ipynb", b, None))
     assert "<script>" not in page and 'onmouseover="alert' not in page

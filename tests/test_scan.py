@@ -28,8 +28,16 @@ class SimulatedGPU:
 
     replay = True
 
-    def __init__(self, a=200 * MiB, b=4 * MiB, frag=lambda v: 32 * MiB, keeps=0,
-                 total=80 * GiB, context=500 * MiB, base=1 * GiB):  # fmt: skip
+    def __init__(
+        self,
+        a=200 * MiB,
+        b=4 * MiB,
+        frag=lambda v: 32 * MiB,
+        keeps=0,
+        total=80 * GiB,
+        context=500 * MiB,
+        base=1 * GiB,
+    ):
         self.a, self.b, self.frag, self.keeps = a, b, frag, keeps
         self.total, self.context = total, context
         self.allocated = self.reserved = base
@@ -59,9 +67,22 @@ class SimulatedGPU:
 
     # the Backend protocol
     def read(self, with_process: bool = True, full: bool = True) -> Reading:
-        stats = AllocatorStats(self.allocated, self.reserved, self.allocated, self.allocated,
-                               0, self.peak_allocated, self.peak_reserved, 0, 0, 0, 0, 1, 1,
-                               self.peak_frag)  # fmt: skip
+        stats = AllocatorStats(
+            self.allocated,
+            self.reserved,
+            self.allocated,
+            self.allocated,
+            0,
+            self.peak_allocated,
+            self.peak_reserved,
+            0,
+            0,
+            0,
+            0,
+            1,
+            1,
+            self.peak_frag,
+        )
         used = self.reserved + self.context
         limit = Limit(self.fraction, int(self.fraction * self.total)) if self.fraction < 1 else None
         d = DeviceSample(0, "sim", "cuda", True, stats, self.total, used, used, limit)
@@ -74,8 +95,7 @@ class SimulatedGPU:
         return 1
 
     def reset_peaks(self, devices=None) -> None:
-        self.peak_allocated, self.peak_reserved, self.peak_frag = (
-            self.allocated, self.reserved, 0)  # fmt: skip
+        self.peak_allocated, self.peak_reserved, self.peak_frag = (self.allocated, self.reserved, 0)
 
     def attach_oom_observer(self, callback) -> None:
         return None
@@ -271,8 +291,12 @@ def test_without_a_gpu_the_breakdown_says_so_in_one_line(ip):
     ip.run_cell("import torch")
     _, texts, _ = run(ip, "%%gpumem --breakdown\nran = torch.ones(3)\n")
     notes = [line for line in texts[0].splitlines() if "breakdown" in line]
-    assert notes == ["  breakdown: --breakdown needs a CUDA GPU: torch "
-                     f"{ip.user_ns['torch'].__version__} is a CPU-only build"]  # fmt: skip
+    assert notes == [
+        (
+            "  breakdown: --breakdown needs a CUDA GPU: torch "
+            f"{ip.user_ns['torch'].__version__} is a CPU-only build"
+        )
+    ]
     assert ip.user_ns["ran"].shape == (3,)  # the cell ran as usual
 
 

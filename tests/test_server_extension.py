@@ -33,8 +33,9 @@ def test_server_and_page_config_untrack_our_messages(tmp_path):
                           "tracks": km.track_message_type("gpumem_request")}))
         """
     ).replace("ROOT", repr(str(tmp_path)))
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=120, cwd=tmp_path)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
     for name in ("gpumem_request", "gpumem_reply"):

@@ -22,6 +22,7 @@ from types import SimpleNamespace
 import pytest
 
 from jupyter_gpumem.testing.fake_nvml import env as fake_nvml_env
+from jupyter_gpumem.testing.replay import env as replay_env
 
 psutil = pytest.importorskip("psutil")
 pytestmark = pytest.mark.kernel
@@ -43,10 +44,14 @@ class Server:
         self.port = _port()
         self.base = f"http://127.0.0.1:{self.port}/"
         self.nvml = nvml
-        env = {**os.environ, **fake_nvml_env(str(nvml)),
-               "JUPYTER_RUNTIME_DIR": str(root / "runtime"),
-               "JUPYTER_CONFIG_DIR": str(root / "config")}  # fmt: skip
-        env.pop("JUPYTER_GPUMEM_REPLAY", None)
+        env = {
+            **os.environ,
+            **fake_nvml_env(str(nvml)),
+            "JUPYTER_RUNTIME_DIR": str(root / "runtime"),
+            "JUPYTER_CONFIG_DIR": str(root / "config"),
+        }
+        for name in replay_env(""):  # the server's own kernels: no recorded allocator
+            env.pop(name, None)
         if not fake:
             env.pop("JUPYTER_GPUMEM_FAKE_NVML")
             env.pop("JUPYTER_GPUMEM_NVML")
@@ -56,12 +61,23 @@ class Server:
         self.log = root / "server.log"
         self._log = open(self.log, "w")  # closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_server", "--no-browser", "--allow-root",
-             f"--port={self.port}", "--ServerApp.port_retries=0", f"--ServerApp.root_dir={root}",
-             f"--IdentityProvider.token={self.token}",
-             "--ServerApp.jpserver_extensions={'jupyter_gpumem': True}"],
-            env=env, stdout=subprocess.DEVNULL, stderr=self._log, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "jupyter_server",
+                "--no-browser",
+                "--allow-root",
+                f"--port={self.port}",
+                "--ServerApp.port_retries=0",
+                f"--ServerApp.root_dir={root}",
+                f"--IdentityProvider.token={self.token}",
+                "--ServerApp.jpserver_extensions={'jupyter_gpumem': True}",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=self._log,
+            text=True,
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
@@ -102,11 +118,21 @@ class Server:
 
 def write_nvml(path: Path, processes0, processes1, fail=None) -> None:
     devices = [
-        {"name": "NVIDIA H200", "uuid": UUIDS[0], "total": 150 * GiB, "used": 20 * GiB,
-         "processes": processes0},
-        {"name": "NVIDIA H200", "uuid": UUIDS[1], "total": 150 * GiB, "used": 6 * GiB,
-         "processes": processes1},
-    ]  # fmt: skip
+        {
+            "name": "NVIDIA H200",
+            "uuid": UUIDS[0],
+            "total": 150 * GiB,
+            "used": 20 * GiB,
+            "processes": processes0,
+        },
+        {
+            "name": "NVIDIA H200",
+            "uuid": UUIDS[1],
+            "total": 150 * GiB,
+            "used": 6 * GiB,
+            "processes": processes1,
+        },
+    ]
     data = {"driver": "580.00", "devices": devices}
     if fail:
         data["fail"] = fail
@@ -148,8 +174,10 @@ def served(tmp_path_factory):
     kc.load_connection_file()
     kc.start_channels()
     kc.wait_for_ready(timeout=60)
-    kc.execute("import subprocess, sys\nchild = subprocess.Popen([sys.executable, '-c', "
-               "'import time; time.sleep(300)'])\nprint(child.pid)")  # fmt: skip
+    kc.execute(
+        "import subprocess, sys\nchild = subprocess.Popen([sys.executable, '-c', "
+        "'import time; time.sleep(300)'])\nprint(child.pid)"
+    )
     child = None
     while child is None:
         msg = kc.get_iopub_msg(timeout=30)
@@ -176,11 +204,15 @@ def test_processes_are_matched_with_notebooks_and_their_children(served):
         served.nvml,
     )
     me = psutil.Process()
-    write_nvml(nvml,
-               [{"pid": pids["a.ipynb"], "used": 2 * GiB, "name": "python"},
-                {"pid": child, "used": 1 * GiB, "name": "python"},
-                {"pid": os.getpid(), "used": GiB // 4, "name": me.name()}],
-               [{"pid": pids["b.ipynb"], "used": 5 * GiB, "name": "python"}])  # fmt: skip
+    write_nvml(
+        nvml,
+        [
+            {"pid": pids["a.ipynb"], "used": 2 * GiB, "name": "python"},
+            {"pid": child, "used": 1 * GiB, "name": "python"},
+            {"pid": os.getpid(), "used": GiB // 4, "name": me.name()},
+        ],
+        [{"pid": pids["b.ipynb"], "used": 5 * GiB, "name": "python"}],
+    )
     time.sleep(1.1)  # past the server's 1 s cache
     reply = server.get("api/gpumem/devices")
     assert reply["pid_namespace"] == "shared" and reply["note"] is None
@@ -193,7 +225,8 @@ def test_processes_are_matched_with_notebooks_and_their_children(served):
     mine = next(p for p in d0["processes"] if p["pid"] == os.getpid())
     assert mine["name"] == me.name() and mine["user"] == me.username()
     assert [(p["pid"], p["kernel_id"]) for p in d1["processes"]] == [
-        (pids["b.ipynb"], kernels["b.ipynb"])]  # fmt: skip
+        (pids["b.ipynb"], kernels["b.ipynb"])
+    ]
     by_id = {k["id"]: k for k in reply["kernels"]}
     a, b = by_id[kernels["a.ipynb"]], by_id[kernels["b.ipynb"]]
     assert (a["path"], a["gpu_used"], a["pid"]) == ("a.ipynb", 3 * GiB, pids["a.ipynb"])
@@ -230,14 +263,22 @@ def test_pids_of_another_namespace_are_not_matched(served):
     assert reply["pid_namespace"] == "foreign"
     assert "PID namespace" in reply["note"]
     (p,) = reply["devices"][0]["processes"]
-    assert (p["pid"], p["kernel_id"], p["name"], p["role"]) == (pid, None, "/usr/bin/firefox",
-                                                                "other")  # fmt: skip
+    assert (p["pid"], p["kernel_id"], p["name"], p["role"]) == (
+        pid,
+        None,
+        "/usr/bin/firefox",
+        "other",
+    )
 
 
 def test_nvml_failures_are_a_value_not_a_crash(served):
     server, pids, nvml = served.server, served.pids, served.nvml
-    write_nvml(nvml, [{"pid": pids["a.ipynb"], "used": GiB}], [],
-               fail="nvmlDeviceGetComputeRunningProcesses")  # fmt: skip
+    write_nvml(
+        nvml,
+        [{"pid": pids["a.ipynb"], "used": GiB}],
+        [],
+        fail="nvmlDeviceGetComputeRunningProcesses",
+    )
     time.sleep(1.1)
     reply = server.get("api/gpumem/devices")
     assert "nvmlDeviceGetComputeRunningProcesses failed" in reply["nvml"]["error"]
@@ -254,8 +295,9 @@ def test_the_grafana_dashboard_uses_only_documented_series():
 
     from jupyter_gpumem.server.metrics import SERIES
 
-    dashboard = json.loads((Path(__file__).parents[1] / "examples" / "grafana-gpumem.json")
-                           .read_text())  # fmt: skip
+    dashboard = json.loads(
+        (Path(__file__).parents[1] / "examples" / "grafana-gpumem.json").read_text()
+    )
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     used = {m for e in exprs for m in re.findall(r"jupyter_gpumem_[a-z_]+", e)}
     assert used and used <= set(SERIES)

@@ -1,4 +1,4 @@
-"""The hooks of a ``--breakdown`` cell (collectors/_step.py), on the CPU: CPU tensors count
+"""The hooks of a ``--breakdown`` cell (collectors/step.py), on the CPU: CPU tensors count
 as device 0 and the allocator's counter is a stand-in, so what is checked here is what the
 hooks see and that they change nothing in the user's program."""
 
@@ -24,8 +24,9 @@ class Counter:
 
 
 def recorder(ns: dict) -> StepRecorder:
-    return StepRecorder(torch, lambda: ns.items(), devices=lambda: [0], count=Counter(),
-                        device_of=lambda t: 0)  # fmt: skip
+    return StepRecorder(
+        torch, lambda: ns.items(), devices=lambda: [0], count=Counter(), device_of=lambda t: 0
+    )
 
 
 def model_and_opt():
@@ -56,7 +57,13 @@ def test_a_training_step_gives_its_phases_modules_and_owners():
     opt.step()
     rec = r.stop()
     assert [m.phase for m in rec.marks] == [
-        "forward", "other", "backward", "backward done", "optimizer step", "other"]  # fmt: skip
+        "forward",
+        "other",
+        "backward",
+        "backward done",
+        "optimizer step",
+        "other",
+    ]
     assert [c.name for c in rec.calls] == ["model", "model.0", "model.1", "model.2"]
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     seen = {(o.category, o.address) for o in rec.observations}

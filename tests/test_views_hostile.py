@@ -122,8 +122,14 @@ def test_who_segments_timeline_and_post_mortem():
     assert_inert(cell_report_html(r))
     trace = hostile_record("trace")
     cells = RecordedCells(trace)
-    t = build_timeline(trace["device_traces"][0], 0, 0, SiteResolver(cells, trace["library_dirs"]),
-                       cells.files_of(trace["truth"]["execution_count"]), 2000)  # fmt: skip
+    t = build_timeline(
+        trace["device_traces"][0],
+        0,
+        0,
+        SiteResolver(cells, trace["library_dirs"]),
+        cells.files_of(trace["truth"]["execution_count"]),
+        2000,
+    )
     assert_inert(timeline_html(t))
 
 

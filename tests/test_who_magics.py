@@ -99,8 +99,12 @@ def test_help_names_the_new_commands(ip):
     from jupyter_gpumem._ipython.magics import GpuMemMagics
 
     doc = GpuMemMagics.gpumem.__doc__
-    for text in ("%gpumem who", "--by variable|line|cell", "%gpumem track on|off",
-                 "%gpumem release-traceback"):  # fmt: skip
+    for text in (
+        "%gpumem who",
+        "--by variable|line|cell",
+        "%gpumem track on|off",
+        "%gpumem release-traceback",
+    ):
         assert text in doc
 
 
@@ -113,8 +117,11 @@ def test_segments_draws_the_largest_200_unless_asked(ip, monkeypatch):
     from jupyter_gpumem._ipython import current
 
     asked = []
-    monkeypatch.setattr(current().attributor, "segment_maps",
-                        lambda device, max_segments: asked.append(max_segments) or [])  # fmt: skip
+    monkeypatch.setattr(
+        current().attributor,
+        "segment_maps",
+        lambda device, max_segments: asked.append(max_segments) or [],
+    )
     for line in ("%gpumem segments", "%gpumem segments --max 3", "%gpumem segments --all"):
         assert run(ip, line)[0].success
     assert asked == [200, 3, None]
@@ -129,8 +136,9 @@ def test_history_plot_draws_each_measured_cell(ip):
 
     before, after, _ = scenario("transient_spike")
     current().collector.backend = ScriptedBackend(before, after)
-    counts = [ip.run_cell(f"%%gpumem -q\nv = {i}", store_history=True).execution_count
-              for i in range(3)]  # fmt: skip
+    counts = [
+        ip.run_cell(f"%%gpumem -q\nv = {i}", store_history=True).execution_count for i in range(3)
+    ]
     _, _, cap = run(ip, "%gpumem history --plot")
     html = next(o.data["text/html"] for o in cap.outputs)
     text = next(o.data["text/plain"] for o in cap.outputs)

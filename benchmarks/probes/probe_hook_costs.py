@@ -37,9 +37,13 @@ def steps():
     r = torchvision.models.resnet50().cuda()
     ro = torch.optim.AdamW(r.parameters())
     rx = torch.randn(32, 3, 224, 224, device="cuda")
-    m = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
-                            torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
-                            torch.nn.Linear(1024, 10)).cuda()  # fmt: skip
+    m = torch.nn.Sequential(
+        torch.nn.Linear(1024, 1024),
+        torch.nn.ReLU(),
+        torch.nn.Linear(1024, 1024),
+        torch.nn.ReLU(),
+        torch.nn.Linear(1024, 10),
+    ).cuda()
     mo = torch.optim.AdamW(m.parameters())
     mx = torch.randn(256, 1024, device="cuda")
 
@@ -66,8 +70,10 @@ def main():
         ns = [("model", model), ("opt", opt)]
         out = {"none": median_ms(step)}
         nothing = lambda *a, **k: None  # noqa: E731
-        h = [mm.register_module_forward_pre_hook(nothing),
-             mm.register_module_forward_hook(nothing, always_call=True)]  # fmt: skip
+        h = [
+            mm.register_module_forward_pre_hook(nothing),
+            mm.register_module_forward_hook(nothing, always_call=True),
+        ]
         out["module hooks, empty"] = median_ms(step)
         for x in h:
             x.remove()
@@ -84,8 +90,10 @@ def main():
         rec._handles = []
         out["saved-tensor hooks only"] = median_ms(step)
         rec.stop()
-        h = [oo.register_optimizer_step_pre_hook(nothing),
-             oo.register_optimizer_step_post_hook(nothing)]  # fmt: skip
+        h = [
+            oo.register_optimizer_step_pre_hook(nothing),
+            oo.register_optimizer_step_post_hook(nothing),
+        ]
         out["optimizer hooks, empty"] = median_ms(step)
         for x in h:
             x.remove()

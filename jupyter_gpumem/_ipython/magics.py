@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from typing import Any
@@ -12,7 +13,7 @@ from IPython.core.magic_arguments import MagicArgumentParser
 
 from ..core import actions
 from ..errors import ActionRefused
-from ..reporters import measurement_html, measurement_text, table_html, table_text
+from ..reporters import bundles
 from ..units import format_bytes as fb
 from ..units import parse_size
 from .session import CellOptions, Session
@@ -39,44 +40,88 @@ def _positive_int(text: str) -> int:
     return v
 
 
+class _Help(argparse.HelpFormatter):
+    """Help as ``%%gpumem?`` shows it: plain argparse, wide enough for the long options."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=24, width=90)
+
+
+def _parser(prog: str, description: str | None = None) -> MagicArgumentParser:
+    return MagicArgumentParser(prog=prog, description=description, formatter_class=_Help)
+
+
 def _cell_parser() -> MagicArgumentParser:
-    p = MagicArgumentParser(prog="%%gpumem", add_help=False)
-    p.add_argument("-d", "--device", type=_nonneg_int, help="report only this device index")
-    p.add_argument("-q", "--quiet", action="store_true", help="record, show nothing")
-    p.add_argument("-o", "--output", metavar="VAR", help="store the CellReport in VAR")
+    p = _parser(
+        "%%gpumem",
+        "Runs the cell as a normal cell (Out, tracebacks and line numbers unchanged), then "
+        "shows for each device it touched: allocated and reserved before -> after, the exact "
+        "peak inside the cell (PyTorch's own counters, not sampling) and its height above the "
+        "start, device memory used beyond PyTorch's reservation, cudaMalloc/cudaFree calls, "
+        "retries, OOMs, non-releasable fragmentation, host RSS and wall time, plus hints.",
+    )
+    p.add_argument("-d", "--device", metavar="N", type=_nonneg_int, help="report only device N")
+    p.add_argument("-q", "--quiet", action="store_true", help="record in the history, show nothing")
+    p.add_argument("-o", "--output", metavar="VAR", help="store the CellReport object in VAR")
     p.add_argument(
         "--keep-peak",
         action="store_true",
-        help="leave PyTorch's global peak counters untouched (peak is then exact only "
-        "when the cell sets a new process-wide peak)",
+        help="don't reset PyTorch's peak counters (the peak is then exact only when "
+        "the cell sets a new process-wide peak)",
     )
-    p.add_argument("--trace", action="store_true",
-                   help="record every allocation of this cell and draw its timeline")  # fmt: skip
-    p.add_argument("--entries", type=_entries, default=None,
-                   help="trace entries kept per device (100..10000000; default 20000, "
-                   "1000000 with --breakdown alone)")  # fmt: skip
-    p.add_argument("--save", metavar="PATH",
-                   help="write the trace as a snapshot file PyTorch's memory_viz opens "
-                   "(implies --trace; never overwrites)")  # fmt: skip
+    p.add_argument(
+        "--trace",
+        action="store_true",
+        help="record every allocation of this cell (the allocator's full history, "
+        "this cell only) and draw them over time: stacked allocations, the peak, "
+        "what was alive at the peak and which line made it",
+    )
+    p.add_argument(
+        "--entries",
+        metavar="N",
+        type=_entries,
+        default=None,
+        help="trace entries kept per device, a ring buffer (100..10000000; default "
+        "20000, and 1000000 for --breakdown without --trace)",
+    )
+    p.add_argument(
+        "--save",
+        metavar="PATH",
+        help="also write the trace as a snapshot that PyTorch's memory_viz opens "
+        "(implies --trace; never overwrites)",
+    )
     p.add_argument(
         "--breakdown",
         action="store_true",
-        help="what the peak is made of: parameters, gradients, optimizer state, "
-        "activations, temporaries, kept from before; the phase and the modules",
+        help="what the peak is made of, per device, in bytes that add up exactly to "
+        "the allocator's peak: parameters, buffers, gradients, optimizer state, "
+        "activations (saved for backward), temporaries, kept from before, block "
+        "slack; the phase the peak fell in (forward, backward, optimizer step) and "
+        "the modules that made most of it. The step runs with autograd's "
+        "saved-tensor hooks and module hooks on (about 1.3-2x slower, this cell "
+        "only). Also jupyter_gpumem.breakdown().",
     )
     p.add_argument(
         "--scan",
         metavar="NAME=V1,V2,V3",
         type=_scan_spec,
-        help="run the cell once per value with NAME bound to it, fit the peak, predict and "
-        "verify the largest value that fits",
+        help="before you run: the largest value that fits. Runs the cell once per "
+        "value with NAME bound to it (the cell reads NAME: batch, seq_len), each run "
+        "measured as %%%%gpumem measures; between runs the names a run bound are "
+        "dropped, gc runs and the cache is emptied. Fits peak(NAME) (affine; "
+        "quadratic when 3+ values show curvature), predicts the largest value within "
+        "the target and runs it under a cap equal to the target (stepping down if it "
+        "runs out). What a run changes inside existing objects is not undone (an "
+        "optimizer step on a model that already existed, its state). Also "
+        "jupyter_gpumem.scan(fn, values, fit_in=...) for a function fn(value).",
     )
     p.add_argument(
         "--fit-in",
         metavar="SIZE|GPU",
         type=_target,
-        help="with --scan: the memory to fit in, a size (24GiB) or a GPU (T4, L4, A10G, "
-        "RTX4090, A100-40GB, A100-80GB, H100, H200); default: what this GPU has free now",
+        help="with --scan, the target: a size (24GiB, 16GB) or a card (T4, L4, A10G, "
+        "RTX3090, RTX4090, A100-40GB, A100-80GB, H100, H200), less what this process "
+        "holds outside PyTorch; default: what this GPU has free now",
     )
     p.add_argument(
         "--no-verify",
@@ -148,137 +193,139 @@ def _entries(text: str) -> int:
 
 
 def _line_parser() -> MagicArgumentParser:
-    p = MagicArgumentParser(prog="%gpumem", add_help=False)
-    p.add_argument("-d", "--device", type=_nonneg_int, help="only this device")
+    p = _parser("%gpumem", "With no command: now, a table per device.")
+    p.add_argument("-d", "--device", metavar="N", type=_nonneg_int, help="only device N")
     sub = p.add_subparsers(dest="command", parser_class=MagicArgumentParser, metavar="COMMAND")
-    a = sub.add_parser("auto", help="on|off: a one-line report after every cell")
-    a.add_argument("state", choices=["on", "off"])
-    h = sub.add_parser("history", help="one row per measured cell")
-    h.add_argument("-n", type=_nonneg_int, help="only the last N cells")
+
+    def command(name: str, text: str) -> MagicArgumentParser:
+        c: MagicArgumentParser = sub.add_parser(
+            name, help=text.split(":")[0].split(".")[0], description=text, formatter_class=_Help
+        )
+        return c
+
+    def device(c: MagicArgumentParser) -> None:
+        c.add_argument(
+            "-d", "--device", metavar="N", dest="sub_device", type=_nonneg_int, help="only device N"
+        )
+
+    def on_off(c: MagicArgumentParser) -> None:
+        c.add_argument("state", choices=["on", "off"], metavar="on|off")
+
+    on_off(command("auto", "a one-line report after every cell"))
+    h = command(
+        "history", "one row per measured cell (also jupyter_gpumem.history() -> pandas DataFrame)"
+    )
+    h.add_argument("-n", metavar="N", type=_nonneg_int, help="only the last N cells")
     h.add_argument("--csv", metavar="PATH", help="write the rows to a new CSV file")
     h.add_argument("--clear", action="store_true", help="forget all rows")
-    h.add_argument("--plot", action="store_true", help="draw allocated/reserved/peak per cell")
-    h.add_argument("-d", "--device", dest="sub_device", type=_nonneg_int)
-    sub.add_parser("empty-cache", help="gc.collect(), empty_cache(), show bytes released")
-    c = sub.add_parser("caching", help="on|off: switch PyTorch's caching allocator")
-    c.add_argument("state", choices=["on", "off"])
-    lim = sub.add_parser("limit", help="SIZE|FRACTION|off: cap PyTorch's memory on a device")
-    lim.add_argument("spec", help="e.g. 24GiB, 24GB, 0.3, off")
-    lim.add_argument("-d", "--device", dest="sub_device", type=_nonneg_int)
-    r = sub.add_parser("reset-peak", help="reset PyTorch's peak counters")
-    r.add_argument("-d", "--device", dest="sub_device", type=_nonneg_int)
-    w = sub.add_parser("who", help="who holds the live GPU memory: owners, lines, cells")
-    w.add_argument("-d", "--device", dest="sub_device", type=_nonneg_int)
-    w.add_argument("-n", type=_positive_int, default=20, help="rows per device (default 20)")
-    w.add_argument("--by", choices=["variable", "line", "cell"], default="variable")
-    sg = sub.add_parser("segments", help="the allocator's segments and blocks, drawn to scale")
-    sg.add_argument("-d", "--device", dest="sub_device", type=_nonneg_int)
-    sg.add_argument("--max", dest="max_segments", type=_positive_int, default=SEGMENTS_DRAWN,
-                    help=f"draw the N largest segments (default {SEGMENTS_DRAWN}; the summary "
-                         "counts all)")  # fmt: skip
+    h.add_argument(
+        "--plot", action="store_true", help="draw allocated, reserved and the peak after each cell"
+    )
+    device(h)
+    command("empty-cache", "gc.collect() + torch.cuda.empty_cache(); the bytes released")
+    on_off(command("caching", "switch the caching allocator off and on (torch >= 2.6)"))
+    lim = command(
+        "limit",
+        "cap PyTorch's memory on a device (set_per_process_memory_fraction), to try a smaller GPU",
+    )
+    lim.add_argument(
+        "spec",
+        metavar="24GiB|0.3|off",
+        help="a size (24GiB, 24GB), a fraction of the device, or off",
+    )
+    device(lim)
+    device(command("reset-peak", "reset PyTorch's peak counters"))
+    w = command(
+        "who",
+        "who holds the live GPU memory: the names in your namespace (tensors, "
+        "modules, optimizers, containers, Out[N], autograd graphs, the kept traceback), "
+        "the lines that allocated it, or the cells; rows add up to `allocated` (also "
+        "jupyter_gpumem.who())",
+    )
+    device(w)
+    w.add_argument(
+        "-n", metavar="N", type=_positive_int, default=20, help="rows per device (default 20)"
+    )
+    w.add_argument(
+        "--by",
+        choices=["variable", "line", "cell"],
+        default="variable",
+        metavar="variable|line|cell",
+        help="group by (default variable)",
+    )
+    sg = command(
+        "segments",
+        "every segment the allocator holds and its blocks, to scale: "
+        "allocated, cached free, free pieces (fragmentation), the largest free block",
+    )
+    device(sg)
+    sg.add_argument(
+        "--max",
+        metavar="N",
+        dest="max_segments",
+        type=_positive_int,
+        default=SEGMENTS_DRAWN,
+        help=f"draw the N largest segments (default {SEGMENTS_DRAWN}; the summary counts all)",
+    )
     sg.add_argument("--all", action="store_true", help="draw every segment")
-    t = sub.add_parser("track", help="on|off: record where each live GPU block was allocated")
-    t.add_argument("state", choices=["on", "off"])
-    sub.add_parser("release-traceback", help="drop the frames the last error's traceback keeps")
-    pn = sub.add_parser("panel", help="live bars and buttons as an ipywidgets widget")
-    pn.add_argument("--interval", type=_nonneg_int, default=500, help="milliseconds (>= 100)")
+    on_off(
+        command(
+            "track",
+            "record where each live block is allocated (PyTorch's allocator "
+            "history, stacks of live blocks only)",
+        )
+    )
+    command("release-traceback", "drop the frames the last error's traceback keeps alive")
+    pn = command("panel", "live bars and buttons as an ipywidgets widget (any frontend)")
+    pn.add_argument(
+        "--interval",
+        metavar="MS",
+        type=_nonneg_int,
+        default=500,
+        help="milliseconds between updates (>= 100; default 500)",
+    )
     return p
 
 
 CELL_PARSER = _cell_parser()
 LINE_PARSER = _line_parser()
 
-_DOC = """Measure GPU memory: what a cell did to PyTorch's allocator and the device.
-
-Cell magic::
-
-  %%gpumem [-d N] [-q] [-o VAR] [--keep-peak] [--trace [--entries N] [--save PATH]]
-           [--breakdown]
-  <cell>
-  %%gpumem --scan NAME=V1,V2,V3 [--fit-in SIZE|GPU] [--no-verify] [-d N] [-q] [-o VAR]
-  <cell that reads NAME>
-
-Runs the cell as a normal cell (Out, tracebacks and line numbers unchanged), then shows
-for each device it touched: allocated and reserved before -> after, the exact peak inside
-the cell (PyTorch's own counters, not sampling) and its height above the start, device
-memory used beyond PyTorch's reservation, cudaMalloc/cudaFree calls, retries, OOMs,
-non-releasable fragmentation, host RSS and wall time, plus hints.
-
-  -d N, --device N   report only device N
-  -q, --quiet        record in the history, show nothing
-  -o VAR             store the CellReport object in VAR
-  --keep-peak        don't reset PyTorch's peak counters
-  --trace            record every allocation of this cell (the allocator's full history,
-                     this cell only) and draw them over time: stacked allocations, the
-                     peak, what was alive at the peak and which line made it
-  --entries N        trace entries kept per device (a ring buffer; default 20000, and
-                     1000000 for --breakdown without --trace)
-  --save PATH        also write the trace as a snapshot that PyTorch's memory_viz opens
-  --breakdown        what the peak is made of, per device, in bytes that add up exactly
-                     to the allocator's peak: parameters, buffers, gradients, optimizer
-                     state, activations (saved for backward), temporaries, kept from
-                     before, block slack; the phase the peak fell in (forward, backward,
-                     optimizer step) and the modules that made most of it. The step runs
-                     with autograd's saved-tensor hooks and module hooks on (about 1.3-2x
-                     slower, this cell only). Also jupyter_gpumem.breakdown().
-
-Before you run: the largest value that fits::
-
-  --scan NAME=V1,V2,V3
-                     run the cell once per value with NAME bound to it (the cell reads
-                     NAME: batch, seq_len); each run measured as %%gpumem measures; between
-                     runs the names a run bound are dropped, gc runs and the cache is
-                     emptied. Fits peak(NAME) (affine; quadratic when 3+ values show
-                     curvature), predicts the largest value within the target and runs it
-                     under a cap equal to the target (stepping down if it runs out).
-                     What a run changes inside existing objects is not undone (an
-                     optimizer step on a model that already existed, its state).
-  --fit-in SIZE|GPU  the target: a size (24GiB, 16GB) or a card (T4, L4, A10G, RTX3090,
-                     RTX4090, A100-40GB, A100-80GB, H100, H200), less what this process
-                     holds outside PyTorch; default: what this GPU has free now
-  --no-verify        predict only
-  Also jupyter_gpumem.scan(fn, values, fit_in=...) for a function fn(value).
-
-Peaks: PyTorch keeps ONE peak counter per device for the whole process. By default
+_PEAKS = """Peaks: PyTorch keeps ONE peak counter per device for the whole process. By default
 %%gpumem (and auto mode) reset it before the cell, so afterwards your own
 torch.cuda.max_memory_allocated() returns the peak of the last measured cell. With
 --keep-peak (or c.GpuMem.keep_peak = True) nothing is reset; the peak shown is then exact
-when the cell set a new process-wide peak and an upper bound otherwise.
+when the cell set a new process-wide peak and an upper bound otherwise."""
 
-Line commands::
+_NOTES = """Nothing here imports torch or creates a CUDA context except `caching` and `limit`, which
+need one and say so. Sizes: KB/MB/GB/TB are powers of 1000, KiB/MiB/GiB/TiB of 1024."""
 
-  %gpumem [-d N]                 now: a table per device
-  %gpumem auto on|off            a one-line report after every cell
-  %gpumem history [-n N] [--csv PATH] [--clear] [--plot [-d N]]
-                                 one row per measured cell (also
-                                 jupyter_gpumem.history() -> pandas DataFrame);
-                                 --plot draws allocated, reserved and the peak
-                                 after each cell [-d N: that device]
-  %gpumem empty-cache            gc.collect() + torch.cuda.empty_cache(); bytes released
-  %gpumem caching off|on         switch the caching allocator (torch >= 2.6)
-  %gpumem limit 24GiB|0.3|off [-d N]
-                                 cap PyTorch's memory (set_per_process_memory_fraction),
-                                 to try a smaller GPU
-  %gpumem reset-peak [-d N]      reset PyTorch's peak counters
-  %gpumem who [-d N] [-n 20] [--by variable|line|cell]
-                                 who holds the live GPU memory: the names in your
-                                 namespace (tensors, modules, optimizers, containers,
-                                 Out[N], autograd graphs, the kept traceback), the lines
-                                 that allocated it, or the cells; rows add up to
-                                 `allocated` (also jupyter_gpumem.who())
-  %gpumem segments [-d N] [--max N|--all]
-                                 every segment the allocator holds and its blocks, to
-                                 scale: allocated, cached free, free pieces
-                                 (fragmentation), the largest free block; draws the 200
-                                 largest segments (the summary counts all)
-  %gpumem track on|off           record where each live block is allocated (PyTorch's
-                                 allocator history, stacks of live blocks only)
-  %gpumem release-traceback      drop the frames the last error's traceback keeps alive
-  %gpumem panel [--interval MS]  live bars and buttons as a widget (any frontend)
 
-Nothing here imports torch or creates a CUDA context except `caching` and `limit`, which
-need one and say so. Sizes: KB/MB/GB/TB are powers of 1000, KiB/MiB/GiB/TiB of 1024.
-"""
+def _commands(parser: MagicArgumentParser) -> dict[str, MagicArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _help() -> str:
+    """``%%gpumem?``: built from the parsers that read the arguments (one source)."""
+    parts = [
+        "Measure GPU memory: what a cell did to PyTorch's allocator and the device.",
+        "Cell magic::\n\n" + _indent(CELL_PARSER.format_help()),
+        _PEAKS,
+        "Line commands::\n\n"
+        + _indent(LINE_PARSER.format_usage() + "\n  " + str(LINE_PARSER.description)),
+    ]
+    parts += [_indent(c.format_help()) for c in _commands(LINE_PARSER).values()]
+    parts.append(_NOTES)
+    return "\n\n".join(p.rstrip() for p in parts) + "\n"
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line if line.strip() else "" for line in text.splitlines())
+
+
+_DOC = _help()
 
 
 def _identifier(name: str) -> str:
@@ -315,8 +362,11 @@ class GpuMemMagics(Magics):
                 raise UsageError(f"--save: no folder {os.path.dirname(save)}")
         trace = args.trace or save is not None
         if args.scan is not None:
-            for flag, given in (("--trace", trace), ("--breakdown", args.breakdown),
-                                ("--keep-peak", args.keep_peak)):  # fmt: skip
+            for flag, given in (
+                ("--trace", trace),
+                ("--breakdown", args.breakdown),
+                ("--keep-peak", args.keep_peak),
+            ):
                 if given:
                     raise UsageError(f"--scan runs the cell several times; {flag} measures one run")
         elif args.fit_in is not None or not args.verify:
@@ -370,13 +420,14 @@ class GpuMemMagics(Magics):
             s.nested = False
         error = result.error_in_exec or result.error_before_exec
         s.finish(opts, self.shell.execution_count, cell, error)
+        return None
 
     def _scan(self, opts: CellOptions, body: str) -> None:
         from IPython.display import display
 
         from ..core.scanner import Scanner
         from ..errors import ScanStopped
-        from ..reporters.scan import scan_html, scan_text, stopped_text
+        from ..reporters.scan import stopped_text
         from .scan_runs import CellRuns
 
         assert self.shell is not None and opts.scan is not None
@@ -408,7 +459,7 @@ class GpuMemMagics(Magics):
         if opts.output:
             self.shell.user_ns[opts.output] = result
         if not opts.quiet:
-            display({"text/plain": scan_text(result), "text/html": scan_html(result)}, raw=True)
+            display(result)
 
     # -- line commands ----------------------------------------------------------------
     def _cmd_now(self, args: Any) -> None:
@@ -420,7 +471,7 @@ class GpuMemMagics(Magics):
             from dataclasses import replace
 
             m = replace(m, devices=tuple(d for d in m.devices if d.index == args.device))
-        display({"text/plain": measurement_text(m), "text/html": measurement_html(m)}, raw=True)
+        display(m)
 
     def _cmd_auto(self, args: Any) -> None:
         self.session.auto = args.state == "on"
@@ -449,8 +500,16 @@ class GpuMemMagics(Magics):
             print("gpumem: no measured cells yet (use %%gpumem or %gpumem auto on)")
             return
         device = args.sub_device if args.sub_device is not None else args.device
-        header = ("cell", "first line", "device", "alloc Δ", "reserved Δ", "peak", "above start",
-                  "time")  # fmt: skip
+        header = (
+            "cell",
+            "first line",
+            "device",
+            "alloc Δ",
+            "reserved Δ",
+            "peak",
+            "above start",
+            "time",
+        )
         body = []
         for r in rows:
             for d in r.devices or (None,):
@@ -466,25 +525,27 @@ class GpuMemMagics(Magics):
                         f"{r.wall_time:.3f} s",
                     )
                 )
-        text, html = table_text(header, body), table_html(header, body)
+        plot = None
         if args.plot:
-            from ..reporters.history_plot import history_html
-
+            plot = rows
             if device is None:
                 devices = [d.device for r in rows for d in r.devices]
                 device = devices[0] if devices else 0
-            html = history_html(rows, device)
-        display({"text/plain": text, "text/html": html}, raw=True)
+        display(bundles.history(header, body, plot, device or 0), raw=True)
 
     def _cmd_empty_cache(self, args: Any) -> None:
         r = actions.empty_cache(self.session.collector)
         if not r.released:
-            print(f"gpumem: gc.collect() freed {r.gc_collected} objects; CUDA is not initialised,"
-                  " so there was no cache to empty")  # fmt: skip
+            print(
+                f"gpumem: gc.collect() freed {r.gc_collected} objects; CUDA is not initialised,"
+                " so there was no cache to empty"
+            )
             return
         parts = [f"cuda:{i} {fb(b)}" for i, b in sorted(r.released.items())]
-        print(f"gpumem: released to the driver: {', '.join(parts)} "
-              f"(gc.collect() freed {r.gc_collected} objects)")  # fmt: skip
+        print(
+            f"gpumem: released to the driver: {', '.join(parts)} "
+            f"(gc.collect() freed {r.gc_collected} objects)"
+        )
 
     def _cmd_caching(self, args: Any) -> None:
         enable = args.state == "on"
@@ -494,9 +555,11 @@ class GpuMemMagics(Magics):
             msg += " (this initialised CUDA: the switch needs a context)"
         print(msg)
         if not r.caching:
-            print("  Cached blocks stay reserved until `%gpumem empty-cache`. From now on every "
-                  "allocation is a direct cudaMalloc, invisible to PyTorch's counters and peaks: "
-                  "reports show it under 'outside PyTorch' and device figures.")  # fmt: skip
+            print(
+                "  Cached blocks stay reserved until `%gpumem empty-cache`. From now on every "
+                "allocation is a direct cudaMalloc, invisible to PyTorch's counters and peaks: "
+                "reports show it under 'outside PyTorch' and device figures."
+            )
 
     def _cmd_limit(self, args: Any) -> None:
         spec = args.spec.strip()
@@ -529,8 +592,10 @@ class GpuMemMagics(Magics):
         if r.initialised_cuda:
             print("  (this initialised CUDA on that device: a cap needs a context)")
         if r.reserved_over_cap:
-            print(f"  {fb(r.reserved_over_cap)} is already reserved above the cap; it stays "
-                  "until freed and `%gpumem empty-cache`")  # fmt: skip
+            print(
+                f"  {fb(r.reserved_over_cap)} is already reserved above the cap; it stays "
+                "until freed and `%gpumem empty-cache`"
+            )
 
     def _cmd_reset_peak(self, args: Any) -> None:
         device = args.sub_device if args.sub_device is not None else args.device
@@ -540,8 +605,6 @@ class GpuMemMagics(Magics):
     def _cmd_who(self, args: Any) -> None:
         from IPython.display import display
 
-        from ..reporters.who import who_html, who_text
-
         device = args.sub_device if args.sub_device is not None else args.device
         self._check_device(device)
         try:
@@ -549,12 +612,10 @@ class GpuMemMagics(Magics):
         except ActionRefused as e:
             print(f"gpumem: {e}")
             return
-        display({"text/plain": who_text(reports), "text/html": who_html(reports)}, raw=True)
+        display(bundles.who(reports), raw=True)
 
     def _cmd_segments(self, args: Any) -> None:
         from IPython.display import display
-
-        from ..reporters.segments import segments_html, segments_text
 
         device = args.sub_device if args.sub_device is not None else args.device
         self._check_device(device)
@@ -565,7 +626,7 @@ class GpuMemMagics(Magics):
         except ActionRefused as e:
             print(f"gpumem: {e}")
             return
-        display({"text/plain": segments_text(maps), "text/html": segments_html(maps)}, raw=True)
+        display(bundles.segments(maps), raw=True)
 
     def _cmd_track(self, args: Any) -> None:
         print("gpumem: " + self.session.attributor.set_tracking(args.state == "on"))
@@ -582,8 +643,10 @@ class GpuMemMagics(Magics):
         freed = {d: b for d, b in r.freed.items() if b}
         what = ", ".join(f"cuda:{d} {fb(b)}" for d, b in sorted(freed.items())) or "no GPU memory"
         expected = f" (it held {fb(held.bytes)})" if held is not None and held.bytes else ""
-        print(f"gpumem: released the kept traceback ({r.frames} frame(s)): freed {what}{expected}."
-              " %tb and %debug no longer show that error.")  # fmt: skip
+        print(
+            f"gpumem: released the kept traceback ({r.frames} frame(s)): freed {what}{expected}."
+            " %tb and %debug no longer show that error."
+        )
 
     def _cmd_panel(self, args: Any) -> Any:
         if args.interval < 100:

@@ -12,7 +12,6 @@ after an exception, ``KeyboardInterrupt`` or ``torch.OutOfMemoryError``.
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +21,7 @@ from traitlets.config import Configurable
 from ..collectors import Collector
 from ..core.history import History
 from ..core.tracker import CellTracker
+from ..log import warn
 from ..model import CellReport, Target
 
 if TYPE_CHECKING:
@@ -301,47 +301,12 @@ def first_code_line(raw: str) -> str:
     return ""
 
 
-def warn(msg: str) -> None:
-    print(f"gpumem: warning: {msg}", file=sys.stderr)
-
-
 def show_report(report: CellReport, compact: bool = False) -> None:
     from IPython.display import display
 
-    from ..reporters import cell_report_html, cell_report_text, compact_line
+    from ..reporters import bundles
 
     if compact:
-        text = compact_line(report)
-        from html import escape
-
-        html = (
-            '<div class="jp-GpuMem-compact" style="font-family:var(--jp-code-font-family,'
-            'monospace);font-size:var(--jp-code-font-size,12px);opacity:0.75">'
-            f"{escape(text)}</div>"
-        )
-        display({"text/plain": text, "text/html": html}, raw=True)
+        display(bundles.cell_report(report, compact=True), raw=True)
     else:
-        from ..reporters._rows import cell_sections
-
-        sections = cell_sections(report)  # laid out twice, built once
-        text, html = cell_report_text(report, sections), cell_report_html(report, sections)
-        if report.breakdowns:
-            from ..reporters.breakdown import breakdown_html, breakdown_text
-
-            text += "\n" + breakdown_text(report.breakdowns)
-            html += breakdown_html(report.breakdowns)
-        elif report.breakdown_note:
-            text += f"\n  breakdown: {report.breakdown_note}"
-            html += f"<div>breakdown: {_escape(report.breakdown_note)}</div>"
-        if report.trace is not None:
-            from ..reporters.timeline import trace_html, trace_text
-
-            text += "\n" + trace_text(report.trace)
-            html += trace_html(report.trace)
-        display({"text/plain": text, "text/html": html}, raw=True)
-
-
-def _escape(text: str) -> str:
-    from html import escape
-
-    return escape(text)
+        display(report)

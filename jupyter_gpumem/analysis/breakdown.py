@@ -1,6 +1,6 @@
 """What a cell's peak was made of, from plain records (``%%gpumem --breakdown``).
 
-Inputs, all recorded while the cell ran (``collectors/_step.py``) and then read from the
+Inputs, all recorded while the cell ran (``collectors/step.py``) and then read from the
 allocator:
 
 - the allocator's trace of the cell on one device: every ``alloc`` and ``free_requested``
@@ -60,9 +60,16 @@ class _Block:
 
 
 _ACTIONS = frozenset(
-    ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
-     "segment_map", "segment_unmap")
-)  # fmt: skip
+    (
+        "alloc",
+        "free_requested",
+        "free_completed",
+        "segment_alloc",
+        "segment_free",
+        "segment_map",
+        "segment_unmap",
+    )
+)
 
 
 Event = tuple[str, int, int, int]  # action, address, size, time_us
@@ -153,8 +160,9 @@ def analyze(
         notes.append(f"blocks from before the cell sum to {base_sum} B, not {base} B")
     differ = end_differences(heap, live_at_end) + heap.mismatches
     if differ:
-        notes.append(f"the replay of the allocator's blocks differs from its end state in "
-                     f"{differ} block(s)")  # fmt: skip
+        notes.append(
+            f"the replay of the allocator's blocks differs from its end state in {differ} block(s)"
+        )
     if counter_peak is not None and counter_peak != peak:
         notes.append(f"the replayed peak {peak} B differs from the allocator's {counter_peak} B")
     exact = not notes
@@ -218,10 +226,13 @@ def analyze(
         CategoryShare(c, totals[c][0], totals[c][1]) for c in CATEGORIES if totals[c][1]
     )
     spans = [
-        (c.name, bisect_right(times, c.start_ns // 1000),
-         bisect_right(times, c.end_ns // 1000) if c.end_ns is not None else None)
+        (
+            c.name,
+            bisect_right(times, c.start_ns // 1000),
+            bisect_right(times, c.end_ns // 1000) if c.end_ns is not None else None,
+        )
         for c in calls
-    ]  # fmt: skip
+    ]
     made_in = _innermost_calls(spans, sorted(b.start for b in temporaries))
     temps: dict[str, int] = {}
     for b in temporaries:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
-from ..model import ACTIVE, Segment
+from ..model import ACTIVE, FreeSpace, Segment
 
 KB512 = 512
 MiB = 1 << 20
@@ -58,31 +58,6 @@ class FreeRun:
     size: int
     small: bool  # in a small-pool segment
     releasable: bool  # the whole segment is free: empty_cache (or an OOM retry) returns it
-
-
-@dataclass(frozen=True, slots=True)
-class FreeSpace:
-    """Where the free bytes of one device's cache are."""
-
-    segments: int
-    reserved: int
-    allocated: int
-    releasable: int  # whole free segments
-    pieces: int  # free runs inside segments that also hold live blocks
-    pieces_bytes: int
-    largest_free_block: int  # the largest free run anywhere in the cache
-    largest_piece: int  # the largest free run in a segment that also holds live blocks
-    expandable: bool  # some segment is an expandable one
-
-    @property
-    def cached_free(self) -> int:
-        return self.reserved - self.allocated
-
-    @property
-    def fragmentation(self) -> float:
-        """Share of the cache's free bytes that sit in pieces empty_cache can't return."""
-        free = self.cached_free
-        return self.pieces_bytes / free if free > 0 else 0.0
 
 
 def free_runs(segments: Iterable[Segment], freed: Collection[int] = ()) -> list[FreeRun]:

@@ -51,8 +51,17 @@ PRIORITY: dict[FixKind, int] = {
     "empty_cache": 8,
     "smaller": 9,
 }
-_KEEP_DATA_VIAS = ("tensor", "container", "attribute", "parameters", "buffers", "gradients",
-                   "optimizer state", "optimizer params", "autograd graph")  # fmt: skip
+_KEEP_DATA_VIAS = (
+    "tensor",
+    "container",
+    "attribute",
+    "parameters",
+    "buffers",
+    "gradients",
+    "optimizer state",
+    "optimizer params",
+    "autograd graph",
+)
 _VERDICT_ORDER = {True: 0, None: 1, False: 2}
 
 
@@ -149,16 +158,20 @@ def explain_oom(
     total = after.total
     cap = oom.allowed if total is None or oom.allowed < total else None
     # Free device memory now (the failed op's temporaries are gone; its frames are kept).
-    free = (total - after.device_used) if total is not None and after.device_used is not None \
-        else oom.free  # fmt: skip
+    free = (
+        (total - after.device_used)
+        if total is not None and after.device_used is not None
+        else oom.free
+    )
     outside = after.outside_torch
     need = need if need is not None else Need(so_far=request)
     expandable_on = bool((settings or {}).get("expandable_segments")) or space.expandable
 
     owners = _by_owner(held) if held is not None else {}
     tb = [a for o, (addrs, _) in owners.items() if o.startswith("traceback:") for a in addrs]
-    own_names = sorted(o for o, (_, vias) in owners.items()
-                       if o in need.bound and vias & set(_KEEP_DATA_VIAS))  # fmt: skip
+    own_names = sorted(
+        o for o, (_, vias) in owners.items() if o in need.bound and vias & set(_KEEP_DATA_VIAS)
+    )
     own = [a for o in own_names for a in owners[o][0]]
     first_bytes = _size(held, tb) + _size(held, own) if held is not None else 0
     # What PyTorch may hold on this device (free memory plus its own cache, within the
@@ -168,14 +181,20 @@ def explain_oom(
     room = limit - kept
     first_addresses = [*tb, *own]
 
-    def judge(frees: int = 0, limit_: int = limit, freed: Sequence[int] = (),
-              expandable: bool = False, cap_: int | None = cap,
-              device_free: int = free) -> tuple[bool | None, int | None]:  # fmt: skip
+    def judge(
+        frees: int = 0,
+        limit_: int = limit,
+        freed: Sequence[int] = (),
+        expandable: bool = False,
+        cap_: int | None = cap,
+        device_free: int = free,
+    ) -> tuple[bool | None, int | None]:
         """(fits, shortfall) after a fix that frees ``frees`` bytes (beyond the first
         steps) or moves the limit."""
         avail = limit_ - (kept - frees)
-        block_ok = would_fit(segs, request, device_free, cap_, [*first_addresses, *freed],
-                             expandable)  # fmt: skip
+        block_ok = would_fit(
+            segs, request, device_free, cap_, [*first_addresses, *freed], expandable
+        )
         if need.full is not None:
             short = need.full - avail
             return (short <= 0 and block_ok), (short if short > 0 else None)
@@ -188,19 +207,32 @@ def explain_oom(
     if tb:
         size = _size(held, tb)
         fixes.append(
-            Fix("traceback", f"first, before any retry: `%gpumem release-traceback` frees "
+            Fix(
+                "traceback",
+                f"first, before any retry: `%gpumem release-traceback` frees "
                 f"{fb(size)} of this run's own tensors that the kept traceback's frames still "
-                "hold (re-running the cell allocates them again)", size, None,
-                "%gpumem release-traceback", first_step=True)
-        )  # fmt: skip
+                "hold (re-running the cell allocates them again)",
+                size,
+                None,
+                "%gpumem release-traceback",
+                first_step=True,
+            )
+        )
     if own_names:
         size = _size(held, own)
         names = ", ".join(own_names)
         fixes.append(
-            Fix("delete", f"first, before any retry: `del {names}` frees {fb(size)} that the "
+            Fix(
+                "delete",
+                f"first, before any retry: `del {names}` frees {fb(size)} that the "
                 "failed cell bound (re-running it allocates them again while these are still "
-                "held)", size, None, f"del {names}", first_step=True)
-        )  # fmt: skip
+                "held)",
+                size,
+                None,
+                f"del {names}",
+                first_step=True,
+            )
+        )
     if space.pieces_bytes + space.releasable >= request > space.largest_free_block:
         ok, short = judge(expandable=True)
         if expandable_on:
@@ -210,8 +242,15 @@ def explain_oom(
                 "although expandable_segments is on; max_split_size_mb keeps large blocks "
                 "from being split"
             )
-            fixes.append(Fix("fragmentation", text, space.pieces_bytes, None,
-                             "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:512"))  # fmt: skip
+            fixes.append(
+                Fix(
+                    "fragmentation",
+                    text,
+                    space.pieces_bytes,
+                    None,
+                    "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:512",
+                )
+            )
         else:
             text = (
                 f"largest free block {fb(space.largest_free_block)} < {fb(request)} requested "
@@ -219,9 +258,16 @@ def explain_oom(
                 "fragmentation; set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before the "
                 "first CUDA call (restart the kernel with it)" + _verdict(ok, short, need)
             )
-            fixes.append(Fix("fragmentation", text, space.pieces_bytes, ok,
-                             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-                             shortfall=short))  # fmt: skip
+            fixes.append(
+                Fix(
+                    "fragmentation",
+                    text,
+                    space.pieces_bytes,
+                    ok,
+                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                    shortfall=short,
+                )
+            )
     if cap is not None:
         uncapped = space.reserved + free
         ok, short = judge(limit_=uncapped, cap_=None)
@@ -243,8 +289,9 @@ def explain_oom(
     if others:
         names = ", ".join(f"PID {p} {n} {fb(b)}" for p, n, b in other_processes[:3])
         widened = space.reserved + free + others
-        ok, short = judge(limit_=widened if cap is None else min(cap, widened),
-                          device_free=free + others)  # fmt: skip
+        ok, short = judge(
+            limit_=widened if cap is None else min(cap, widened), device_free=free + others
+        )
         fixes.append(
             Fix(
                 "other_process",
@@ -268,9 +315,15 @@ def explain_oom(
         )
     else:
         fixes.append(
-            Fix("empty_cache", "empty-cache returns nothing: PyTorch already released its "
-                "unused cached segments before raising", 0, False, "%gpumem empty-cache")
-        )  # fmt: skip
+            Fix(
+                "empty_cache",
+                "empty-cache returns nothing: PyTorch already released its "
+                "unused cached segments before raising",
+                0,
+                False,
+                "%gpumem empty-cache",
+            )
+        )
     smaller = (
         "a smaller batch, activation checkpointing or lower precision (bfloat16) shrinks "
         "what each step needs"
@@ -338,8 +391,9 @@ def _holder_fixes(
     need: Need,
 ) -> list[Fix]:
     out: list[Fix] = []
-    history = [a for o, (addrs, vias) in owners.items() if vias == {"output history"}
-               for a in addrs]  # fmt: skip
+    history = [
+        a for o, (addrs, vias) in owners.items() if vias == {"output history"} for a in addrs
+    ]
     if history:
         size = _size(held, history)
         names = ", ".join(sorted(o for o, (_, v) in owners.items() if v == {"output history"})[:3])
@@ -364,19 +418,33 @@ def _holder_fixes(
             size = _size(held, graph)
             ok, short = judge(size, freed=graph)
             out.append(
-                Fix("graph", f"`{owner} = {owner}.detach()` frees {fb(size)}: the autograd "
+                Fix(
+                    "graph",
+                    f"`{owner} = {owner}.detach()` frees {fb(size)}: the autograd "
                     f"graph `{owner}` keeps (accumulate `loss.item()`, not `loss`)"
-                    + _verdict(ok, short, need), size, ok, f"{owner} = {owner}.detach()",
-                    shortfall=short)
-            )  # fmt: skip
+                    + _verdict(ok, short, need),
+                    size,
+                    ok,
+                    f"{owner} = {owner}.detach()",
+                    shortfall=short,
+                )
+            )
         if vias & set(_KEEP_DATA_VIAS) or graph:
             deletable.append((owner, addrs))
     deletable.sort(key=lambda oa: -_size(held, oa[1]))
     for owner, addrs in deletable[:5]:
         size = _size(held, addrs)
         ok, short = judge(size, freed=addrs)
-        out.append(Fix("delete", f"`del {owner}` frees {fb(size)}" + _verdict(ok, short, need),
-                       size, ok, f"del {owner}", shortfall=short))  # fmt: skip
+        out.append(
+            Fix(
+                "delete",
+                f"`del {owner}` frees {fb(size)}" + _verdict(ok, short, need),
+                size,
+                ok,
+                f"del {owner}",
+                shortfall=short,
+            )
+        )
     unreachable = [a for a in held.blocks if a not in held.owners]
     if unreachable and held.walked:
         size = _size(held, unreachable)
@@ -405,8 +473,10 @@ def _verdict(ok: bool | None, short: int | None, need: Need) -> str:
     if ok is True:
         return f": enough for the whole cell (it needs {fb(need.full)})"
     if ok is None:
-        return (f": covers the {fb(need.so_far)} the cell needed so far (maybe: it may need "
-                "more after the point where it failed)")  # fmt: skip
+        return (
+            f": covers the {fb(need.so_far)} the cell needed so far (maybe: it may need "
+            "more after the point where it failed)"
+        )
     if short is not None:
         whole = need.full if need.full is not None else need.so_far
         return f": not enough, the cell needs {fb(whole)} and would still be {fb(short)} short"

@@ -10,56 +10,18 @@ can't return it, a large request can't use it unless it fits: fragmentation) and
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal, NamedTuple
 
-from ..model import ACTIVE, AllocatorSnapshot, Segment
-from .fragmentation import FreeSpace, free_space
+from ..model import (
+    ACTIVE,
+    AllocatorSnapshot,
+    BlockKind,
+    BlockView,
+    Segment,
+    SegmentMap,
+    SegmentView,
+)
+from .fragmentation import free_space
 from .sites import SiteResolver
-
-BlockKind = Literal["allocated", "pending", "piece", "cached"]
-
-
-class BlockView(NamedTuple):
-    """One block (a named tuple: a map has tens of thousands)."""
-
-    offset: int  # from the segment's start
-    size: int
-    requested: int
-    kind: BlockKind
-    site: str  # "In[7] line 3 `x = ...`" with tracking, else ""
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentView:
-    address: int
-    size: int
-    pool: str  # "small" or "large"
-    stream: int
-    expandable: bool
-    blocks: tuple[BlockView, ...]
-
-    @property
-    def live(self) -> int:
-        return sum(b.size for b in self.blocks if b.kind in ("allocated", "pending"))
-
-    @property
-    def free_pieces(self) -> list[BlockView]:
-        return [b for b in self.blocks if b.kind == "piece"]
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentMap:
-    device: int
-    space: FreeSpace
-    segments: tuple[SegmentView, ...]  # largest first
-    omitted: int  # segments not included (limit)
-    omitted_bytes: int
-    tracking: bool
-
-    @property
-    def blocks(self) -> int:
-        return sum(len(s.blocks) for s in self.segments)
 
 
 def segment_map(
@@ -103,8 +65,9 @@ def _view(seg: Segment, resolver: SiteResolver | None, labels: dict[int, str]) -
             site = labels.get(id(s), "")
             if not site:
                 site = labels[id(s)] = s.label + (f" `{s.text}`" if s.text else "")
-        views.append(BlockView(b["address"] - base, b["size"], b.get("requested_size", 0),
-                               kind, site))  # fmt: skip
+        views.append(
+            BlockView(b["address"] - base, b["size"], b.get("requested_size", 0), kind, site)
+        )
     return SegmentView(
         address=base,
         size=seg.get("total_size", 0),

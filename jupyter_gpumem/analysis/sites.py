@@ -90,7 +90,7 @@ class SiteResolver:
     def _classify(self, filename: str) -> FileKind:
         if self.cells.execution_count(filename) is not None:
             return "cell"
-        if filename.startswith("<frozen") or filename.startswith("<built-in"):
+        if filename.startswith(("<frozen", "<built-in")):
             return "library"
         if filename.startswith("<"):
             return "file"  # <string>, <stdin>: code the user ran
@@ -114,9 +114,13 @@ class SiteResolver:
                     innermost_library = f
                 continue
             lib = innermost_library
-            key = (filename, f["line"], f["name"], kind == "cell" and
-                   self.cells.execution_count(filename),
-                   lib and (lib["filename"], lib["line"], lib["name"]))  # fmt: skip
+            key = (
+                filename,
+                f["line"],
+                f["name"],
+                kind == "cell" and self.cells.execution_count(filename),
+                lib and (lib["filename"], lib["line"], lib["name"]),
+            )
             s = self._sites.get(key)
             if s is None:
                 if len(self._sites) > 100_000:

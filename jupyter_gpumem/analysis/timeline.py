@@ -52,8 +52,17 @@ def build_timeline(
         f = resolver.cell_line(frames, cell_files) if frames else None
         line = int(f["line"]) if f is not None else None
         text = resolver.cells.line_text(f["filename"], line) if f is not None and line else ""
-        made.append(TraceAllocation(int(e["addr"]), int(e["size"]), a["start"], a["end"],
-                                    resolver.site(frames), line, text))  # fmt: skip
+        made.append(
+            TraceAllocation(
+                int(e["addr"]),
+                int(e["size"]),
+                a["start"],
+                a["end"],
+                resolver.site(frames),
+                line,
+                text,
+            )
+        )
     peak_event = max(range(len(active)), key=active.__getitem__) if active else -1
     return Timeline(
         device=device,

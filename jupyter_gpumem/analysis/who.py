@@ -106,8 +106,17 @@ class DeviceHoldings:
             size = sum(self.blocks[a]["size"] for a in addresses)
             top = max(addresses, key=lambda a: self.blocks[a]["size"])
             site = (self._top_site(addresses) or "") if self.tracking else ""
-            rows.append(WhoRow(owner, VIA_WORDS.get(via, via), size, len(addresses),
-                               self.owners[top].path, "owner", site))  # fmt: skip
+            rows.append(
+                WhoRow(
+                    owner,
+                    VIA_WORDS.get(via, via),
+                    size,
+                    len(addresses),
+                    self.owners[top].path,
+                    "owner",
+                    site,
+                )
+            )
         rows.sort(key=lambda r: (-r.bytes, r.key))
         explained = sum(r.bytes for r in rows)
         rows = _top(rows, n, "owners")

@@ -363,8 +363,7 @@ class TorchBackend:
     def total_for_limit(self, device: int) -> int:
         """The total a fraction is taken of (cudaMemGetInfo's); creates the context."""
         t = self.torch()
-        total = int(t.cuda.mem_get_info(device)[1])
-        return total
+        return int(t.cuda.mem_get_info(device)[1])
 
 
 class _Bound:

@@ -31,26 +31,76 @@ from ..model import Reference, Via
 _SKIP, _TENSOR, _MODULE, _OPTIMIZER, _SEQ, _MAP, _OBJECT = range(7)
 
 ATOMIC: frozenset[type] = frozenset(
-    {int, float, complex, str, bytes, bytearray, bool, type(None), range, slice, memoryview,
-     type(Ellipsis), type(NotImplemented)}
-)  # fmt: skip
+    {
+        int,
+        float,
+        complex,
+        str,
+        bytes,
+        bytearray,
+        bool,
+        type(None),
+        range,
+        slice,
+        memoryview,
+        type(Ellipsis),
+        type(NotImplemented),
+    }
+)
 
 # Objects of these top-level packages are never walked into: they hold no user tensors, or
 # hold the whole kernel (IPython's shell, its history), or are huge (numpy/pandas data).
 SKIP_PACKAGES: frozenset[str] = frozenset(
-    {"numpy", "pandas", "IPython", "ipykernel", "ipywidgets", "traitlets", "zmq", "tornado",
-     "asyncio", "threading", "logging", "jupyter_client", "jupyter_core", "jupyter_gpumem",
-     "matplotlib", "comm", "prompt_toolkit", "concurrent", "queue", "socket", "ssl", "io",
-     "_io", "weakref", "abc", "typing", "enum", "re", "sre_constants"}
-)  # fmt: skip
+    {
+        "numpy",
+        "pandas",
+        "IPython",
+        "ipykernel",
+        "ipywidgets",
+        "traitlets",
+        "zmq",
+        "tornado",
+        "asyncio",
+        "threading",
+        "logging",
+        "jupyter_client",
+        "jupyter_core",
+        "jupyter_gpumem",
+        "matplotlib",
+        "comm",
+        "prompt_toolkit",
+        "concurrent",
+        "queue",
+        "socket",
+        "ssl",
+        "io",
+        "_io",
+        "weakref",
+        "abc",
+        "typing",
+        "enum",
+        "re",
+        "sre_constants",
+    }
+)
 
 _FIXED_VIAS = ("output history", "traceback")
 
 _SKIP_TYPES: tuple[type, ...] = (
-    types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
-    types.GeneratorType, types.CoroutineType, types.FrameType, types.TracebackType,
-    types.CodeType, property, staticmethod, classmethod,
-)  # fmt: skip
+    types.ModuleType,
+    type,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    types.GeneratorType,
+    types.CoroutineType,
+    types.FrameType,
+    types.TracebackType,
+    types.CodeType,
+    property,
+    staticmethod,
+    classmethod,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +159,7 @@ class TorchTensors:
         if not address or not nbytes:
             return []
         index = t.get_device()
-        return [(index if index >= 0 else 0, address, nbytes)]
+        return [(max(index, 0), address, nbytes)]
 
 
 def _on_gpu(t: Any) -> bool:
@@ -120,8 +170,11 @@ def _on_gpu(t: Any) -> bool:
 
 
 def _sparse_parts(t: Any) -> list[Any]:
-    for names in (("_indices", "_values"), ("crow_indices", "col_indices", "values"),
-                  ("ccol_indices", "row_indices", "values")):  # fmt: skip
+    for names in (
+        ("_indices", "_values"),
+        ("crow_indices", "col_indices", "values"),
+        ("ccol_indices", "row_indices", "values"),
+    ):
         try:
             return [getattr(t, n)() for n in names]
         except Exception:
@@ -302,9 +355,18 @@ class NamespaceWalker:
                 stack.append((p, (here, "[]", i), d, fixed or "optimizer params"))
 
     def _tensor(
-        self, t: Any, path: Path, via: Via, owner: str, order: int, out: Walk,
-        seen: set[int], keep: list[Any], deadline: float, nodes: list[Any] | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        t: Any,
+        path: Path,
+        via: Via,
+        owner: str,
+        order: int,
+        out: Walk,
+        seen: set[int],
+        keep: list[Any],
+        deadline: float,
+        nodes: list[Any] | None = None,
+    ) -> None:
         """Record a tensor's storages; then its gradient and the autograd graph it keeps.
         Inside a graph walk (``nodes`` given) its ``grad_fn`` joins that walk."""
         tensors = self.t
@@ -320,8 +382,9 @@ class NamespaceWalker:
             grad = t.grad if t.is_leaf else None
             if grad is not None:
                 gvia = via if via in _FIXED_VIAS or nodes is not None else "gradients"
-                self._tensor(grad, (path, ".", "grad"), gvia, owner, order, out, seen, keep,
-                             deadline)  # fmt: skip
+                self._tensor(
+                    grad, (path, ".", "grad"), gvia, owner, order, out, seen, keep, deadline
+                )
             fn = t.grad_fn
         except Exception:
             out.errors += 1
@@ -335,9 +398,17 @@ class NamespaceWalker:
         self._graph(fn, spell(path) + ".grad_fn", gvia, owner, order, out, seen, keep, deadline)
 
     def _graph(
-        self, fn: Any, path: str, via: Via, owner: str, order: int, out: Walk,
-        seen: set[int], keep: list[Any], deadline: float,
-    ) -> None:  # fmt: skip
+        self,
+        fn: Any,
+        path: str,
+        via: Via,
+        owner: str,
+        order: int,
+        out: Walk,
+        seen: set[int],
+        keep: list[Any],
+        deadline: float,
+    ) -> None:
         nodes = [fn]
         while nodes:
             node = nodes.pop()
@@ -355,8 +426,9 @@ class NamespaceWalker:
                 return
             where = f"{path}…{type(node).__name__}"
             for attr, saved in self._saved(node):
-                self._tensor(saved, f"{where}.{attr}", via, owner, order, out, seen, keep,
-                             deadline, nodes)  # fmt: skip
+                self._tensor(
+                    saved, f"{where}.{attr}", via, owner, order, out, seen, keep, deadline, nodes
+                )
             try:
                 nxt = node.next_functions
             except Exception:
@@ -366,8 +438,18 @@ class NamespaceWalker:
                     continue
                 variable = getattr(child, "variable", None)  # AccumulateGrad: a leaf
                 if variable is not None:
-                    self._tensor(variable, f"{where}…leaf", via, owner, order, out, seen, keep,
-                                 deadline, nodes)  # fmt: skip
+                    self._tensor(
+                        variable,
+                        f"{where}…leaf",
+                        via,
+                        owner,
+                        order,
+                        out,
+                        seen,
+                        keep,
+                        deadline,
+                        nodes,
+                    )
                 nodes.append(child)
 
     def _saved(self, node: Any) -> Iterator[tuple[str, Any]]:

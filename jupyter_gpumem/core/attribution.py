@@ -22,7 +22,7 @@ from ..analysis.breakdown import breakdowns_from_raw
 from ..analysis.cell_sites import cell_attribution, live_blocks_by_device
 from ..analysis.postmortem import Need, bound_names, explain_oom
 from ..analysis.scan_hint import scan_knowledge
-from ..analysis.segments import SegmentMap, segment_map
+from ..analysis.segments import segment_map
 from ..analysis.sites import SiteResolver
 from ..analysis.timeline import build_timeline
 from ..analysis.who import DeviceHoldings, holdings
@@ -39,6 +39,7 @@ from ..model import (
     PostMortem,
     ProcessMemory,
     ScanResult,
+    SegmentMap,
     TracebackHolding,
     TracebackHoldings,
     WhoReport,
@@ -155,19 +156,25 @@ class Attributor:
             was_ours = self.recording.ours
             self.recording.stop(t)
             if t is not None and cuda_build(t) and self.recording.active(t):
-                return ("allocation tracking is off for gpumem, but your own code records "
-                        "allocation history (_record_memory_history): it stays on")  # fmt: skip
+                return (
+                    "allocation tracking is off for gpumem, but your own code records "
+                    "allocation history (_record_memory_history): it stays on"
+                )
             return "allocation tracking is off" if was_ours else "allocation tracking was off"
         if t is None:
-            return ("allocation tracking starts as soon as torch is imported (at the next cell "
-                    "after the import)")  # fmt: skip
+            return (
+                "allocation tracking starts as soon as torch is imported (at the next cell "
+                "after the import)"
+            )
         err = self.recording.start(t)
         if err is not None:
             self.recording.wanted = False
             raise ActionRefused(err)
         self._known = _by_device(self.recording.before)
-        return ("allocation tracking is on: blocks allocated from now on carry the line that "
-                "allocated them (`%gpumem who --by line`)")  # fmt: skip
+        return (
+            "allocation tracking is on: blocks allocated from now on carry the line that "
+            "allocated them (`%gpumem who --by line`)"
+        )
 
     def before_cell(self) -> None:
         """Start a wished-for recording once torch is there (cheap when nothing is wished)."""
@@ -242,16 +249,18 @@ class Attributor:
             devices = [device]
         return [segment_map(snap, d, resolver, max_segments) for d in devices]
 
-    def who(self, device: int | None = None, by: By = "variable", n: int | None = 20
-            ) -> list[WhoReport]:  # fmt: skip
+    def who(
+        self, device: int | None = None, by: By = "variable", n: int | None = 20
+    ) -> list[WhoReport]:
         held = self.read(None if device is None else [device])
         if device is not None and device not in held:
             held[device] = holdings(_empty_snapshot(), device, [], self.resolver)
         return [h.report(by, n) for _, h in sorted(held.items())]
 
     # -- after a failure -------------------------------------------------------------------
-    def traceback_holdings(self, snapshot: AllocatorSnapshot | None = None
-                           ) -> TracebackHoldings | None:  # fmt: skip
+    def traceback_holdings(
+        self, snapshot: AllocatorSnapshot | None = None
+    ) -> TracebackHoldings | None:
         t = _torch()
         if why_nothing(t) is not None:
             return None
@@ -340,8 +349,11 @@ class Attributor:
                 continue
             before = report.before.device(device)
             base = before.allocator.allocated if before and before.allocator else 0
-            timelines.append(build_timeline(entries, device, base, self.resolver, files,
-                                            trace.entries, snapshot_ms))  # fmt: skip
+            timelines.append(
+                build_timeline(
+                    entries, device, base, self.resolver, files, trace.entries, snapshot_ms
+                )
+            )
         saved, size = None, 0
         if save is not None:
             import pickle

@@ -8,7 +8,7 @@ plus the exact in-cell peaks and what the analyses found.
 - ``measurement``: devices and the process at one instant
 - ``cell``: what one cell did
 - ``history``: a measured cell as the history keeps it
-- ``snapshot``: the allocator's segments and blocks
+- ``snapshot``: the allocator's segments and blocks; free space; the segment map
 - ``attribution``: where memory was allocated, who holds it
 - ``postmortem``: after a failure
 - ``trace``: one cell's allocations over time
@@ -75,8 +75,13 @@ from .snapshot import (
     ACTIVE,
     AllocatorSnapshot,
     Block,
+    BlockKind,
+    BlockView,
     Frame,
+    FreeSpace,
     Segment,
+    SegmentMap,
+    SegmentView,
 )
 from .trace import (
     CellTrace,
@@ -92,6 +97,8 @@ __all__ = [
     "AllocatorStats",
     "BackendName",
     "Block",
+    "BlockKind",
+    "BlockView",
     "Breakdown",
     "Category",
     "CategoryShare",
@@ -106,6 +113,7 @@ __all__ = [
     "Fix",
     "FixKind",
     "Frame",
+    "FreeSpace",
     "HistoryRow",
     "Limit",
     "LineShare",
@@ -123,6 +131,8 @@ __all__ = [
     "ScanResult",
     "ScanRun",
     "Segment",
+    "SegmentMap",
+    "SegmentView",
     "Site",
     "SiteKind",
     "State",

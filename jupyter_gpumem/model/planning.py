@@ -93,7 +93,7 @@ class Breakdown(ShowsItself):
         return self.reserved_at_peak - self.peak
 
 
-# What collectors/_step.py records while a --breakdown cell runs (plain records, so that
+# What collectors/step.py records while a --breakdown cell runs (plain records, so that
 # analysis/breakdown.py can be tested on recorded data).
 class Observed(NamedTuple):
     """One storage seen as belonging to a category at one point of the cell."""

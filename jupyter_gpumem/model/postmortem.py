@@ -29,9 +29,16 @@ class TracebackHoldings:
 
 
 FixKind = Literal[
-    "fragmentation", "cap", "traceback", "output_history", "graph", "other_process",
-    "delete", "empty_cache", "smaller",
-]  # fmt: skip
+    "fragmentation",
+    "cap",
+    "traceback",
+    "output_history",
+    "graph",
+    "other_process",
+    "delete",
+    "empty_cache",
+    "smaller",
+]
 
 
 @dataclass(frozen=True, slots=True)

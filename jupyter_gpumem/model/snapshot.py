@@ -1,10 +1,13 @@
-"""The allocator's own snapshot (``torch.cuda.memory._snapshot``), typed."""
+"""The allocator's own snapshot (``torch.cuda.memory._snapshot``), typed; where its free
+bytes are and the map of its segments."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, Literal, NamedTuple, TypedDict
+
+from .render import ShowsItself
 
 # Kept in PyTorch's own shape (dicts), typed here: converting tens of thousands of blocks
 # into objects would cost more than the snapshot itself, and recorded snapshots (JSON,
@@ -52,3 +55,75 @@ class AllocatorSnapshot:
 
 
 ACTIVE = "active_allocated"
+
+
+# -- where the free bytes are, and the map of segments (analysis/fragmentation.py and
+# analysis/segments.py derive them from a snapshot) ---------------------------------------
+@dataclass(frozen=True, slots=True)
+class FreeSpace:
+    """Where the free bytes of one device's cache are."""
+
+    segments: int
+    reserved: int
+    allocated: int
+    releasable: int  # whole free segments
+    pieces: int  # free runs inside segments that also hold live blocks
+    pieces_bytes: int
+    largest_free_block: int  # the largest free run anywhere in the cache
+    largest_piece: int  # the largest free run in a segment that also holds live blocks
+    expandable: bool  # some segment is an expandable one
+
+    @property
+    def cached_free(self) -> int:
+        return self.reserved - self.allocated
+
+    @property
+    def fragmentation(self) -> float:
+        """Share of the cache's free bytes that sit in pieces empty_cache can't return."""
+        free = self.cached_free
+        return self.pieces_bytes / free if free > 0 else 0.0
+
+
+BlockKind = Literal["allocated", "pending", "piece", "cached"]
+
+
+class BlockView(NamedTuple):
+    """One block (a named tuple: a map has tens of thousands)."""
+
+    offset: int  # from the segment's start
+    size: int
+    requested: int
+    kind: BlockKind
+    site: str  # "In[7] line 3 `x = ...`" with tracking, else ""
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentView:
+    address: int
+    size: int
+    pool: str  # "small" or "large"
+    stream: int
+    expandable: bool
+    blocks: tuple[BlockView, ...]
+
+    @property
+    def live(self) -> int:
+        return sum(b.size for b in self.blocks if b.kind in ("allocated", "pending"))
+
+    @property
+    def free_pieces(self) -> list[BlockView]:
+        return [b for b in self.blocks if b.kind == "piece"]
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentMap(ShowsItself):
+    device: int
+    space: FreeSpace
+    segments: tuple[SegmentView, ...]  # largest first
+    omitted: int  # segments not included (limit)
+    omitted_bytes: int
+    tracking: bool
+
+    @property
+    def blocks(self) -> int:
+        return sum(len(s.blocks) for s in self.segments)

@@ -13,7 +13,6 @@ from dataclasses import asdict
 from functools import singledispatch
 from typing import Any
 
-from ..analysis.segments import SegmentMap
 from ..model import (
     AllocatorStats,
     CellReport,
@@ -23,6 +22,7 @@ from ..model import (
     Measurement,
     PostMortem,
     ProcessMemory,
+    SegmentMap,
     Site,
     WhoReport,
     WhoRow,

@@ -1,10 +1,12 @@
 """Requests checked against schema.json: the subset of JSON Schema the schema uses,
 interpreted from the schema itself, so that the two cannot drift.
 
-Why not the ``jsonschema`` library: importing it took 1.4 to 1.8 s in a fresh kernel on
-the project's CI-like machine (``fastjsonschema``, 16 to 32 ms), above the 20 ms this
-project allows on the first request; the schema uses a dozen keywords. A test checks that
-this validator and ``jsonschema`` agree on every request of a generated corpus.
+Why not a library: on the project's CI-like machine (2 cores, Python 3.11), importing
+``jsonschema`` took 1.17 to 1.30 s, and ``fastjsonschema`` 8 to 12 ms to import plus 29 to
+42 ms to compile this schema: both above the 20 ms the kernel may spend before its first
+reply. This validator reads the schema in 0.3 to 0.5 ms on the first request and checks a
+request in about 20 microseconds. ``tests/test_protocol_conformance.py`` checks that it and
+``jsonschema`` agree on every request of a generated corpus.
 
 Keywords: ``type`` (one or a list), ``const``, ``enum``, ``properties``, ``required``,
 ``additionalProperties``, ``items``, ``prefixItems``, ``minimum``, ``maximum``,

@@ -107,8 +107,10 @@ def device_section(r: CellReport, d: DeviceCellReport) -> Section:
 
 def attribution_text(a: DeviceAttribution, lines: int = 3) -> str:
     """``1.00 GiB at line 3 `acts.append(h)`, 200.00 MiB at line 5``."""
-    parts = [f"{fb(s.bytes)} at line {s.line}" + (f" `{_clip(s.text)}`" if s.text else "")
-             for s in a.lines[:lines]]  # fmt: skip
+    parts = [
+        f"{fb(s.bytes)} at line {s.line}" + (f" `{_clip(s.text)}`" if s.text else "")
+        for s in a.lines[:lines]
+    ]
     rest = sum(s.bytes for s in a.lines[lines:])
     if rest:
         parts.append(f"{fb(rest)} at {len(a.lines) - lines} more line(s)")

@@ -53,8 +53,10 @@ def history_svg(rows: Sequence[HistoryRow], device: int) -> str:
             )
     for key, dash in (("reserved", ' stroke-dasharray="4 2"'), ("allocated", "")):
         line = " ".join(f"{x(i):.2f},{y(getattr(d, key) or 0):.2f}" for i, (_, d) in enumerate(pts))
-        parts.append(f'<polyline points="{line}" fill="none" stroke="{COLORS[key]}" '
-                     f'stroke-width="1.6"{dash}/>')  # fmt: skip
+        parts.append(
+            f'<polyline points="{line}" fill="none" stroke="{COLORS[key]}" '
+            f'stroke-width="1.6"{dash}/>'
+        )
     for i, (r, d) in enumerate(pts):
         parts.append(
             f'<circle cx="{x(i):.2f}" cy="{y(d.allocated or 0):.2f}" r="2.4" '
@@ -64,17 +66,22 @@ def history_svg(rows: Sequence[HistoryRow], device: int) -> str:
     every = max(1, -(-len(pts) // 24))  # at most ~24 labels
     for i, (r, _) in enumerate(pts):
         if i % every == 0 and r.execution_count is not None:
-            parts.append(f'<text x="{x(i):.2f}" y="{HEIGHT - BOTTOM + 12}" text-anchor="middle" '
-                         f"{axis}>[{r.execution_count}]</text>")  # fmt: skip
-    parts.append(f'<text x="{LEFT - 4}" y="{TOP + 4}" text-anchor="end" {axis}>'
-                 f"{escape(fb(highest))}</text>")  # fmt: skip
+            parts.append(
+                f'<text x="{x(i):.2f}" y="{HEIGHT - BOTTOM + 12}" text-anchor="middle" '
+                f"{axis}>[{r.execution_count}]</text>"
+            )
+    parts.append(
+        f'<text x="{LEFT - 4}" y="{TOP + 4}" text-anchor="end" {axis}>{escape(fb(highest))}</text>'
+    )
     parts.append(f'<text x="{LEFT - 4}" y="{TOP + plot_h}" text-anchor="end" {axis}>0</text>')
     parts.append(
         f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{TOP + plot_h}" y2="{TOP + plot_h}" '
         'stroke="var(--jp-border-color1,#999)" stroke-width="0.5"/>'
     )
-    parts.append(f'<text x="{LEFT + plot_w / 2:.0f}" y="{HEIGHT - 3}" text-anchor="middle" '
-                 f"{axis}>measured cells (execution count)</text>")  # fmt: skip
+    parts.append(
+        f'<text x="{LEFT + plot_w / 2:.0f}" y="{HEIGHT - 3}" text-anchor="middle" '
+        f"{axis}>measured cells (execution count)</text>"
+    )
     label = f"cuda:{device}: allocated and reserved after each of {len(pts)} measured cells"
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" width="100%" '

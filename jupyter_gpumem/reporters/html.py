@@ -30,8 +30,10 @@ def _tr(cells: Sequence[str], tag: str = "td") -> str:
 def cell_report_html(r: CellReport, sections: list[Section] | None = None) -> str:
     color = "var(--jp-error-color1,#d32f2f)" if r.failed else "inherit"
     out = [
-        f'<div class="jp-GpuMem-report"><div style="font-weight:bold;color:{color}">'
-        f"{escape(cell_header(r))}</div>"
+        (
+            f'<div class="jp-GpuMem-report"><div style="font-weight:bold;color:{color}">'
+            f"{escape(cell_header(r))}</div>"
+        )
     ]
     sections = cell_sections(r) if sections is None else sections
     if not sections:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from functools import lru_cache
 from html import escape
 
-from ..analysis.segments import BlockView, SegmentMap, SegmentView
+from ..model import BlockView, SegmentMap, SegmentView
 from ..units import format_bytes as fb
 
 COLORS = {
@@ -39,8 +39,10 @@ SMALL_PER_ROW = 6  # 2 MiB small-pool segments are drawn side by side
 def summary_lines(m: SegmentMap) -> list[str]:
     sp = m.space
     lines = [
-        f"cuda:{m.device}: {sp.segments} segment(s) hold {fb(sp.reserved)}: allocated "
-        f"{fb(sp.allocated)}, cached free {fb(sp.cached_free)}"
+        (
+            f"cuda:{m.device}: {sp.segments} segment(s) hold {fb(sp.reserved)}: allocated "
+            f"{fb(sp.allocated)}, cached free {fb(sp.cached_free)}"
+        )
     ]
     if sp.segments:
         lines.append(
@@ -59,8 +61,10 @@ def _segment_line(s: SegmentView) -> str:
     kind = ("expandable " if s.expandable else "") + s.pool
     text = f"{kind} {fb(s.size)} @{s.address:#x}: live {fb(s.live)}"
     if pieces:
-        text += (f", {len(pieces)} free piece(s) {fb(sum(p.size for p in pieces))} "
-                 f"(largest {fb(max(p.size for p in pieces))})")  # fmt: skip
+        text += (
+            f", {len(pieces)} free piece(s) {fb(sum(p.size for p in pieces))} "
+            f"(largest {fb(max(p.size for p in pieces))})"
+        )
     elif all(b.kind == "cached" for b in s.blocks):
         text += ", all free (releasable)"
     return text
@@ -113,9 +117,14 @@ def _runs(s: SegmentView, scale: float) -> list[tuple[int, int, str, str]]:
 
 
 def _bar(
-    s: SegmentView, x: float, y: float, width: float, height: float,
-    frames: list[str], kinds: dict[str, list[str]],
-) -> None:  # fmt: skip
+    s: SegmentView,
+    x: float,
+    y: float,
+    width: float,
+    height: float,
+    frames: list[str],
+    kinds: dict[str, list[str]],
+) -> None:
     dash = ' stroke-dasharray="2 1"' if s.expandable else ""
     frames.append(
         f'<rect x="{x:.1f}" y="{y}" width="{width:.1f}" height="{height}"{dash}>'
@@ -155,14 +164,26 @@ def segments_svg(m: SegmentMap) -> str:
         y += ROW * (-(-len(small) // SMALL_PER_ROW))
     height = max(y, ROW)
     parts = [
-        '<g font-size="10" fill="var(--jp-ui-font-color1,#333)">', *labels, "</g>",
-        '<g fill="var(--jp-layout-color1,#fff)" stroke="var(--jp-border-color1,#999)" '
-        'stroke-width="0.5">', *frames, "</g>",
-    ]  # fmt: skip
+        '<g font-size="10" fill="var(--jp-ui-font-color1,#333)">',
+        *labels,
+        "</g>",
+        (
+            '<g fill="var(--jp-layout-color1,#fff)" stroke="var(--jp-border-color1,#999)" '
+            'stroke-width="0.5">'
+        ),
+        *frames,
+        "</g>",
+    ]
     for kind, rects in kinds.items():
         if rects:
-            parts += [f'<g fill="{COLORS[kind]}" stroke="var(--jp-layout-color1,#fff)" '
-                      f'stroke-width="0.3">', *rects, "</g>"]  # fmt: skip
+            parts += [
+                (
+                    f'<g fill="{COLORS[kind]}" stroke="var(--jp-layout-color1,#fff)" '
+                    f'stroke-width="0.3">'
+                ),
+                *rects,
+                "</g>",
+            ]
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" '
         f'width="100%" style="max-width:{WIDTH * 1.4:.0f}px" role="img" '
@@ -181,9 +202,13 @@ def _legend() -> str:
 
 
 def segments_html(maps: list[SegmentMap]) -> str:
-    out = ['<div class="jp-GpuMem-segments" style="font-family:var(--jp-ui-font-family,'
-           'sans-serif);font-size:var(--jp-ui-font-size1,13px);color:var(--jp-ui-font-color1,'
-           'inherit)">']  # fmt: skip
+    out = [
+        (
+            '<div class="jp-GpuMem-segments" style="font-family:var(--jp-ui-font-family,'
+            "sans-serif);font-size:var(--jp-ui-font-size1,13px);color:var(--jp-ui-font-color1,"
+            'inherit)">'
+        )
+    ]
     for m in maps:
         lines = summary_lines(m)
         out.append(f"<div><b>{escape(lines[0])}</b></div>")

@@ -21,17 +21,31 @@ LEFT, RIGHT, TOP, BOTTOM = 64, 8, 14, 20
 COLUMNS = 600
 BANDS = 16
 # Mid-tone colours that read on light and dark backgrounds alike.
-PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",
-           "#ff9da7", "#9c755f", "#86bcb6", "#8cd17d", "#d4a6c8")  # fmt: skip
+PALETTE = (
+    "#4e79a7",
+    "#f28e2b",
+    "#59a14f",
+    "#e15759",
+    "#76b7b2",
+    "#edc948",
+    "#b07aa1",
+    "#ff9da7",
+    "#9c755f",
+    "#86bcb6",
+    "#8cd17d",
+    "#d4a6c8",
+)
 BASE = "var(--jp-layout-color3,#bdbdbd)"
 OTHER = "var(--jp-layout-color4,#9e9e9e)"
 
 
 def summary_lines(t: Timeline) -> list[str]:
     lines = [
-        f"cuda:{t.device}: trace of {len(t.active)} alloc/free events over "
-        f"{t.duration_ms:.1f} ms: allocated {fb(t.base)} at the start, peak {fb(t.peak)} "
-        f"({'+' if t.peak_above_start >= 0 else ''}{fb(t.peak_above_start)} above the start)"
+        (
+            f"cuda:{t.device}: trace of {len(t.active)} alloc/free events over "
+            f"{t.duration_ms:.1f} ms: allocated {fb(t.base)} at the start, peak {fb(t.peak)} "
+            f"({'+' if t.peak_above_start >= 0 else ''}{fb(t.peak_above_start)} above the start)"
+        )
     ]
     kept = t.kept()
     if kept:
@@ -107,9 +121,12 @@ def timeline_svg(t: Timeline) -> str:
             lower[id(a)].append((c, level, level + a.size))
             level += a.size
     parts = [
-        f'<rect x="{LEFT}" y="{y(t.base):.2f}" width="{plot_w}" height="{y(0) - y(t.base):.2f}" '
-        f'fill="{BASE}"><title>{escape(f"allocated before the cell: {fb(t.base)}")}</title>'
-        "</rect>"
+        (
+            f'<rect x="{LEFT}" y="{y(t.base):.2f}" width="{plot_w}" '
+            f'height="{y(0) - y(t.base):.2f}" '
+            f'fill="{BASE}"><title>{escape(f"allocated before the cell: {fb(t.base)}")}</title>'
+            "</rect>"
+        )
     ]
     parts.append(_band(other_path, xs, y, OTHER, "other allocations of this cell"))
     for i, a in enumerate(band_order):
@@ -131,8 +148,10 @@ def timeline_svg(t: Timeline) -> str:
         "</text>"
     )
     axis = 'font-size="10" fill="var(--jp-ui-font-color2,#666)"'
-    parts.append(f'<text x="{LEFT - 4}" y="{y(t.peak) + 3:.2f}" text-anchor="end" {axis}>'
-                 f"{escape(fb(t.peak))}</text>")  # fmt: skip
+    parts.append(
+        f'<text x="{LEFT - 4}" y="{y(t.peak) + 3:.2f}" text-anchor="end" {axis}>'
+        f"{escape(fb(t.peak))}</text>"
+    )
     parts.append(f'<text x="{LEFT - 4}" y="{TOP + plot_h}" text-anchor="end" {axis}>0</text>')
     parts.append(f'<text x="{LEFT}" y="{HEIGHT - 4}" {axis}>event 0</text>')
     parts.append(
@@ -177,8 +196,12 @@ def timeline_html(t: Timeline) -> str:
     from .html import table_html
 
     lines = summary_lines(t)
-    out = ['<div class="jp-GpuMem-timeline" style="font-family:var(--jp-ui-font-family,'
-           'sans-serif);font-size:var(--jp-ui-font-size1,13px)">']  # fmt: skip
+    out = [
+        (
+            '<div class="jp-GpuMem-timeline" style="font-family:var(--jp-ui-font-family,'
+            'sans-serif);font-size:var(--jp-ui-font-size1,13px)">'
+        )
+    ]
     out.append(f"<div><b>{escape(lines[0])}</b></div>")
     out += [f"<div>{escape(line)}</div>" for line in lines[1:]]
     out.append(timeline_svg(t))

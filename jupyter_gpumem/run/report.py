@@ -359,8 +359,10 @@ def html_report(result: RunResult, verdict: Verdict, document: dict[str, Any]) -
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{_e(title)}</h1>",
-        f'<p class="verdict {cls}">{word} (exit code {verdict.exit_code}): '
-        f"{_e(verdict.headline)}</p>",
+        (
+            f'<p class="verdict {cls}">{word} (exit code {verdict.exit_code}): '
+            f"{_e(verdict.headline)}</p>"
+        ),
     ]
     if verdict.problems:
         parts.append(
@@ -401,8 +403,11 @@ def html_report(result: RunResult, verdict: Verdict, document: dict[str, Any]) -
 
 
 def _meta(doc: dict[str, Any]) -> str:
-    bits = [f"kernel {_e(doc['kernel']['name'])}", f"started {_e(doc['started'])}",
-            f"took {_e(seconds(doc['duration']))}"]  # fmt: skip
+    bits = [
+        f"kernel {_e(doc['kernel']['name'])}",
+        f"started {_e(doc['started'])}",
+        f"took {_e(seconds(doc['duration']))}",
+    ]
     gpu = doc.get("gpu")
     if gpu:
         if gpu.get("torch_version"):

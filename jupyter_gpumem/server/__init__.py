@@ -38,8 +38,9 @@ def _serve_gpus(serverapp: Any) -> None:
     web_app.add_handlers(".*$", [(url_path_join(base, "api/gpumem/devices"), DevicesHandler)])
     register(GpuMetrics(cache, serverapp.kernel_manager))
     cache.refresh()  # the first reading, on the worker thread
-    serverapp.log.info("jupyter_gpumem: GPUs at %s, metrics on /metrics",
-                       url_path_join(base, "api/gpumem/devices"))  # fmt: skip
+    serverapp.log.info(
+        "jupyter_gpumem: GPUs at %s, metrics on /metrics", url_path_join(base, "api/gpumem/devices")
+    )
 
 
 def _untrack(serverapp: Any) -> None:

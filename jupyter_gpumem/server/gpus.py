@@ -121,8 +121,9 @@ def read_gpus(nvml: Nvml) -> GpuReading:
             GpuProcess(pid, used, nvml.process_name(pid, _started(reading.local.get(pid))))
             for pid, used in procs
         )
-        reading.gpus.append(Gpu(index, visible.get(index), uuid, name, memory.total,
-                                memory.used, processes))  # fmt: skip
+        reading.gpus.append(
+            Gpu(index, visible.get(index), uuid, name, memory.total, memory.used, processes)
+        )
     if nvml.error and reading.error is None:
         reading.error = nvml.error  # a call failed part way: say so beside what was read
     return reading
@@ -202,8 +203,7 @@ def gpu_table(reading: GpuReading, kernels: Sequence[KernelInfo]) -> dict[str, A
         processes = []
         for p in g.processes:
             local = reading.local.get(p.pid) if mapped else None
-            kernel, parent = (_owner(p.pid, local, by_pid) if local is not None
-                              else (None, None))  # fmt: skip
+            kernel, parent = _owner(p.pid, local, by_pid) if local is not None else (None, None)
             role = "kernel" if kernel and parent is None else "child" if kernel else "other"
             if mapped and local is None:
                 role = "ended"  # gone between NVML's answer and the process table's
@@ -223,30 +223,34 @@ def gpu_table(reading: GpuReading, kernels: Sequence[KernelInfo]) -> dict[str, A
                     use["children"][p.pid] = use["children"].get(p.pid, 0) + p.used
             processes.append(entry)
         processes.sort(key=lambda e: -e["used"])
-        devices.append({
-            "index": g.nvml_index,
-            "cuda_index": g.cuda_index,
-            "uuid": g.uuid,
-            "name": g.name,
-            "total": g.total,
-            "used": g.used,
-            "processes": processes,
-        })  # fmt: skip
+        devices.append(
+            {
+                "index": g.nvml_index,
+                "cuda_index": g.cuda_index,
+                "uuid": g.uuid,
+                "name": g.name,
+                "total": g.total,
+                "used": g.used,
+                "processes": processes,
+            }
+        )
     kernel_rows = []
     for k in kernels:
         use = kernel_use.get(k.id, {"used": 0, "devices": {}, "children": {}})
-        kernel_rows.append({
-            "id": k.id,
-            "name": k.name,
-            "pid": k.pid,
-            "path": k.path,
-            "execution_state": k.execution_state,
-            "last_activity": k.last_activity,
-            "connections": k.connections,
-            "gpu_used": use["used"],
-            "devices": [{"index": i, "used": b} for i, b in sorted(use["devices"].items())],
-            "children": [{"pid": pid, "used": b} for pid, b in sorted(use["children"].items())],
-        })  # fmt: skip
+        kernel_rows.append(
+            {
+                "id": k.id,
+                "name": k.name,
+                "pid": k.pid,
+                "path": k.path,
+                "execution_state": k.execution_state,
+                "last_activity": k.last_activity,
+                "connections": k.connections,
+                "gpu_used": use["used"],
+                "devices": [{"index": i, "used": b} for i, b in sorted(use["devices"].items())],
+                "children": [{"pid": pid, "used": b} for pid, b in sorted(use["children"].items())],
+            }
+        )
     note = None
     if namespace == "foreign":
         note = (

@@ -74,8 +74,9 @@ class GpuMetrics:
                     per_kernel[p["kernel_id"]] = per_kernel.get(p["kernel_id"], 0) + p["used"]
             for kid, b in sorted(per_kernel.items()):
                 kernel.add_metric([*labels, kid], b)
-            other.add_metric(labels, sum(p["used"] for p in d["processes"]
-                                         if p["kernel_id"] is None))  # fmt: skip
+            other.add_metric(
+                labels, sum(p["used"] for p in d["processes"] if p["kernel_id"] is None)
+            )
         yield from (total, used, procs, kernel, other)
 
 

@@ -102,8 +102,10 @@ class FakeNvml:
     def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[Any]:
         self._load()
         d = self._device(h, "nvmlDeviceGetComputeRunningProcesses")
-        return [SimpleNamespace(pid=int(p["pid"]), usedGpuMemory=p.get("used"))
-                for p in d.get("processes", [])]  # fmt: skip
+        return [
+            SimpleNamespace(pid=int(p["pid"]), usedGpuMemory=p.get("used"))
+            for p in d.get("processes", [])
+        ]
 
     def nvmlSystemGetProcessName(self, pid: int) -> str:
         for d in self._call("nvmlSystemGetProcessName")["devices"]:

@@ -22,13 +22,21 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..analysis.postmortem import explain_oom
-from ..analysis.segments import SegmentMap, segment_map
+from ..analysis.segments import segment_map
 from ..analysis.sites import SiteResolver
 from ..analysis.who import DeviceHoldings, holdings
 from ..collectors.allocator import Reading, make_device_sample, stats_from_flat
 from ..collectors.nvml import NvmlDevice
 from ..collectors.snapshot import snapshot_from_dict
-from ..model import AllocatorSnapshot, AllocatorStats, DeviceSample, OomEvent, PostMortem, Reference
+from ..model import (
+    AllocatorSnapshot,
+    AllocatorStats,
+    DeviceSample,
+    OomEvent,
+    PostMortem,
+    Reference,
+    SegmentMap,
+)
 
 
 def device_from_raw(raw: Mapping[str, Any]) -> DeviceSample:

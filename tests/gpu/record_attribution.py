@@ -24,14 +24,17 @@ MiB = 1 << 20
 
 def run(ip, code):
     with capture_output():
-        r = ip.run_cell(code, store_history=True)
-    return r
+        return ip.run_cell(code, store_history=True)
 
 
 def block_bytes(tensors):
     """The sizes of the allocator blocks of these tensors' storages, from torch's snapshot."""
-    sizes = {b["address"]: b["size"] for s in torch.cuda.memory_snapshot()
-             for b in s["blocks"] if b["state"] == "active_allocated"}  # fmt: skip
+    sizes = {
+        b["address"]: b["size"]
+        for s in torch.cuda.memory_snapshot()
+        for b in s["blocks"]
+        if b["state"] == "active_allocated"
+    }
     return sum(sizes[p] for p in {t.untyped_storage().data_ptr() for t in tensors})
 
 
@@ -48,8 +51,10 @@ def trimmed(segments, cell_files):
         for b in s["blocks"]:
             b = dict(b)
             frames = b.get("frames", [])
-            last = max((i for i, f in enumerate(frames) if f["filename"] in cell_files),
-                       default=len(frames) - 1)  # fmt: skip
+            last = max(
+                (i for i, f in enumerate(frames) if f["filename"] in cell_files),
+                default=len(frames) - 1,
+            )
             b["frames"] = [dict(f) for f in frames[: last + 1]]
             blocks.append(b)
         s["blocks"] = blocks
@@ -67,8 +72,14 @@ def record_state(ip, session, truth, extra=None):
     snap = read_snapshot(torch)
     walker = session.attributor._walker(torch)
     w = walker.walk(namespace_roots(ip, torch.optim.Optimizer) + traceback_roots(ip))
-    lines = {f: {str(i): linecache.getline(f, i).rstrip("\n") for i in range(1, 40)
-                 if linecache.getline(f, i)} for f in cell_files}  # fmt: skip
+    lines = {
+        f: {
+            str(i): linecache.getline(f, i).rstrip("\n")
+            for i in range(1, 40)
+            if linecache.getline(f, i)
+        }
+        for f in cell_files
+    }
     rec = {
         "segments": trimmed(snap.segments, cell_files),
         "allocator_settings": snap.settings,
@@ -100,8 +111,11 @@ def main(path: str) -> None:
 
     # -- cells: lines, a function from another cell, modules, Out, a view, the leak -------
     truth: dict = {"owners": {}, "lines": {}, "cells": {}}
-    r = run(ip, "a = torch.empty(3 << 20, dtype=torch.uint8, device='cuda')\n# a comment\n"
-                "b = torch.empty(5 << 20, dtype=torch.uint8, device='cuda')")  # fmt: skip
+    r = run(
+        ip,
+        "a = torch.empty(3 << 20, dtype=torch.uint8, device='cuda')\n# a comment\n"
+        "b = torch.empty(5 << 20, dtype=torch.uint8, device='cuda')",
+    )
     truth["lines"][f"In[{r.execution_count}] line 1"] = 3 * MiB
     truth["lines"][f"In[{r.execution_count}] line 3"] = 5 * MiB
     truth["owners"]["a|tensor"] = 3 * MiB
@@ -111,9 +125,12 @@ def main(path: str) -> None:
     truth["lines"][f"In[{d.execution_count}] line 2"] = 7 * MiB
     truth["cells"][f"In[{r.execution_count}]"] = 7 * MiB
     truth["owners"]["y|tensor"] = 7 * MiB
-    run(ip, "model = torch.nn.Linear(1024, 1024).cuda()\n"
-            "opt = torch.optim.Adam(model.parameters())\n"
-            "model(torch.ones(8, 1024, device='cuda')).sum().backward()\nopt.step()")  # fmt: skip
+    run(
+        ip,
+        "model = torch.nn.Linear(1024, 1024).cuda()\n"
+        "opt = torch.optim.Adam(model.parameters())\n"
+        "model(torch.ones(8, 1024, device='cuda')).sum().backward()\nopt.step()",
+    )
     # what the allocator counts for them: their blocks (unsplit remainders included)
     model, opt = ip.user_ns["model"], ip.user_ns["opt"]
     params = list(model.parameters())
@@ -126,9 +143,12 @@ def main(path: str) -> None:
     truth["owners"][f"Out[{r.execution_count}]|output history"] = 4 * MiB
     run(ip, "base = torch.empty(64 << 20, dtype=torch.uint8, device='cuda')\nview = base[1024:]")
     truth["owners"]["base|tensor"] = 64 * MiB
-    run(ip, "net = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(),"
-            " torch.nn.Linear(4096, 1)).cuda()\nxb = torch.randn(512, 1024, device='cuda')\n"
-            "net(xb).sum().item()\ntotal = torch.zeros((), device='cuda')")  # fmt: skip
+    run(
+        ip,
+        "net = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(),"
+        " torch.nn.Linear(4096, 1)).cuda()\nxb = torch.randn(512, 1024, device='cuda')\n"
+        "net(xb).sum().item()\ntotal = torch.zeros((), device='cuda')",
+    )
     before_leak = torch.cuda.memory_allocated(0)
     step = 512 * 4096 * 4 + 2048
     leak = "%%gpumem -q -o rep\nloss = net(xb).square().mean()\ntotal = total + loss\ndel loss"
@@ -146,9 +166,14 @@ def main(path: str) -> None:
         "kept": ip.user_ns["rep"].device(0).allocated_delta,
         "lines": [[2, step], [3, 512]],
     }
-    out["cells"] = record_state(ip, session, truth, {
-        "known_before_last_cell": [[0, a, size] for a, size in known.items()],
-    })  # fmt: skip
+    out["cells"] = record_state(
+        ip,
+        session,
+        truth,
+        {
+            "known_before_last_cell": [[0, a, size] for a, size in known.items()],
+        },
+    )
 
     # -- an OOM with a planted fragmentation -----------------------------------------------
     for name in ("a", "b", "y", "model", "opt", "base", "view", "net", "xb", "total", "rep"):
@@ -157,10 +182,13 @@ def main(path: str) -> None:
     for name in ("_", "__", "___"):
         ip.user_ns[name] = ""
     run(ip, "import gc; gc.collect(); torch.cuda.empty_cache()")
-    run(ip, "big = torch.empty(1 << 30, dtype=torch.uint8, device='cuda'); del big\n"
-            "blocks = [torch.empty(64 << 20, dtype=torch.uint8, device='cuda')"
-            " for _ in range(16)]\n"
-            "for i in range(0, 16, 2): blocks[i] = None")  # fmt: skip
+    run(
+        ip,
+        "big = torch.empty(1 << 30, dtype=torch.uint8, device='cuda'); del big\n"
+        "blocks = [torch.empty(64 << 20, dtype=torch.uint8, device='cuda')"
+        " for _ in range(16)]\n"
+        "for i in range(0, 16, 2): blocks[i] = None",
+    )
     cap = torch.cuda.memory_reserved(0) + 32 * MiB
     run(ip, f"%gpumem limit {cap}B")
     r = run(ip, "y = torch.empty(128 << 20, dtype=torch.uint8, device='cuda')")
@@ -191,19 +219,25 @@ def main(path: str) -> None:
 
     # -- a traced region (history "all"): a kept block and a transient ---------------------
     torch.cuda.memory._record_memory_history(enabled=None)
-    torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python",
-                                             max_entries=2000, clear_history=True)  # fmt: skip
+    torch.cuda.memory._record_memory_history(
+        enabled="all", context="all", stacks="python", max_entries=2000, clear_history=True
+    )
     start = torch.cuda.memory_allocated(0)
-    r = run(ip, "kept = torch.empty(64 << 20, dtype=torch.uint8, device='cuda')\n"
-                "tmp = torch.empty(256 << 20, dtype=torch.uint8, device='cuda')\n"
-                "del tmp")  # fmt: skip
+    r = run(
+        ip,
+        "kept = torch.empty(64 << 20, dtype=torch.uint8, device='cuda')\n"
+        "tmp = torch.empty(256 << 20, dtype=torch.uint8, device='cuda')\n"
+        "del tmp",
+    )
     s = torch.cuda.memory._snapshot()
     torch.cuda.memory._record_memory_history(enabled="state", context="state", stacks="python")
     fmap = dict(ip.compile._filename_map)
     traces = [dict(e) for e in s["device_traces"][0]]
     for e in traces:
-        last = max((i for i, f in enumerate(e.get("frames", [])) if f["filename"] in fmap),
-                   default=len(e.get("frames", [])) - 1)  # fmt: skip
+        last = max(
+            (i for i, f in enumerate(e.get("frames", [])) if f["filename"] in fmap),
+            default=len(e.get("frames", [])) - 1,
+        )
         e["frames"] = [dict(f) for f in e.get("frames", [])[: last + 1]]
     out["trace"] = {
         "segments": trimmed(s["segments"], set(fmap)),

@@ -39,8 +39,12 @@ def raw_reading(nvml_handles, pid) -> dict:
                 "used": int(mem.used),
                 "process_used": int(mine[0]) if mine else None,
             }
-        d = {"index": i, "name": nv["name"] if nv else "", "backend": "cuda",
-             "initialized": initialized}  # fmt: skip
+        d = {
+            "index": i,
+            "name": nv["name"] if nv else "",
+            "backend": "cuda",
+            "initialized": initialized,
+        }
         if initialized:
             d["memory_stats"] = dict(torch.cuda.memory_stats(i))
             d["mem_get_info"] = list(torch.cuda.mem_get_info(i))
@@ -136,8 +140,9 @@ def main(path: str) -> None:
     }
 
     # A small training loop sampled at 10 Hz: the replay timeline for UI tests.
-    model = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.ReLU(),
-                                torch.nn.Linear(4096, 4096)).to(dev)  # fmt: skip
+    model = torch.nn.Sequential(
+        torch.nn.Linear(4096, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096)
+    ).to(dev)
     opt = torch.optim.Adam(model.parameters())
     timeline = []
     t_end = time.time() + 6
@@ -157,8 +162,11 @@ def main(path: str) -> None:
             last = time.time()
     out["timeline"] = timeline
     out["period_s"] = 0.1
-    out["meta"] = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0),
-                   "devices": torch.cuda.device_count()}  # fmt: skip
+    out["meta"] = {
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(0),
+        "devices": torch.cuda.device_count(),
+    }
     with open(path, "w") as f:
         json.dump(out, f)
     print("recorded", len(out["scenarios"]), "scenarios,", len(timeline), "timeline frames")

@@ -113,8 +113,10 @@ def main(path: str) -> None:
         torch.cuda.empty_cache()
     with open(path, "w") as f:
         json.dump(out, f)
-    print(f"wrote {path}: " + ", ".join(f"{k} {len(v['events'])} events"
-                                        for k, v in out["cases"].items()))  # fmt: skip
+    print(
+        f"wrote {path}: "
+        + ", ".join(f"{k} {len(v['events'])} events" for k, v in out["cases"].items())
+    )
 
 
 if __name__ == "__main__":

@@ -20,8 +20,30 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
 MiB = 1 << 20
-NAMES = ("a", "b", "x", "y", "z", "v", "base", "view", "model", "opt", "xb", "total", "loss",
-         "acts", "blocks", "big", "keep", "f", "make", "rep", "h", "out")  # fmt: skip
+NAMES = (
+    "a",
+    "b",
+    "x",
+    "y",
+    "z",
+    "v",
+    "base",
+    "view",
+    "model",
+    "opt",
+    "xb",
+    "total",
+    "loss",
+    "acts",
+    "blocks",
+    "big",
+    "keep",
+    "f",
+    "make",
+    "rep",
+    "h",
+    "out",
+)
 
 
 def cell(ip, code: str):
@@ -43,8 +65,12 @@ def who(by="variable", device=0):
 def block_bytes(tensors):
     """What the allocator counts for these tensors: the sizes of their storages' blocks
     (a block can be larger than the tensor when the allocator did not split it)."""
-    sizes = {b["address"]: b["size"] for s in torch.cuda.memory_snapshot()
-             for b in s["blocks"] if b["state"] == "active_allocated"}  # fmt: skip
+    sizes = {
+        b["address"]: b["size"]
+        for s in torch.cuda.memory_snapshot()
+        for b in s["blocks"]
+        if b["state"] == "active_allocated"
+    }
     return sum(sizes[p] for p in {t.untyped_storage().data_ptr() for t in tensors})
 
 
@@ -119,8 +145,11 @@ def test_function_from_another_cell_and_the_library_frame(tip):
 
 
 def test_blocks_from_before_tracking_are_said_so(ip):
-    cell(ip, "import torch\ntorch.cuda.empty_cache()\nold = torch.empty(9 << 20, dtype=torch.uint8,"
-             " device='cuda')")  # fmt: skip
+    cell(
+        ip,
+        "import torch\ntorch.cuda.empty_cache()\nold = torch.empty(9 << 20, dtype=torch.uint8,"
+        " device='cuda')",
+    )
     cell(ip, "%gpumem track on")
     try:
         df = who("line")
@@ -132,8 +161,7 @@ def test_blocks_from_before_tracking_are_said_so(ip):
 
 
 def test_a_view_and_its_base_count_once(tip):
-    cell(tip, "base = torch.empty(64 << 20, dtype=torch.uint8, device='cuda')\n"
-              "view = base[1024:]")  # fmt: skip
+    cell(tip, "base = torch.empty(64 << 20, dtype=torch.uint8, device='cuda')\nview = base[1024:]")
     df = who()
     assert row(df, "base")["bytes"] == 64 * MiB
     assert "view" not in set(df["key"])  # the same storage: counted for base only
@@ -141,10 +169,13 @@ def test_a_view_and_its_base_count_once(tip):
 
 
 def test_module_parameters_gradients_and_optimizer_state(tip):
-    cell(tip, "model = torch.nn.Linear(1024, 1024).cuda()\n"
-              "opt = torch.optim.Adam(model.parameters())\n"
-              "model(torch.ones(8, 1024, device='cuda')).sum().backward()\n"
-              "opt.step()")  # fmt: skip
+    cell(
+        tip,
+        "model = torch.nn.Linear(1024, 1024).cuda()\n"
+        "opt = torch.optim.Adam(model.parameters())\n"
+        "model(torch.ones(8, 1024, device='cuda')).sum().backward()\n"
+        "opt.step()",
+    )
     model, opt = tip.user_ns["model"], tip.user_ns["opt"]
     params = list(model.parameters())
     state = [v for s in opt.state.values() for v in s.values() if v.is_cuda]  # exp_avg(_sq)
@@ -166,17 +197,21 @@ def test_out_holds_a_tensor(tip):
 
 
 def test_total_plus_loss_leak_is_the_graph_of_total(tip):
-    cell(tip, "model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(),"
-              " torch.nn.Linear(4096, 1)).cuda()\n"
-              "xb = torch.randn(512, 1024, device='cuda')\n"
-              "model(xb).sum().item()  # cuBLAS takes its workspace once, here\n"
-              "total = torch.zeros((), device='cuda')")  # fmt: skip
+    cell(
+        tip,
+        "model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(),"
+        " torch.nn.Linear(4096, 1)).cuda()\n"
+        "xb = torch.randn(512, 1024, device='cuda')\n"
+        "model(xb).sum().item()  # cuBLAS takes its workspace once, here\n"
+        "total = torch.zeros((), device='cuda')",
+    )
     base = torch.cuda.memory_allocated(0)
     step = 512 * 4096 * 4 + 2048  # the ReLU output and the squared output (512 floats)
     held = []
     for _i in range(5):
-        res, _, _ = cell(tip, "%%gpumem -o rep\nloss = model(xb).square().mean()\n"
-                              "total = total + loss\ndel loss")  # fmt: skip
+        res, _, _ = cell(
+            tip, "%%gpumem -o rep\nloss = model(xb).square().mean()\ntotal = total + loss\ndel loss"
+        )
         assert res.success
         rep = tip.user_ns["rep"]
         assert rep.device(0).allocated_delta == step
@@ -189,10 +224,13 @@ def test_total_plus_loss_leak_is_the_graph_of_total(tip):
 
 
 def test_traceback_holding_512_mib_is_named_and_released_exactly(tip):
-    cell(tip, "keep = torch.empty(1 << 20, dtype=torch.uint8, device='cuda')\n"
-              "def f():\n"
-              "    h = torch.empty(512 << 20, dtype=torch.uint8, device='cuda')\n"
-              "    raise ValueError('boom')")  # fmt: skip
+    cell(
+        tip,
+        "keep = torch.empty(1 << 20, dtype=torch.uint8, device='cuda')\n"
+        "def f():\n"
+        "    h = torch.empty(512 << 20, dtype=torch.uint8, device='cuda')\n"
+        "    raise ValueError('boom')",
+    )
     defined = tip.execution_count - 1
     res, texts, _ = cell(tip, "%%gpumem -o rep\nf()")
     assert not res.success
@@ -210,11 +248,14 @@ def test_traceback_holding_512_mib_is_named_and_released_exactly(tip):
 
 
 def test_oom_with_planted_fragmentation_ranks_fragmentation_first(tip):
-    cell(tip, "torch.cuda.empty_cache()\n"
-              "big = torch.empty(1 << 30, dtype=torch.uint8, device='cuda'); del big\n"
-              "blocks = [torch.empty(64 << 20, dtype=torch.uint8, device='cuda')"
-              " for _ in range(16)]\n"
-              "for i in range(0, 16, 2): blocks[i] = None")  # fmt: skip
+    cell(
+        tip,
+        "torch.cuda.empty_cache()\n"
+        "big = torch.empty(1 << 30, dtype=torch.uint8, device='cuda'); del big\n"
+        "blocks = [torch.empty(64 << 20, dtype=torch.uint8, device='cuda')"
+        " for _ in range(16)]\n"
+        "for i in range(0, 16, 2): blocks[i] = None",
+    )
     cap = torch.cuda.memory_reserved(0) + 32 * MiB
     cell(tip, f"%gpumem limit {cap}B")
     res, texts, _ = cell(
@@ -224,8 +265,12 @@ def test_oom_with_planted_fragmentation_ranks_fragmentation_first(tip):
     pm = tip.user_ns["rep"].postmortems[0]
     assert pm.requested == 128 * MiB
     assert pm.largest_free_block == 64 * MiB
-    big_pieces = [1 for s in torch.cuda.memory_snapshot() for b in s["blocks"]
-                  if b["state"] == "inactive" and b["size"] == 64 * MiB]  # fmt: skip
+    big_pieces = [
+        1
+        for s in torch.cuda.memory_snapshot()
+        for b in s["blocks"]
+        if b["state"] == "inactive" and b["size"] == 64 * MiB
+    ]
     assert len(big_pieces) == 8
     # Fixes are judged against the cell's need (the 128 MiB it asked for; nothing above its
     # start): they cover it ("maybe": nothing says the cell needs no more after the failure).
@@ -243,8 +288,9 @@ def test_oom_under_a_cap_ranks_the_cap(tip):
     cell(tip, "torch.cuda.empty_cache()")
     cell(tip, "%gpumem limit 1GiB")
     cell(tip, "x = torch.empty(256 << 20, dtype=torch.uint8, device='cuda')")
-    res, _, _ = cell(tip, "%%gpumem -o rep\nz = torch.empty(2 << 30, dtype=torch.uint8,"
-                          " device='cuda')")  # fmt: skip
+    res, _, _ = cell(
+        tip, "%%gpumem -o rep\nz = torch.empty(2 << 30, dtype=torch.uint8, device='cuda')"
+    )
     assert not res.success
     pm = tip.user_ns["rep"].postmortems[0]
     assert pm.cap is not None and pm.cap <= 1 << 30
@@ -260,10 +306,10 @@ def test_oom_under_a_cap_ranks_the_cap(tip):
 def test_oom_when_deleting_a_variable_is_enough(tip):
     cell(tip, "torch.cuda.empty_cache()")
     cell(tip, "%gpumem limit 1GiB")
-    cell(tip, "acts = [torch.empty(128 << 20, dtype=torch.uint8, device='cuda')"
-              " for _ in range(6)]")  # fmt: skip
-    res, _, _ = cell(tip, "%%gpumem -o rep\nz = torch.empty(512 << 20, dtype=torch.uint8,"
-                          " device='cuda')")  # fmt: skip
+    cell(tip, "acts = [torch.empty(128 << 20, dtype=torch.uint8, device='cuda') for _ in range(6)]")
+    res, _, _ = cell(
+        tip, "%%gpumem -o rep\nz = torch.empty(512 << 20, dtype=torch.uint8, device='cuda')"
+    )
     assert not res.success
     pm = tip.user_ns["rep"].postmortems[0]
     fix = next(f for f in pm.fixes if f.kind == "delete" and "del acts" in f.text)
@@ -276,17 +322,21 @@ def test_oom_when_deleting_a_variable_is_enough(tip):
 
 
 def test_oom_with_a_leaked_graph_offers_detach(tip):
-    cell(tip, "torch.cuda.empty_cache()\n"
-              "model = torch.nn.Sequential(torch.nn.Linear(1024, 8192), torch.nn.ReLU(),"
-              " torch.nn.Linear(8192, 1)).cuda()\n"
-              "xb = torch.randn(2048, 1024, device='cuda')\n"
-              "total = torch.zeros((), device='cuda')\n"
-              "for _ in range(8):\n"
-              "    total = total + model(xb).square().mean()")  # fmt: skip
+    cell(
+        tip,
+        "torch.cuda.empty_cache()\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(1024, 8192), torch.nn.ReLU(),"
+        " torch.nn.Linear(8192, 1)).cuda()\n"
+        "xb = torch.randn(2048, 1024, device='cuda')\n"
+        "total = torch.zeros((), device='cuda')\n"
+        "for _ in range(8):\n"
+        "    total = total + model(xb).square().mean()",
+    )
     graph = 8 * (2048 * 8192 * 4 + 2048 * 4)  # ReLU outputs + squared outputs, per step
     cell(tip, f"%gpumem limit {torch.cuda.memory_reserved(0) + 64 * MiB}B")
-    res, _, _ = cell(tip, "%%gpumem -o rep\nz = torch.empty(256 << 20, dtype=torch.uint8,"
-                          " device='cuda')")  # fmt: skip
+    res, _, _ = cell(
+        tip, "%%gpumem -o rep\nz = torch.empty(256 << 20, dtype=torch.uint8, device='cuda')"
+    )
     assert not res.success
     pm = tip.user_ns["rep"].postmortems[0]
     detach = next(f for f in pm.fixes if f.kind == "graph")
@@ -305,17 +355,23 @@ def test_auto_mode_names_the_top_line(tip):
 
 
 def test_rows_add_up_to_allocated_in_every_view(tip):
-    cell(tip, "a = torch.empty(3 << 20, dtype=torch.uint8, device='cuda')\n"
-              "acts = [torch.empty(1 << 20, device='cuda') for _ in range(10)]\n"
-              "torch.ones(5, device='cuda')")  # fmt: skip
+    cell(
+        tip,
+        "a = torch.empty(3 << 20, dtype=torch.uint8, device='cuda')\n"
+        "acts = [torch.empty(1 << 20, device='cuda') for _ in range(10)]\n"
+        "torch.ones(5, device='cuda')",
+    )
     for by in ("variable", "line", "cell"):
         df = who(by)
         assert df["bytes"].sum() == torch.cuda.memory_allocated(0), by
 
 
 def test_grads_of_backward_have_no_python_stack(tip):
-    cell(tip, "model = torch.nn.Linear(2048, 2048).cuda()\n"
-              "model(torch.ones(4, 2048, device='cuda')).sum().backward()")  # fmt: skip
+    cell(
+        tip,
+        "model = torch.nn.Linear(2048, 2048).cuda()\n"
+        "model(torch.ones(4, 2048, device='cuda')).sum().backward()",
+    )
     df = who("line")
     grads = 2048 * 2048 * 4 + 2048 * 4
     r = row(df, "no Python stack (backward pass or C++)")
@@ -349,8 +405,9 @@ def test_who_statements_without_cuda_and_no_context_from_tracking():
                           "keys": list(df["key"]), "count": r.execution_count}))
         """
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert "error" not in r, r

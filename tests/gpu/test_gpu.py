@@ -193,8 +193,9 @@ def test_two_devices(gip):
 
 
 def _run_python(script: str) -> subprocess.CompletedProcess[str]:
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         env=os.environ, timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=os.environ, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return out
 

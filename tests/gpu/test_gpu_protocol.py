@@ -65,10 +65,14 @@ def test_live_samples_and_empty_cache_during_a_cell(kernel):
     reply = kc.get_shell_msg(timeout=20)
     assert reply["parent_header"]["msg_id"] == msg_id
     t_reply = time.monotonic()
-    samples = [m["content"]["data"]["sample"]["devices"][0]["allocated"]
-               for t, m in listener.iopub
-               if m["msg_type"] == "comm_msg" and m["content"]["comm_id"] == comm_id
-               and m["content"]["data"]["type"] == "sample" and t < t_reply]  # fmt: skip
+    samples = [
+        m["content"]["data"]["sample"]["devices"][0]["allocated"]
+        for t, m in listener.iopub
+        if m["msg_type"] == "comm_msg"
+        and m["content"]["comm_id"] == comm_id
+        and m["content"]["data"]["type"] == "sample"
+        and t < t_reply
+    ]
     grown = sorted({a - base["allocated"] for a in samples})
     for k in range(1, 5):  # every step of the loop was seen while the cell ran
         assert k * 128 * MiB in grown, grown
@@ -101,20 +105,28 @@ def test_tracking_from_the_panel_and_kept_lines_in_cell_markers(kernel):
     assert content["status"] == "ok" and content["result"]["tracking"]["active"] is True
     _, content, _, _ = listener.request("subscribe", interval_ms=1000, client="who")
     comm_id = content["result"]["stream"]["comm_id"]
-    wait_execute(kc, "%%gpumem -q\nq = 1\nkept = torch.empty(32 << 20, dtype=torch.uint8,"
-                     " device='cuda')")  # fmt: skip
+    wait_execute(
+        kc, "%%gpumem -q\nq = 1\nkept = torch.empty(32 << 20, dtype=torch.uint8, device='cuda')"
+    )
     time.sleep(0.3)
-    cells = [m["content"]["data"]["cell"] for _, m in listener.iopub
-             if m["msg_type"] == "comm_msg" and m["content"]["comm_id"] == comm_id
-             and m["content"]["data"]["type"] == "cell"]  # fmt: skip
+    cells = [
+        m["content"]["data"]["cell"]
+        for _, m in listener.iopub
+        if m["msg_type"] == "comm_msg"
+        and m["content"]["comm_id"] == comm_id
+        and m["content"]["data"]["type"] == "cell"
+    ]
     kept_at = cells[-1]["devices"][0]["kept_at"]
     assert kept_at[0]["line"] == 3 and kept_at[0]["bytes"] == 32 * MiB
     assert kept_at[0]["text"].startswith("kept = torch.empty(32 << 20")
     _, content, _, _ = listener.request("who")
     line_rows = content["result"]["devices"][0]["by_line"]["rows"]
     assert any(r["bytes"] == 32 * MiB and r["example"] == "held by kept" for r in line_rows)
-    failed = wait_execute(kc, "def g():\n    t = torch.empty(64 << 20, dtype=torch.uint8,"
-                              " device='cuda')\n    raise ValueError\ng()")  # fmt: skip
+    failed = wait_execute(
+        kc,
+        "def g():\n    t = torch.empty(64 << 20, dtype=torch.uint8,"
+        " device='cuda')\n    raise ValueError\ng()",
+    )
     assert failed["content"]["status"] == "error"
     _, content, _, _ = listener.request("release_traceback")
     assert content["result"]["freed"]["0"] == 64 * MiB

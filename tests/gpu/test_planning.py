@@ -53,8 +53,23 @@ def gip(ip):
     yield ip
     ip.run_cell("%gpumem limit off")
     for name in list(ip.user_ns):
-        if name in ("mlp", "opt", "x", "out", "loss", "rep", "res", "model", "step", "mlp_opt",
-                    "cnn", "cnn_opt", "enc", "enc_opt", "big"):  # fmt: skip
+        if name in (
+            "mlp",
+            "opt",
+            "x",
+            "out",
+            "loss",
+            "rep",
+            "res",
+            "model",
+            "step",
+            "mlp_opt",
+            "cnn",
+            "cnn_opt",
+            "enc",
+            "enc_opt",
+            "big",
+        ):
             ip.user_ns.pop(name, None)
     import gc
 
@@ -123,8 +138,12 @@ def test_breakdown_first_adamw_step_peaks_in_the_optimizer(gip):
     assert b.bytes_of("optimizer state") == 2 * P
     assert b.bytes_of("activations") == 0  # backward freed them; the optimizer's temporaries
     assert b.bytes_of("temporaries") > 0
-    record(test="adamw_first_step", P=P, peak=b.peak,
-           categories={c.category: c.bytes for c in b.categories})  # fmt: skip
+    record(
+        test="adamw_first_step",
+        P=P,
+        peak=b.peak,
+        categories={c.category: c.bytes for c in b.categories},
+    )
 
 
 def test_breakdown_resnet50_step(gip):
@@ -158,9 +177,14 @@ def test_breakdown_resnet50_step(gip):
     assert b.phase in ("forward", "backward")
     assert b.bytes_of("activations") > 0
     assert all(m.module.startswith("model") for m in b.modules)
-    record(test="resnet50", P=P, peak=b.peak, phase=b.phase,
-           categories={c.category: c.bytes for c in b.categories},
-           modules=[(m.module, m.activations, m.temporaries) for m in b.modules[:3]])  # fmt: skip
+    record(
+        test="resnet50",
+        P=P,
+        peak=b.peak,
+        phase=b.phase,
+        categories={c.category: c.bytes for c in b.categories},
+        modules=[(m.module, m.activations, m.temporaries) for m in b.modules[:3]],
+    )
 
 
 def test_no_hooks_left_after_a_breakdown(gip):
@@ -176,8 +200,10 @@ def test_no_hooks_left_after_a_breakdown(gip):
 def test_scan_finds_the_largest_value(gip, case: Case):
     gip.run_cell(case.setup)
     values = ",".join(str(v) for v in case.probes)
-    res, texts, _ = run(gip, f"%%gpumem --scan {case.var}={values} --fit-in {case.fit_in} -o res\n"
-                             f"step({case.var})\n")  # fmt: skip
+    res, texts, _ = run(
+        gip,
+        f"%%gpumem --scan {case.var}={values} --fit-in {case.fit_in} -o res\nstep({case.var})\n",
+    )
     assert res.success, texts
     r = gip.user_ns["res"]
     assert r.fit is not None and r.predicted is not None
@@ -189,12 +215,36 @@ def test_scan_finds_the_largest_value(gip, case: Case):
     assert runs_under_cap(torch, step, int(r.verified), r.cap)
     lo = int(max(p.value for p in r.probes if (p.peak_reserved or 0) <= r.cap))
     truth, runs = true_largest(torch, step, r.cap, lo, int(r.predicted * 1.5) + 2)
-    record(test="scan", case=case.name, probes=list(case.probes), fit=r.fit.kind,
-           predicted=r.predicted, verified=r.verified, true=truth, cap=r.cap, margin=r.margin,
-           outside=r.outside_torch, verify_runs=len(r.verifications), bisection_runs=runs,
-           answer=r.answer,
-           runs=[[x.kind, x.value, x.ok, x.oom, x.base, x.peak_allocated, x.peak_reserved, x.kept,
-                  x.cap, x.fragmentation] for x in r.runs])  # fmt: skip
+    record(
+        test="scan",
+        case=case.name,
+        probes=list(case.probes),
+        fit=r.fit.kind,
+        predicted=r.predicted,
+        verified=r.verified,
+        true=truth,
+        cap=r.cap,
+        margin=r.margin,
+        outside=r.outside_torch,
+        verify_runs=len(r.verifications),
+        bisection_runs=runs,
+        answer=r.answer,
+        runs=[
+            [
+                x.kind,
+                x.value,
+                x.ok,
+                x.oom,
+                x.base,
+                x.peak_allocated,
+                x.peak_reserved,
+                x.kept,
+                x.cap,
+                x.fragmentation,
+            ]
+            for x in r.runs
+        ],
+    )
     assert r.verified <= truth
     assert r.verified >= 0.95 * truth
     assert abs(r.predicted - truth) <= 0.05 * truth
@@ -249,15 +299,17 @@ def test_oom_fixes_are_judged_against_what_the_step_needs(gip):
     before = torch.cuda.memory_allocated(0)
     gip.run_cell("%gpumem release-traceback")
     assert before - torch.cuda.memory_allocated(0) == first
-    record(test="oom_need", need=pm.need, room=pm.room, first=first, del_opt=del_opt.text,
-           hint=pm.hint)  # fmt: skip
+    record(
+        test="oom_need", need=pm.need, room=pm.room, first=first, del_opt=del_opt.text, hint=pm.hint
+    )
 
     # With a scan of the step, the whole need at batch = 32768 is known: deleting the
     # optimizer (its state) no longer "covers" anything, it is judged against the step.
     # (The scan runs values where activations, not the optimizer step, make the peak.)
     gip.run_cell("%gpumem limit off")
-    res, texts, _ = run(gip, f"%%gpumem --scan batch=4096,8192,12288 --fit-in {cap}B -o res\n"
-                             + OOM_STEP)  # fmt: skip
+    res, texts, _ = run(
+        gip, f"%%gpumem --scan batch=4096,8192,12288 --fit-in {cap}B -o res\n" + OOM_STEP
+    )
     assert res.success, texts
     scan = gip.user_ns["res"]
     assert not scan.notes, scan.notes
@@ -279,8 +331,15 @@ def test_oom_fixes_are_judged_against_what_the_step_needs(gip):
         if f.kind not in ("cap", "other_process") and f.frees is not None
     )
     gip.run_cell("%gpumem release-traceback")
-    record(test="oom_need_after_scan", need=pm.need, need_full=pm.need_full, room=pm.room,
-           del_opt=del_opt.text, hint=pm.hint, answer=scan.answer)  # fmt: skip
+    record(
+        test="oom_need_after_scan",
+        need=pm.need,
+        need_full=pm.need_full,
+        room=pm.room,
+        del_opt=del_opt.text,
+        hint=pm.hint,
+        answer=scan.answer,
+    )
 
 
 def test_scan_function_finds_what_the_magic_finds(gip):

@@ -56,8 +56,10 @@ def test_who_holds_it_names_the_leak_and_the_fix():
     code = [c for c in nb.cells if c.cell_type == "code"]
 
     def text(cell):
-        return "\n".join(o.get("text", "") + o.get("data", {}).get("text/plain", "")
-                         for o in cell.get("outputs", []))  # fmt: skip
+        return "\n".join(
+            o.get("text", "") + o.get("data", {}).get("text/plain", "")
+            for o in cell.get("outputs", [])
+        )
 
     def count(cell):
         return cell["execution_count"]

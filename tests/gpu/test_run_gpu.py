@@ -29,8 +29,11 @@ def notebook(path: Path) -> Path:
     import nbformat
 
     nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}  # fmt: skip
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nb.cells = [
         nbformat.v4.new_code_cell("import torch"),
         nbformat.v4.new_code_cell("x = torch.empty(3 << 30, dtype=torch.uint8, device='cuda')"),
@@ -42,8 +45,13 @@ def notebook(path: Path) -> Path:
 
 def run(*args: str | Path):
     env = {k: v for k, v in os.environ.items() if k != "JUPYTER_GPUMEM_REPLAY"}
-    p = subprocess.run([sys.executable, "-m", "jupyter_gpumem", *map(str, args)],
-                       capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, "-m", "jupyter_gpumem", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert "Traceback" not in p.stderr, p.stderr
     return p
 
@@ -66,8 +74,18 @@ def test_does_not_fit_in_2gib(tmp_path):
 
 def test_fits_in_4gib_with_exact_figures(tmp_path):
     js = tmp_path / "big.json"
-    p = run("run", notebook(tmp_path / "nb.ipynb"), "--fits", "4GiB", "--json", js,
-            "--budget", "peak<=3GiB", "--budget", "kept<=3GiB")  # fmt: skip
+    p = run(
+        "run",
+        notebook(tmp_path / "nb.ipynb"),
+        "--fits",
+        "4GiB",
+        "--json",
+        js,
+        "--budget",
+        "peak<=3GiB",
+        "--budget",
+        "kept<=3GiB",
+    )
     assert p.returncode == 0, p.stderr
     assert "fits in 4.00 GiB" in p.stderr
     doc = json.loads(js.read_text())
@@ -84,8 +102,20 @@ def test_fits_in_4gib_with_exact_figures(tmp_path):
 
 def test_the_example_notebook_holds_its_budgets(tmp_path):
     js = tmp_path / "example.json"
-    p = run("run", EXAMPLE, "--budget", "peak<=2GiB", "--budget", "kept<=512MiB",
-            "--fits", "3GiB", "--json", js, "--html", tmp_path / "example.html")  # fmt: skip
+    p = run(
+        "run",
+        EXAMPLE,
+        "--budget",
+        "peak<=2GiB",
+        "--budget",
+        "kept<=512MiB",
+        "--fits",
+        "3GiB",
+        "--json",
+        js,
+        "--html",
+        tmp_path / "example.html",
+    )
     assert p.returncode == 0, p.stderr + p.stdout
     doc = json.loads(js.read_text())
     assert doc["summary"]["budgets"]["failed"] == 0

@@ -51,9 +51,13 @@ def test_two_kernels_get_exactly_what_they_allocated(tmp_path):
             body = {"path": name, "type": "notebook", "kernel": {"name": "python3"}}
             _, text = server.request("api/sessions", "POST", body)
             kernels[name] = json.loads(text)["kernel"]["id"]
-            run_in(tmp_path, kernels[name], server,
-                   f"import torch\nx = torch.empty({gib} << 30, dtype=torch.uint8, device='cuda')\n"
-                   "torch.cuda.synchronize()")  # fmt: skip
+            run_in(
+                tmp_path,
+                kernels[name],
+                server,
+                f"import torch\nx = torch.empty({gib} << 30, dtype=torch.uint8, device='cuda')\n"
+                "torch.cuda.synchronize()",
+            )
         time.sleep(1.2)
         reply = server.get("api/gpumem/devices")
         assert reply["pid_namespace"] == "shared", reply

@@ -19,8 +19,11 @@ MiB = 1 << 20
 
 @pytest.fixture
 def vip(ip):
-    cell(ip, "import torch\ntorch.empty(0, device='cuda:0')\nimport gc; gc.collect()\n"
-             "torch.cuda.empty_cache()")  # fmt: skip
+    cell(
+        ip,
+        "import torch\ntorch.empty(0, device='cuda:0')\nimport gc; gc.collect()\n"
+        "torch.cuda.empty_cache()",
+    )
     yield ip
     cell(ip, "%gpumem track off")
     for name in (*NAMES, "kept", "tmp", "many"):
@@ -33,18 +36,22 @@ def vip(ip):
 
 def test_segment_map_of_a_planted_fragmentation(vip):
     cell(vip, "%gpumem track on")
-    cell(vip, "big = torch.empty(1 << 30, dtype=torch.uint8, device='cuda'); del big\n"
-              "blocks = [torch.empty(64 << 20, dtype=torch.uint8, device='cuda')"
-              " for _ in range(16)]\n"
-              "for i in range(0, 16, 2): blocks[i] = None")  # fmt: skip
+    cell(
+        vip,
+        "big = torch.empty(1 << 30, dtype=torch.uint8, device='cuda'); del big\n"
+        "blocks = [torch.empty(64 << 20, dtype=torch.uint8, device='cuda')"
+        " for _ in range(16)]\n"
+        "for i in range(0, 16, 2): blocks[i] = None",
+    )
     from jupyter_gpumem._ipython import current
 
     m = current().attributor.segment_maps(0)[0]
     seg = next(s for s in m.segments if s.size == 1 << 30)
     assert len(seg.free_pieces) == 8 and {p.size for p in seg.free_pieces} == {64 * MiB}
     assert m.space.largest_free_block == 64 * MiB
-    assert all("blocks = [torch.empty(64 << 20" in b.site for b in seg.blocks
-               if b.kind == "allocated")  # fmt: skip
+    assert all(
+        "blocks = [torch.empty(64 << 20" in b.site for b in seg.blocks if b.kind == "allocated"
+    )
     _, texts, cap = cell(vip, "%gpumem segments")
     html = next(o.data["text/html"] for o in cap.outputs)
     assert "8 free piece(s) 512.00 MiB (largest 64.00 MiB)" in texts[0]
@@ -56,10 +63,13 @@ def test_segment_map_of_a_planted_fragmentation(vip):
 
 def test_traced_cell_peak_lines_and_memory_viz_file(vip, tmp_path):
     path = tmp_path / "cell.pickle"
-    res, texts, _ = cell(vip, f"%%gpumem --trace --save {path} -o rep\n"
-                              "kept = torch.empty(64 << 20, dtype=torch.uint8, device='cuda')\n"
-                              "tmp = torch.empty(256 << 20, dtype=torch.uint8, device='cuda')\n"
-                              "del tmp")  # fmt: skip
+    res, texts, _ = cell(
+        vip,
+        f"%%gpumem --trace --save {path} -o rep\n"
+        "kept = torch.empty(64 << 20, dtype=torch.uint8, device='cuda')\n"
+        "tmp = torch.empty(256 << 20, dtype=torch.uint8, device='cuda')\n"
+        "del tmp",
+    )
     assert res.success
     rep = vip.user_ns["rep"]
     (t,) = rep.trace.timelines

@@ -1,0 +1,120 @@
+"""Mime bundles (``text/plain`` + ``text/html``): what Jupyter shows for each record.
+
+The one place where a record's text and HTML views are paired. Importing this module
+registers them with the model (``model/render.py``), so that a record shows itself:
+``%%gpumem -o r`` then ``r`` shows the report, ``jupyter_gpumem.scan(...)`` shows the
+scan. The front ends display records (or, for lists and tables, these bundles); they
+never build bundles themselves. The views are imported when first used, so registering
+costs nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from html import escape
+
+from ..model import (
+    Breakdown,
+    CellReport,
+    HistoryRow,
+    Measurement,
+    ScanResult,
+    SegmentMap,
+    WhoReport,
+)
+from ..model.render import Bundle, register
+
+
+def cell_report(report: CellReport, compact: bool = False) -> Bundle:
+    """The cell's report: its sections, then its breakdown and its trace when it has them;
+    ``compact``: the one line of ``-c``/auto mode."""
+    if compact:
+        from ._rows import compact_line
+
+        text = compact_line(report)
+        html = (
+            '<div class="jp-GpuMem-compact" style="font-family:var(--jp-code-font-family,'
+            'monospace);font-size:var(--jp-code-font-size,12px);opacity:0.75">'
+            f"{escape(text)}</div>"
+        )
+        return {"text/plain": text, "text/html": html}
+    from ._rows import cell_sections
+    from .html import cell_report_html
+    from .text import cell_report_text
+
+    sections = cell_sections(report)  # laid out twice, built once
+    text, html = cell_report_text(report, sections), cell_report_html(report, sections)
+    if report.breakdowns:
+        b = breakdown(report.breakdowns)
+        text += "\n" + b["text/plain"]
+        html += b["text/html"]
+    elif report.breakdown_note:
+        text += f"\n  breakdown: {report.breakdown_note}"
+        html += f"<div>breakdown: {escape(report.breakdown_note)}</div>"
+    if report.trace is not None:
+        from .timeline import trace_html, trace_text
+
+        text += "\n" + trace_text(report.trace)
+        html += trace_html(report.trace)
+    return {"text/plain": text, "text/html": html}
+
+
+def measurement(m: Measurement) -> Bundle:
+    from .html import measurement_html
+    from .text import measurement_text
+
+    return {"text/plain": measurement_text(m), "text/html": measurement_html(m)}
+
+
+def who(reports: Sequence[WhoReport]) -> Bundle:
+    from .who import who_html, who_text
+
+    return {"text/plain": who_text(reports), "text/html": who_html(reports)}
+
+
+def segments(maps: Sequence[SegmentMap]) -> Bundle:
+    from .segments import segments_html, segments_text
+
+    return {"text/plain": segments_text(list(maps)), "text/html": segments_html(list(maps))}
+
+
+def breakdown(items: Sequence[Breakdown]) -> Bundle:
+    from .breakdown import breakdown_html, breakdown_text
+
+    return {"text/plain": breakdown_text(items), "text/html": breakdown_html(items)}
+
+
+def scan(result: ScanResult) -> Bundle:
+    from .scan import scan_html, scan_text
+
+    return {"text/plain": scan_text(result), "text/html": scan_html(result)}
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> Bundle:
+    from .html import table_html
+    from .text import table_text
+
+    return {"text/plain": table_text(header, rows), "text/html": table_html(header, rows)}
+
+
+def history(
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    plot: Sequence[HistoryRow] | None,
+    device: int = 0,
+) -> Bundle:
+    """The history table; its HTML a plot of ``plot``'s rows on ``device`` when given."""
+    bundle = table(header, rows)
+    if plot is not None:
+        from .history_plot import history_html
+
+        bundle["text/html"] = history_html(plot, device)
+    return bundle
+
+
+register(CellReport, cell_report)
+register(Measurement, measurement)
+register(WhoReport, lambda r: who([r]))
+register(SegmentMap, lambda m: segments([m]))
+register(Breakdown, lambda b: breakdown([b]))
+register(ScanResult, scan)

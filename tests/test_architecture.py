@@ -1,0 +1,73 @@
+"""The import graph points down: no module imports a layer above its own, and no
+production module imports the test-only ``testing`` package. The layers, and the picture
+of the graph in ``docs/architecture.md``, come from ``scripts/architecture.py``."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("architecture", ROOT / "scripts/architecture.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["architecture"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+arch = _load()
+GRAPH = arch.imports()
+
+
+def test_every_module_has_a_layer():
+    for module in GRAPH:
+        arch.layer_of(module)  # raises for a module in no layer
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    assert arch.violations(GRAPH) == []
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "expected"),
+    [
+        ("model.cell", "from ..collectors import Collector\n", "a layer above"),
+        ("analysis.who", "def f():\n    from ..core.history import History\n", "a layer above"),
+        ("collectors.nvml", "import jupyter_gpumem._ipython.session\n", "a layer above"),
+        ("core.tracker", "from ..testing.replay import ReplayBackend\n", "test-only"),
+        ("reporters.text", "from jupyter_gpumem.protocol import schema\n", "a layer above"),
+        ("protocol.handler", "from .. import widget\n", "a layer above"),
+    ],
+)
+def test_an_upward_import_is_caught(tmp_path, monkeypatch, module, source, expected):
+    """The check reads every import form (relative, absolute, inside functions)."""
+    pkg = tmp_path / "jupyter_gpumem"
+    path = pkg / (module.replace(".", "/") + ".py")
+    path.parent.mkdir(parents=True)
+    path.write_text(source)
+    monkeypatch.setattr(arch, "PACKAGE", pkg)
+    found = arch.violations(arch.imports())
+    assert len(found) == 1 and expected in found[0], found
+
+
+def test_the_picture_in_the_docs_is_current():
+    assert arch.PICTURE.read_text() == arch.svg(GRAPH), (
+        "docs/architecture.svg is stale: run `make architecture`"
+    )
+
+
+def test_the_docs_name_every_layer():
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    assert "architecture.svg" in doc
+    for name, _, members in arch.LAYERS:
+        assert name in doc
+        for m in members:
+            if not m.startswith("__"):
+                assert f"`{m}" in doc, m
