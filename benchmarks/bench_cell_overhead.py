@@ -132,7 +132,9 @@ with capture_output():
     snap = tracemalloc.take_snapshot()
 from jupyter_gpumem._ipython import current
 assert len(current().history) == n + 1
-flt = [tracemalloc.Filter(True, "*jupyter_gpumem/_history.py")]
+# the history's own module, where it was before and after the architecture step
+flt = [tracemalloc.Filter(True, p) for p in ("*jupyter_gpumem/_history.py",
+       "*jupyter_gpumem/core/history.py", "*jupyter_gpumem/model/history.py")]
 size = sum(s.size for s in snap.filter_traces(flt).statistics("filename"))
 row = current().history.last(1)[0]
 print(json.dumps({"bytes_per_cell": size / n, "devices": len(row.devices)}))

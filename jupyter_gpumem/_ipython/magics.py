@@ -459,7 +459,7 @@ class GpuMemMagics(Magics):
         if opts.output:
             self.shell.user_ns[opts.output] = result
         if not opts.quiet:
-            display(result)
+            display(bundles.scan(result), raw=True)
 
     # -- line commands ----------------------------------------------------------------
     def _cmd_now(self, args: Any) -> None:
@@ -471,7 +471,7 @@ class GpuMemMagics(Magics):
             from dataclasses import replace
 
             m = replace(m, devices=tuple(d for d in m.devices if d.index == args.device))
-        display(m)
+        display(bundles.measurement(m), raw=True)
 
     def _cmd_auto(self, args: Any) -> None:
         self.session.auto = args.state == "on"

@@ -302,11 +302,11 @@ def first_code_line(raw: str) -> str:
 
 
 def show_report(report: CellReport, compact: bool = False) -> None:
+    """The report as the record shows itself (``reporters/bundles.py``), sent raw:
+    ``display(report)`` would also ask IPython's nine other formatters for nothing,
+    35 us a cell."""
     from IPython.display import display
 
     from ..reporters import bundles
 
-    if compact:
-        display(bundles.cell_report(report, compact=True), raw=True)
-    else:
-        display(report)
+    display(bundles.cell_report(report, compact=compact), raw=True)
