@@ -7,9 +7,8 @@
   tells "not loaded".
 - Each control request makes ipykernel publish busy/idle statuses whose parent is the
   request. JupyterLab >= 4.5 ignores those when the request type is in the server's
-  ``untracked_message_types`` (this package's jupyter_server extension, ``_server.py``,
-  adds it);
-  older JupyterLab may show "Idle" briefly while a cell runs.
+  ``untracked_message_types`` (this package's jupyter_server extension, ``server/``,
+  adds it); older JupyterLab may show "Idle" briefly while a cell runs.
 - Live samples are ``comm_msg`` messages on IOPub (a daemon thread may publish there while
   a cell runs) under one comm id that is stable for the kernel's life, and no
   ``comm_open`` is ever sent: every JupyterLab connection to the kernel that has not
@@ -18,10 +17,13 @@
 - Requests that read the user's namespace (``who``, ``release_traceback``) must not run
   beside a cell. The control thread hands them to the shell thread's event loop
   (``kernel.io_loop``, a tornado IOLoop in ipykernel 6 and 7; ``add_callback`` is
-  thread-safe) and waits: they run there only between cells (a cell holds that thread; an
-  ``await``-ing cell still counts as running: ``session.busy``). If the shell thread does
-  not pick the task up quickly (a cell started first), the reply is ``busy`` and the task,
-  when it finally runs, does nothing.
+  thread-safe) and returns at once: ipykernel 7 handles one control message at a time, so
+  waiting there would hold every other request (a ``sample``) behind a namespace walk.
+  The shell thread runs the task only between cells (a cell holds that thread; an
+  ``await``-ing cell still counts as running: ``session.busy``) and hands the reply back
+  to the control thread's loop, which alone sends on the control socket. If the shell
+  thread does not pick the task up quickly (a cell started first), the reply is ``busy``
+  and the task, when it finally runs, does nothing.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .errors import ProtocolError
-from .protocol import BUSY, COMM_TARGET, REPLY, REQUEST
-from .protocol.handler import Handler
+from .protocol import BUSY, COMM_TARGET, REPLY, REQUEST, check_request, error_reply
+from .protocol.handler import READS_NAMESPACE, Handler
 from .protocol.stream import SampleStream
 
 if TYPE_CHECKING:
@@ -69,7 +71,11 @@ class KernelBridge:
         self.session = session
         self.kernel = kernel
         self.stream = SampleStream(session.collector, _IopubChannel(kernel), lambda: session.busy)
+        # On the control thread; namespace actions through run_on_shell (kernels whose
+        # control stream has no loop of its own to reply from later)
         self.handler = Handler(session, self.stream, self.run_on_shell)
+        # On the shell thread, between cells (namespace actions, replied to later)
+        self.shell_handler = Handler(session, self.stream)
 
     # How long the control thread waits for the shell thread to start a task, and to end it.
     START_S = 0.5
@@ -114,8 +120,57 @@ class KernelBridge:
         return dict(state["value"])
 
     def on_request(self, stream: Any, idents: Any, msg: dict[str, Any]) -> None:
-        content = self.handler.handle(msg.get("content"))
-        self.kernel.session.send(stream, REPLY, content, parent=msg, ident=idents)
+        content = msg.get("content")
+        control_loop = getattr(stream, "io_loop", None)
+        shell_loop = getattr(self.kernel, "io_loop", None)
+        if (
+            _reads_namespace(content)
+            and hasattr(control_loop, "call_later")
+            and hasattr(shell_loop, "add_callback")
+        ):
+            self._later(stream, idents, msg, control_loop, shell_loop)
+            return
+        self._send(stream, idents, msg, self.handler.handle(content))
+
+    def _send(self, stream: Any, idents: Any, msg: dict[str, Any], reply: dict[str, Any]) -> None:
+        self.kernel.session.send(stream, REPLY, reply, parent=msg, ident=idents)
+
+    def _later(
+        self, stream: Any, idents: Any, msg: dict[str, Any], control_loop: Any, shell_loop: Any
+    ) -> None:
+        """Run a namespace action on the shell thread and reply from the control thread's
+        loop when it ends; the control thread is free meanwhile. Exactly one reply: the
+        result, ``busy`` (not started within START_S) or ``failed`` (not done in FINISH_S)."""
+        content = msg.get("content")
+        action = content.get("action") if isinstance(content, dict) else None
+        if self.session.busy:
+            self._send(stream, idents, msg, error_reply(action, "busy", BUSY))
+            return
+        lock = threading.Lock()
+        state = {"started": False, "replied": False}
+
+        def reply(answer: dict[str, Any], unless_started: bool = False) -> None:
+            with lock:
+                if state["replied"] or (unless_started and state["started"]):
+                    return
+                state["replied"] = True
+            control_loop.add_callback(self._send, stream, idents, msg, answer)
+
+        def task() -> None:  # on the shell thread
+            with lock:
+                if state["replied"]:
+                    return  # answered busy already: a cell started first
+                state["started"] = True
+            reply(self.shell_handler.handle(content))
+
+        shell_loop.add_callback(task)
+        control_loop.call_later(
+            self.START_S, lambda: reply(error_reply(action, "busy", BUSY), unless_started=True)
+        )
+        control_loop.call_later(
+            self.FINISH_S,
+            lambda: reply(error_reply(action, "failed", "the shell thread did not finish in time")),
+        )
 
     def attach(self) -> None:
         self.kernel.control_handlers[REQUEST] = self.on_request
@@ -127,6 +182,14 @@ class KernelBridge:
         if self.stream.push_cell in self.session.report_listeners:
             self.session.report_listeners.remove(self.stream.push_cell)
         self.stream.stop()
+
+
+def _reads_namespace(content: Any) -> bool:
+    try:
+        action, _ = check_request(content)
+    except ProtocolError:
+        return False  # the handler answers the bad request at once
+    return action in READS_NAMESPACE
 
 
 _BRIDGES: dict[int, KernelBridge] = {}

@@ -38,6 +38,7 @@ class Listener:
         self.kc = kc
         self.iopub: list[tuple[float, dict]] = []
         self.control: queue.Queue = queue.Queue()
+        self.kept: list[tuple[float, dict]] = []  # replies read while waiting for another
         self.stop = threading.Event()
         self.threads = [
             threading.Thread(target=self._pump, args=(ch, sink), daemon=True)
@@ -57,19 +58,32 @@ class Listener:
                 continue
             sink((time.monotonic(), msg))
 
-    def request(self, action, timeout=5.0, **args):
+    def send(self, action, **args):
+        """Send a request without waiting: (msg_id, time sent)."""
         msg = self.kc.session.msg("gpumem_request", {"protocol": 1, "action": action, "args": args})
         t0 = time.monotonic()
         self.kc.control_channel.send(msg)
+        return msg["header"]["msg_id"], t0
+
+    def wait(self, msg_id, t0, timeout=5.0):
+        """The reply to one request (replies to others are kept for their own wait)."""
         deadline = t0 + timeout
-        while time.monotonic() < deadline:
+        while True:
+            for i, (t, reply) in enumerate(self.kept):
+                if reply["parent_header"].get("msg_id") == msg_id:
+                    del self.kept[i]
+                    return reply["msg_type"], reply["content"], t - t0, t
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None, None, None, None
             try:
-                t, reply = self.control.get(timeout=deadline - time.monotonic())
+                self.kept.append(self.control.get(timeout=remaining))
             except queue.Empty:
-                break
-            if reply["parent_header"].get("msg_id") == msg["header"]["msg_id"]:
-                return reply["msg_type"], reply["content"], t - t0, t
-        return None, None, None, None
+                return None, None, None, None
+
+    def request(self, action, timeout=5.0, **args):
+        msg_id, t0 = self.send(action, **args)
+        return self.wait(msg_id, t0, timeout)
 
 
 def stop_kernel(km, kc, listener):
@@ -228,3 +242,32 @@ def test_namespace_requests_wait_for_the_cell_and_run_between_cells(kernel):
     assert content["result"]["tracking"] == {"active": False, "wanted": False}
     _, content, _, _ = listener.request("who")
     assert content["result"]["devices"][0]["by_line"] is None  # no sites without tracking
+
+
+def test_a_slow_namespace_walk_does_not_hold_samples(kernel):
+    """ipykernel handles one control message at a time: a `who` that waited there for its
+    walk would hold a `sample` sent meanwhile. The walk runs on the shell thread and the
+    control thread answers the sample at once."""
+    kc, listener = kernel
+    slow = (
+        "import time as _t\n"
+        "from jupyter_gpumem._ipython import current as _c\n"
+        "_a = _c().attributor\n"
+        "_orig_read = _a.read\n"
+        "def _slow_read(*a, **k):\n"
+        "    _t.sleep(2)\n"
+        "    return _orig_read(*a, **k)\n"
+        "_a.read = _slow_read\n"
+    )
+    assert wait_execute(kc, slow)["content"]["status"] == "ok"
+    try:
+        who_id, who_t0 = listener.send("who")
+        time.sleep(0.2)  # the walk has started on the shell thread
+        kind, content, rtt, t_sample = listener.request("sample", timeout=5)
+        assert kind == "gpumem_reply" and content["status"] == "ok"
+        assert rtt < 0.5, f"the sample waited {rtt:.2f} s behind the walk"
+        kind, content, rtt_who, t_who = listener.wait(who_id, who_t0, timeout=15)
+        assert content["status"] == "ok", content
+        assert 2.0 <= rtt_who < 10 and t_sample < t_who  # answered when the walk ended
+    finally:
+        assert wait_execute(kc, "_a.read = _orig_read")["content"]["status"] == "ok"

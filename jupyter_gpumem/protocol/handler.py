@@ -190,6 +190,10 @@ class Handler:
         return self.on_shell(release)
 
 
+# Actions that read the user's namespace: the kernel runs them on the shell thread, between
+# cells, and replies when they end (the control thread stays free for samples).
+READS_NAMESPACE = frozenset({"who", "release_traceback"})
+
 ACTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "hello": Handler.hello,
     "sample": Handler.sample,
