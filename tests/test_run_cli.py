@@ -373,6 +373,56 @@ def test_usage_errors_write_nothing_and_start_no_kernel(tmp_path):
     ]
 
 
+def test_hostile_inputs_get_clear_errors_before_any_kernel_starts(tmp_path):
+    """What a hostile-input probe found: each is refused up front, naming the option or
+    cell and the accepted form, and nothing on disk changes."""
+    import json as _json
+
+    nb = notebook(tmp_path / "u.ipynb", "x = 1")
+    huge = "9" * 320
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    dangling = tmp_path / "dangling.json"
+    dangling.symlink_to(tmp_path / "missing" / "x.json")
+    dangling_here = tmp_path / "here.json"
+    dangling_here.symlink_to(tmp_path / "not-yet.json")
+    doc = _json.loads(nb.read_text())
+    doc["cells"][1]["metadata"]["tags"] = 5
+    tags5 = tmp_path / "tags5.ipynb"
+    tags5.write_text(_json.dumps(doc))
+    cases = [
+        (["run", "/dev/zero"], "/dev/zero is not a regular file (a device, FIFO or socket)"),
+        (["run", fifo], "is not a regular file (a device, FIFO or socket)"),
+        (["run", nb, "--budget", f"peak<={huge}GiB"], "--budget: bad size in budget"),
+        (["run", nb, "--budget", f"peak<={huge}GiB"], "size too large"),
+        (["run", nb, "--fits", f"{huge}GiB"], "--fits: size too large"),
+        (["run", tags5], "cell 2 `x = 1`: bad budget tag: the cell's tags must be a list"),
+        (["run", tags5], 'e.g. "tags": ["gpumem: peak<=4GiB"]'),
+        (["run", nb, "--json", "/dev/full", "--force"], "--json /dev/full: not a regular file"),
+        (["run", nb, "--json", dangling], "which does not exist; give a file name"),
+        (["run", nb, "--html", dangling_here], "which does not exist; give a file name"),
+    ]
+    for args, message in cases:
+        p = run(*args)
+        assert p.returncode == 2, (args, p.stderr)
+        assert message in p.stderr, (args, p.stderr)
+        assert "Error:" not in p.stderr and len(p.stderr) < 2000, p.stderr  # no raw exception
+    tagged = notebook(tmp_path / "tagged.ipynb", ("x = 1", [f"gpumem: peak<={huge}GiB"]))
+    p = run("run", tagged)
+    assert p.returncode == 2 and "cell 2 `x = 1`: bad budget tag: bad size" in p.stderr
+    assert not (tmp_path / "not-yet.json").exists() and not (tmp_path / "missing").exists()
+
+
+def test_a_notebook_past_the_size_cap_is_refused(tmp_path, monkeypatch):
+    from jupyter_gpumem.errors import CliUsageError
+    from jupyter_gpumem.run import cli
+
+    nb = notebook(tmp_path / "u.ipynb", "x = 1")
+    monkeypatch.setattr(cli, "MAX_NOTEBOOK_BYTES", 100)
+    with pytest.raises(CliUsageError, match=r"notebooks up to 100 B are read"):
+        cli._read_notebook(nb)
+
+
 def test_version():
     from jupyter_gpumem import __version__
 

@@ -127,7 +127,13 @@ def parse_budget(text: str, scope: str = "global") -> Budget:
 
 
 def tag_budgets(tags: Iterable[Any]) -> list[Budget]:
-    """The budgets in a cell's ``gpumem: ...`` tags (other tags are ignored)."""
+    """The budgets in a cell's ``gpumem: ...`` tags (other tags are ignored). ``tags`` is
+    what the notebook's cell metadata holds: anything but a list of strings is an error."""
+    if not isinstance(tags, (list, tuple)):
+        raise BudgetError(
+            f"the cell's tags must be a list of strings, got {_shown(tags)}; "
+            'e.g. "tags": ["gpumem: peak<=4GiB"]'
+        )
     out: list[Budget] = []
     for tag in tags:
         if not isinstance(tag, str):
@@ -142,6 +148,11 @@ def tag_budgets(tags: Iterable[Any]) -> list[Budget]:
         for part in parts:
             out.append(parse_budget(part.strip(), scope="cell"))
     return out
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:59] + "…"
 
 
 def effective(global_budgets: Sequence[Budget], cell_budgets: Sequence[Budget]) -> list[Budget]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -142,6 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 # -- run ----------------------------------------------------------------------------------
 def _outputs(args: argparse.Namespace, notebook: Path) -> dict[str, Path]:
+    """The output files, checked before the notebook runs: a new file in a folder we may
+    write to, or (with --force) a regular file we may overwrite."""
     outs: dict[str, Path] = {}
     for kind in ("json", "html", "output"):
         value = getattr(args, kind)
@@ -150,11 +153,24 @@ def _outputs(args: argparse.Namespace, notebook: Path) -> dict[str, Path]:
         path = Path(value).expanduser()
         if path.is_dir():
             raise CliUsageError(f"--{kind} {value}: is a folder; give a file name")
+        if path.is_symlink() and not path.exists():
+            raise CliUsageError(
+                f"--{kind} {value}: a link to {os.readlink(path)}, which does not exist; "
+                "give a file name"
+            )
         if path.exists() and not args.force:
             raise CliUsageError(f"--{kind} {value} exists; choose a new file name or add --force")
+        if path.exists() and not path.is_file():
+            raise CliUsageError(
+                f"--{kind} {value}: not a regular file (a device, FIFO or socket); give a file name"
+            )
         parent = path.resolve().parent
         if not parent.is_dir():
             raise CliUsageError(f"--{kind} {value}: no folder {parent}")
+        if path.exists() and not os.access(path, os.W_OK):
+            raise CliUsageError(f"--{kind} {value}: not writable")
+        if not path.exists() and not os.access(parent, os.W_OK | os.X_OK):
+            raise CliUsageError(f"--{kind} {value}: cannot create files in {parent}")
         if path.resolve() == notebook.resolve() and not args.force:
             raise CliUsageError(f"--{kind} would overwrite the notebook itself")
         outs[kind] = path
@@ -166,6 +182,10 @@ def _outputs(args: argparse.Namespace, notebook: Path) -> dict[str, Path]:
     return outs
 
 
+# The largest notebook read (outputs included); a device like /dev/zero never ends.
+MAX_NOTEBOOK_BYTES = 1 << 30
+
+
 def _read_notebook(path: Path) -> Any:
     import nbformat
 
@@ -173,8 +193,26 @@ def _read_notebook(path: Path) -> Any:
         raise CliUsageError(f"no such notebook: {path}")
     if path.is_dir():
         raise CliUsageError(f"{path} is a folder, not a notebook")
+    if not path.is_file():
+        raise CliUsageError(
+            f"{path} is not a regular file (a device, FIFO or socket): give a .ipynb file"
+        )
+    from ..units import format_bytes
+
     try:
-        nb = nbformat.read(str(path), as_version=4)
+        size = path.stat().st_size
+        if size > MAX_NOTEBOOK_BYTES:
+            raise CliUsageError(
+                f"{path} is {format_bytes(size)}: notebooks up to "
+                f"{format_bytes(MAX_NOTEBOOK_BYTES)} are read (clear its outputs first)"
+            )
+        with open(path, "rb") as f:
+            data = f.read(MAX_NOTEBOOK_BYTES + 1)  # the file may grow after the check
+        if len(data) > MAX_NOTEBOOK_BYTES:
+            raise CliUsageError(f"{path} grew past {format_bytes(MAX_NOTEBOOK_BYTES)} while read")
+        nb = nbformat.reads(data.decode("utf-8"), as_version=4)
+    except CliUsageError:
+        raise
     except Exception as e:  # NotJSONError, ValidationError, OSError, UnicodeDecodeError...
         raise CliUsageError(f"cannot read {path} as a notebook: {_short(e)}") from None
     return nb
@@ -275,7 +313,7 @@ def run(args: argparse.Namespace) -> int:
             if not args.quiet:
                 say(f"wrote {path} (--{kind})")
     except OSError as e:
-        failed_write = f"could not write {e.filename or ''}: {e.strerror or e}"
+        failed_write = f"could not write {path} (--{kind}): {e.strerror or e}"
     word = {"pass": "OK", "fail": "FAIL", "error": "ERROR"}[verdict.result]
     say(f"{word} (exit {verdict.exit_code}): {verdict.headline}")
     if failed_write is not None:
