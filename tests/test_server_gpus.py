@@ -116,7 +116,9 @@ class Server:
             self.proc.kill()
 
 
-def write_nvml(path: Path, processes0, processes1, fail=None) -> None:
+def write_nvml(path: Path, processes0, processes1, fail=None, reserved=(GiB // 2, None)) -> None:
+    """Two fake H200s; ``reserved``: what each driver reports it reserves (NVML memory info
+    v2), None for a driver without v2 (a server asks once: drivers do not change)."""
     devices = [
         {
             "name": "NVIDIA H200",
@@ -133,6 +135,9 @@ def write_nvml(path: Path, processes0, processes1, fail=None) -> None:
             "processes": processes1,
         },
     ]
+    for d, r in zip(devices, reserved, strict=True):
+        if r is not None:
+            d["reserved"] = r
     data = {"driver": "580.00", "devices": devices}
     if fail:
         data["fail"] = fail
@@ -212,10 +217,15 @@ def test_processes_are_matched_with_notebooks_and_their_children(served):
             {"pid": os.getpid(), "used": GiB // 4, "name": me.name()},
         ],
         [{"pid": pids["b.ipynb"], "used": 5 * GiB, "name": "python"}],
+        reserved=(GiB // 2, None),
     )
     time.sleep(1.1)  # past the server's 1 s cache
     reply = server.get("api/gpumem/devices")
     assert reply["pid_namespace"] == "shared" and reply["note"] is None
+    # memory no listed process holds: 20 GiB used, 0.5 GiB the driver's, 3.25 GiB listed;
+    # the second driver does not say what it reserves (then the unseen amount includes it)
+    assert [d["driver_reserved"] for d in reply["devices"]] == [GiB // 2, None]
+    assert [d["unseen"] for d in reply["devices"]] == [20 * GiB - GiB // 2 - 13 * GiB // 4, GiB]
     d0, d1 = reply["devices"]
     assert (d0["uuid"], d1["uuid"]) == tuple(UUIDS) and d0["total"] == 150 * GiB
     roles = {p["pid"]: (p["role"], p["kernel_id"], p["used"]) for p in d0["processes"]}
@@ -248,6 +258,15 @@ def test_metrics_carry_device_and_kernel_series(served):
     assert float(line.split()[-1]) == 3 * GiB  # the kernel and its child
     assert f'jupyter_gpumem_device_memory_total_bytes{{device="1",uuid="{UUIDS[1]}"}}' in text
     assert "jupyter_gpumem_other_memory_used_bytes" in text
+    unseen = f'jupyter_gpumem_unseen_memory_used_bytes{{device="0",uuid="{UUIDS[0]}"}}'
+    assert float(next(x for x in text.splitlines() if x.startswith(unseen)).split()[-1]) == (
+        20 * GiB - GiB // 2 - 13 * GiB // 4
+    )
+    reserved = f'jupyter_gpumem_driver_reserved_bytes{{device="0",uuid="{UUIDS[0]}"}}'
+    assert float(next(x for x in text.splitlines() if x.startswith(reserved)).split()[-1]) == (
+        GiB // 2
+    )
+    assert 'jupyter_gpumem_driver_reserved_bytes{device="1"' not in text  # not told
     assert "jupyter_gpumem_nvml_up 1.0" in text
     assert "a.ipynb" not in text and "b.ipynb" not in text  # no paths in labels
 
@@ -283,6 +302,7 @@ def test_nvml_failures_are_a_value_not_a_crash(served):
     reply = server.get("api/gpumem/devices")
     assert "nvmlDeviceGetComputeRunningProcesses failed" in reply["nvml"]["error"]
     assert len(reply["devices"]) == 2 and reply["devices"][0]["processes"] == []
+    assert reply["devices"][0]["unseen"] is None  # processes not listed: nothing to subtract
     nvml.unlink()  # no NVML at all
     time.sleep(1.1)
     reply = server.get("api/gpumem/devices")

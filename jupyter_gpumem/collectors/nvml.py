@@ -98,6 +98,7 @@ class Nvml:
         self._identities: dict[int, tuple[str, str]] = {}
         self._process_names: dict[int, tuple[float, str | None]] = {}
         self._descendants: dict[int, tuple[float, bool]] = {}
+        self._no_v2: set[int] = set()  # devices whose driver has no memory info v2
 
     def _start(self) -> bool:
         if self._started:
@@ -277,8 +278,12 @@ class Nvml:
         """(pid, bytes) of every compute process NVML lists on one device; empty when NVML
         can't tell. PIDs are those of NVML's PID namespace (the host's, in containers
         that hide it)."""
+        return self.listed_processes(nvml_index) or []
+
+    def listed_processes(self, nvml_index: int) -> list[tuple[int, int]] | None:
+        """As :meth:`processes`, but None when NVML could not list them."""
         if not self._start():
-            return []
+            return None
         out: dict[int, int] = {}
         try:
             h = self._handle(nvml_index)
@@ -287,7 +292,24 @@ class Nvml:
                     out[int(p.pid)] = out.get(int(p.pid), 0) + int(p.usedGpuMemory)
         except Exception as e:
             self.error = f"NVML: {e}"
+            return None
         return sorted(out.items())
+
+    def reserved(self, nvml_index: int) -> int | None:
+        """What the driver itself reserves on the device (NVML's memory info v2: firmware,
+        ECC, page tables), part of ``used``; None where the driver or binding can't tell."""
+        if not self._start() or nvml_index in self._no_v2:
+            return None
+        v2 = getattr(self._nvml, "nvmlMemory_v2", None)
+        if v2 is None:
+            self._no_v2.add(nvml_index)
+            return None
+        try:
+            mem = self._nvml.nvmlDeviceGetMemoryInfo(self._handle(nvml_index), version=v2)
+            return int(mem.reserved)
+        except Exception:  # older drivers: NVML_ERROR_FUNCTION_NOT_FOUND; not an error
+            self._no_v2.add(nvml_index)
+            return None
 
     def read(self, nvml_index: int, with_process: bool = True) -> NvmlDevice | None:
         if not self._start():

@@ -37,8 +37,20 @@ class Gpu:
     uuid: str
     name: str
     total: int
-    used: int
+    used: int  # NVML v1: total minus free, the driver's reservation included
     processes: tuple[GpuProcess, ...]
+    reserved: int | None = None  # what the driver reserves (NVML v2); None: not told
+    listed: bool = True  # NVML listed the processes (False: the call failed)
+
+    @property
+    def unseen(self) -> int | None:
+        """Memory in use that no listed process holds: processes this server cannot see
+        (outside its PID namespace), not counting the driver's reservation when NVML
+        says what it is (otherwise it is included). None when NVML listed no processes."""
+        if not self.listed:
+            return None
+        held = sum(p.used for p in self.processes)
+        return max(0, self.used - (self.reserved or 0) - held)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,25 +116,35 @@ def read_gpus(nvml: Nvml) -> GpuReading:
         return reading
     reading.driver = nvml.driver()
     visible = {n: i for i, n in enumerate(nvml.visible()) if n is not None}
-    found: list[tuple[int, tuple[str, str], Any, list[tuple[int, int]]]] = []
+    found: list[tuple[int, tuple[str, str], Any, list[tuple[int, int]] | None]] = []
     for index in range(nvml.count()):
         identity = nvml.identity(index)
         memory = nvml.read(index, with_process=False)
         if identity is None or memory is None:
             reading.error = nvml.error
             continue
-        found.append((index, identity, memory, nvml.processes(index)))
-    pids = {pid for *_, procs in found for pid, _ in procs}
+        found.append((index, identity, memory, nvml.listed_processes(index)))
+    pids = {pid for *_, procs in found for pid, _ in procs or ()}
     nvml.forget_processes(pids)
     ppids: dict[int, int | None] = {}  # shared by the lookups: siblings share ancestors
     reading.local = {pid: lp for pid in pids if (lp := local_process(pid, ppids)) is not None}
     for index, (name, uuid), memory, procs in found:
         processes = tuple(
             GpuProcess(pid, used, nvml.process_name(pid, _started(reading.local.get(pid))))
-            for pid, used in procs
+            for pid, used in procs or ()
         )
         reading.gpus.append(
-            Gpu(index, visible.get(index), uuid, name, memory.total, memory.used, processes)
+            Gpu(
+                index,
+                visible.get(index),
+                uuid,
+                name,
+                memory.total,
+                memory.used,
+                processes,
+                nvml.reserved(index),
+                procs is not None,
+            )
         )
     if nvml.error and reading.error is None:
         reading.error = nvml.error  # a call failed part way: say so beside what was read
@@ -231,6 +253,8 @@ def gpu_table(reading: GpuReading, kernels: Sequence[KernelInfo]) -> dict[str, A
                 "name": g.name,
                 "total": g.total,
                 "used": g.used,
+                "driver_reserved": g.reserved,
+                "unseen": g.unseen,
                 "processes": processes,
             }
         )

@@ -25,6 +25,11 @@ SERIES = {
     "device, with its child processes",
     "jupyter_gpumem_other_memory_used_bytes": "GPU memory of processes on the device that are "
     "not kernels of this server (or can't be matched)",
+    "jupyter_gpumem_unseen_memory_used_bytes": "GPU memory in use on the device that no "
+    "process NVML lists holds: processes outside this server's PID namespace (the driver's "
+    "own reservation excluded where NVML reports it)",
+    "jupyter_gpumem_driver_reserved_bytes": "GPU memory the driver reserves on the device "
+    "(NVML memory info v2; absent on older drivers)",
     "jupyter_gpumem_nvml_up": "1 when NVML answered the last reading",
     "jupyter_gpumem_reading_age_seconds": "Age of the reading these values come from",
 }
@@ -63,6 +68,8 @@ class GpuMetrics:
         procs = family("jupyter_gpumem_device_processes", DEVICE_LABELS)
         kernel = family("jupyter_gpumem_kernel_memory_used_bytes", [*DEVICE_LABELS, "kernel_id"])
         other = family("jupyter_gpumem_other_memory_used_bytes", DEVICE_LABELS)
+        unseen = family("jupyter_gpumem_unseen_memory_used_bytes", DEVICE_LABELS)
+        reserved = family("jupyter_gpumem_driver_reserved_bytes", DEVICE_LABELS)
         for d in table["devices"]:
             labels = [str(d["index"]), d["uuid"]]
             total.add_metric(labels, d["total"])
@@ -77,7 +84,11 @@ class GpuMetrics:
             other.add_metric(
                 labels, sum(p["used"] for p in d["processes"] if p["kernel_id"] is None)
             )
-        yield from (total, used, procs, kernel, other)
+            if d["unseen"] is not None:
+                unseen.add_metric(labels, d["unseen"])
+            if d["driver_reserved"] is not None:
+                reserved.add_metric(labels, d["driver_reserved"])
+        yield from (total, used, procs, kernel, other, unseen, reserved)
 
 
 _REGISTERED: list[GpuMetrics] = []

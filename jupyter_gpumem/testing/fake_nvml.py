@@ -9,7 +9,11 @@ and benchmarks add latency to every call. The file is read again at each
 
     {"driver": "fake", "latency_ms": 0,
      "devices": [{"name": "NVIDIA H200", "uuid": "GPU-...", "total": 150e9, "used": 2e9,
+                  "reserved": 5e8,
                   "processes": [{"pid": 1234, "used": 2147483648, "name": "python"}]}]}
+
+``used`` is what NVML's memory info v1 says (total minus free, the driver's reservation
+included); ``reserved`` (optional) answers v2, as newer drivers do.
 
 ``"fail": "nvmlDeviceGetComputeRunningProcesses"`` makes that call raise NVMLError.
 """
@@ -94,10 +98,21 @@ class FakeNvml:
     def nvmlDeviceGetUUID(self, h: int) -> str:
         return str(self._device(h, "nvmlDeviceGetUUID")["uuid"])
 
-    def nvmlDeviceGetMemoryInfo(self, h: int) -> Any:
+    nvmlMemory_v2 = 0x02000028  # pynvml's value: sizeof(c_nvmlMemory_v2_t) | 2 << 24
+
+    def nvmlDeviceGetMemoryInfo(self, h: int, version: int | None = None) -> Any:
+        """v1: used includes what the driver reserves; v2 (a device with "reserved"): used
+        without it, reserved apart. A device without "reserved" acts as an older driver."""
         d = self._device(h, "nvmlDeviceGetMemoryInfo")
         total, used = int(d["total"]), int(d["used"])
-        return SimpleNamespace(total=total, used=used, free=total - used)
+        if version is None:
+            return SimpleNamespace(total=total, used=used, free=total - used)
+        if "reserved" not in d:
+            raise NVMLError("Function Not Found (fake: no memory info v2)")
+        reserved = int(d["reserved"])
+        return SimpleNamespace(
+            total=total, reserved=reserved, free=total - used, used=used - reserved
+        )
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[Any]:
         self._load()
