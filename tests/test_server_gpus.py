@@ -23,6 +23,7 @@ import pytest
 
 from jupyter_gpumem.testing.fake_nvml import env as fake_nvml_env
 from jupyter_gpumem.testing.replay import env as replay_env
+from tests.fakes import FIXTURES
 
 psutil = pytest.importorskip("psutil")
 pytestmark = pytest.mark.kernel
@@ -40,6 +41,7 @@ def _port() -> int:
 
 class Server:
     def __init__(self, root: Path, nvml: Path, fake: bool = True) -> None:
+        self.root = root
         self.token = "gpumem-test-token"
         self.port = _port()
         self.base = f"http://127.0.0.1:{self.port}/"
@@ -269,6 +271,68 @@ def test_metrics_carry_device_and_kernel_series(served):
     assert 'jupyter_gpumem_driver_reserved_bytes{device="1"' not in text  # not told
     assert "jupyter_gpumem_nvml_up 1.0" in text
     assert "a.ipynb" not in text and "b.ipynb" not in text  # no paths in labels
+
+
+def replayed_figures(device: int) -> set[tuple[int, int]]:
+    """Every (reserved, allocated) the replay backend can report for a device: the
+    recorded timeline, frame by frame."""
+    from jupyter_gpumem.testing.replay import ReplayBackend, reading_from_raw
+
+    backend = ReplayBackend(str(FIXTURES))
+    out = set()
+    for frame in backend.timeline:
+        for d in reading_from_raw(frame, "").devices:
+            if d.index == device and d.allocator is not None:
+                out.add((d.allocator.reserved, d.allocator.allocated))
+    return out
+
+
+def test_foreign_pids_name_notebooks_by_what_their_kernels_report(served):
+    """NVML's PIDs are not this server's (a container without the host's PID namespace):
+    no process is matched, but each kernel with the extension loaded is asked for its own
+    PyTorch figures and its notebook is named with them; a kernel without the extension
+    is not named."""
+    from jupyter_client import BlockingKernelClient
+
+    server, kernels, nvml = served.server, served.kernels, served.nvml
+    kc = BlockingKernelClient(
+        connection_file=str(server.root / "runtime" / f"kernel-{kernels['a.ipynb']}.json")
+    )
+    kc.load_connection_file()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=60)
+        env = replay_env(str(FIXTURES))  # kernel a's torch figures: replayed H200 readings
+        reply = kc.execute_interactive(
+            f"import os; os.environ.update({env!r})\n%load_ext jupyter_gpumem", timeout=60
+        )
+        assert reply["content"]["status"] == "ok"
+    finally:
+        kc.stop_channels()
+    foreign = [{"pid": 4_000_001, "used": 3 * GiB, "name": "python"}]
+    write_nvml(nvml, foreign, [{"pid": 4_000_002, "used": GiB, "name": "python"}])
+    time.sleep(1.1)
+    reply = server.get("api/gpumem/devices")
+    assert reply["pid_namespace"] == "foreign"
+    assert "1 notebook(s) with jupyter_gpumem loaded said what PyTorch holds" in reply["note"]
+    by_id = {k["id"]: k for k in reply["kernels"]}
+    a, b = by_id[kernels["a.ipynb"]], by_id[kernels["b.ipynb"]]
+    assert b["reported"] is None  # no extension: never answers, never named
+    (dev,) = [d for d in a["reported"]["devices"] if d["cuda_index"] == 0]
+    assert dev["name"] == "NVIDIA H200"
+    assert (dev["reserved"], dev["allocated"]) in replayed_figures(0)
+    d0 = reply["devices"][0]
+    assert [(r["kernel_id"], r["reserved"]) for r in d0["reported"]] == [
+        (kernels["a.ipynb"], dev["reserved"])
+    ]
+    assert {p["role"] for d in reply["devices"] for p in d["processes"]} == {"other"}
+    assert all(p["kernel_id"] is None for d in reply["devices"] for p in d["processes"])
+    # NVML's PIDs become ours again: matching by PID, nothing asked or reported
+    write_nvml(nvml, [], [])
+    time.sleep(1.1)
+    reply = server.get("api/gpumem/devices")
+    assert reply["pid_namespace"] == "unknown"
+    assert all(d["reported"] == [] for d in reply["devices"])
 
 
 def test_pids_of_another_namespace_are_not_matched(served):

@@ -29,11 +29,13 @@ def _serve_gpus(serverapp: Any) -> None:
 
     from .cache import GpuCache
     from .handlers import DevicesHandler
+    from .kernel_figures import KernelFigures
     from .metrics import GpuMetrics, register
 
     web_app = serverapp.web_app
     cache = GpuCache(ttl=1.0)
     web_app.settings["gpumem_cache"] = cache
+    web_app.settings["gpumem_kernel_figures"] = KernelFigures(serverapp.kernel_manager)
     base = web_app.settings.get("base_url", "/")
     web_app.add_handlers(".*$", [(url_path_join(base, "api/gpumem/devices"), DevicesHandler)])
     register(GpuMetrics(cache, serverapp.kernel_manager))

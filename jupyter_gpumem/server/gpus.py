@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..collectors.nvml import Nvml
+from .kernel_figures import Reported
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,9 +215,15 @@ def kernels_of(kernel_manager: Any, paths: Mapping[str, str] | None = None) -> l
     return out
 
 
-def gpu_table(reading: GpuReading, kernels: Sequence[KernelInfo]) -> dict[str, Any]:
-    """The reply of ``GET /api/gpumem/devices`` (docs/server.md)."""
+def gpu_table(
+    reading: GpuReading,
+    kernels: Sequence[KernelInfo],
+    reported: Mapping[str, Reported] | None = None,
+) -> dict[str, Any]:
+    """The reply of ``GET /api/gpumem/devices`` (docs/server.md). ``reported``: what
+    kernels said they hold (asked when NVML's PIDs are foreign), by kernel id."""
     namespace = reading.namespace
+    reported = reported or {}
     mapped = namespace != "foreign"
     by_pid = {k.pid: k for k in kernels if k.pid is not None}
     kernel_use: dict[str, dict[str, Any]] = {}
@@ -245,6 +252,17 @@ def gpu_table(reading: GpuReading, kernels: Sequence[KernelInfo]) -> dict[str, A
                     use["children"][p.pid] = use["children"].get(p.pid, 0) + p.used
             processes.append(entry)
         processes.sort(key=lambda e: -e["used"])
+        notebooks = [
+            {
+                "kernel_id": kid,
+                "reserved": d.reserved,
+                "allocated": d.allocated,
+                "time": r.time,
+            }
+            for kid, r in sorted(reported.items())
+            for d in r.devices
+            if g.cuda_index is not None and d.index == g.cuda_index and d.name == g.name
+        ]
         devices.append(
             {
                 "index": g.nvml_index,
@@ -256,6 +274,7 @@ def gpu_table(reading: GpuReading, kernels: Sequence[KernelInfo]) -> dict[str, A
                 "driver_reserved": g.reserved,
                 "unseen": g.unseen,
                 "processes": processes,
+                "reported": notebooks,
             }
         )
     kernel_rows = []
@@ -273,6 +292,7 @@ def gpu_table(reading: GpuReading, kernels: Sequence[KernelInfo]) -> dict[str, A
                 "gpu_used": use["used"],
                 "devices": [{"index": i, "used": b} for i, b in sorted(use["devices"].items())],
                 "children": [{"pid": pid, "used": b} for pid, b in sorted(use["children"].items())],
+                "reported": _reported(reported.get(k.id)),
             }
         )
     note = None
@@ -282,6 +302,11 @@ def gpu_table(reading: GpuReading, kernels: Sequence[KernelInfo]) -> dict[str, A
             "host's PID namespace?): they are listed by the PID and name NVML gives and are "
             "not matched with notebooks"
         )
+        if reported:
+            note += (
+                f"; {len(reported)} notebook(s) with jupyter_gpumem loaded said what PyTorch "
+                "holds for them (reported)"
+            )
     return {
         "version": 1,
         "time": reading.time,
@@ -294,6 +319,23 @@ def gpu_table(reading: GpuReading, kernels: Sequence[KernelInfo]) -> dict[str, A
         "note": note,
         "devices": devices,
         "kernels": kernel_rows,
+    }
+
+
+def _reported(r: Reported | None) -> dict[str, Any] | None:
+    if r is None:
+        return None
+    return {
+        "time": r.time,
+        "devices": [
+            {
+                "cuda_index": d.index,
+                "name": d.name,
+                "reserved": d.reserved,
+                "allocated": d.allocated,
+            }
+            for d in r.devices
+        ],
     }
 
 

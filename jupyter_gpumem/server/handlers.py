@@ -14,6 +14,7 @@ from tornado import web
 
 from .cache import GpuCache
 from .gpus import gpu_table, kernels_of, session_paths
+from .kernel_figures import KernelFigures
 
 
 class DevicesHandler(APIHandler):
@@ -35,7 +36,12 @@ class DevicesHandler(APIHandler):
                 paths = session_paths(await session_manager.list_sessions())
             except Exception as e:  # the listing is a courtesy: devices come first
                 self.log.warning("jupyter_gpumem: cannot list sessions: %s", e)
-        table: dict[str, Any] = gpu_table(reading, kernels_of(self.kernel_manager, paths))
+        kernels = kernels_of(self.kernel_manager, paths)
+        reported = None
+        if reading.namespace == "foreign":  # ask the kernels themselves who they are
+            figures: KernelFigures = self.settings["gpumem_kernel_figures"]
+            reported = await figures.figures([k.id for k in kernels])
+        table: dict[str, Any] = gpu_table(reading, kernels, reported)
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
         self.finish(json.dumps(table))
