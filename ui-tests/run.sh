@@ -183,6 +183,7 @@ JUPYTER_GPUMEM_FAKE_NVML="$FAKE_NVML" \
   --IdentityProvider.token="$TOKEN" \
   --ServerApp.root_dir="$WORK/notebooks" \
   --LabApp.expose_app_in_browser=True \
+  --JupyterNotebookApp.expose_app_in_browser=True \
   ${ALLOW_ROOT:+"$ALLOW_ROOT"} \
   >"$WORK/server.log" 2>&1 &
 SERVER_PID=$!

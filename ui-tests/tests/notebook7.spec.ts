@@ -1,0 +1,113 @@
+/**
+ * Beyond JupyterLab: the panel in Jupyter Notebook 7 (the same server serves
+ * its pages at /notebooks/...), and the ipywidgets panel (`%gpumem panel`),
+ * which any frontend with widgets shows. Against the real kernel side, with
+ * the replay backend's recorded H200 figures on a machine without a GPU.
+ */
+import { expect, Page, test } from '@playwright/test';
+import * as fs from 'fs';
+import * as path from 'path';
+import {
+  BODY,
+  MODE,
+  PANEL,
+  checkEnvironment,
+  openNotebook,
+  runCellAndWait,
+  screenshot,
+  SCREENSHOTS,
+  statusLine,
+  TOKEN,
+  waitForKernelIdle,
+  writeNotebook
+} from './lab';
+
+test.skip(
+  MODE === 'none',
+  'needs figures: a GPU, or the replay backend (JUPYTER_GPUMEM_REPLAY)'
+);
+
+/** Open a notebook in Notebook 7 and wait for its kernel. */
+async function openInNotebook7(page: Page, name: string): Promise<void> {
+  await page.goto(`notebooks/${name}?token=${TOKEN}`);
+  await page.waitForFunction(() => !!(window as any).jupyterapp, null, {
+    timeout: 60_000
+  });
+  await page.waitForFunction(
+    (nb: string) => {
+      const app = (window as any).jupyterapp;
+      const widget = app?.shell?.currentWidget;
+      return (
+        !!widget &&
+        widget.context?.path === nb &&
+        widget.sessionContext?.session?.kernel?.status === 'idle'
+      );
+    },
+    name,
+    { timeout: 90_000 }
+  );
+}
+
+test('Notebook 7: the panel opens in the right sidebar and follows the kernel', async ({
+  page
+}) => {
+  checkEnvironment();
+  writeNotebook('nb7.ipynb');
+  await openInNotebook7(page, 'nb7.ipynb');
+  // Notebook 7, not Lab: its own app, no Lab shell
+  expect(await page.evaluate(() => (window as any).jupyterapp.name)).toMatch(
+    /Notebook/
+  );
+  await page.evaluate(() =>
+    (window as any).jupyterapp.commands.execute('jupyter-gpumem:open')
+  );
+  await expect(page.locator(PANEL)).toBeVisible();
+  // The kernel has not loaded the extension yet: the panel says so.
+  await expect(page.locator(BODY)).toHaveAttribute('data-state', 'not_loaded', {
+    timeout: 30_000
+  });
+  await runCellAndWait(page, '%load_ext jupyter_gpumem\nimport time');
+  await expect(page.locator(BODY)).toHaveAttribute('data-state', 'ok', {
+    timeout: 30_000
+  });
+  await expect(
+    page.locator(`${PANEL} .jp-GpuMem-segment-allocated`).first()
+  ).toBeVisible();
+  await expect(
+    page.locator(`${PANEL} [data-figure="allocated"]`).first()
+  ).toContainText(/B$/);
+  // A button works as in Lab: its answer in the status line.
+  await page
+    .getByRole('button', { name: /^Reset the peak counters/ })
+    .first()
+    .click();
+  await expect(statusLine(page)).toHaveText(/Peak reset/, { timeout: 15_000 });
+  await screenshot(page, 'notebook7-panel');
+});
+
+test('the ipywidgets panel renders and its buttons answer', async ({
+  page
+}) => {
+  checkEnvironment();
+  writeNotebook('widget.ipynb');
+  await openNotebook(page, 'widget.ipynb');
+  await runCellAndWait(page, '%load_ext jupyter_gpumem\n%gpumem panel');
+  const widget = page.locator('.jp-OutputArea-output .widget-vbox').first();
+  await expect(widget).toBeVisible({ timeout: 30_000 });
+  await expect(widget).toContainText('NVIDIA H200');
+  await widget.getByRole('button', { name: 'Reset peak' }).click();
+  await expect(widget).toContainText('peak counters reset', {
+    timeout: 15_000
+  });
+  await widget.getByRole('button', { name: 'Empty cache' }).click();
+  await expect(widget).toContainText('released to the driver', {
+    timeout: 15_000
+  });
+  const cap = widget.getByRole('textbox');
+  await cap.fill('12XB');
+  await widget.getByRole('button', { name: 'Set cap' }).click();
+  await expect(widget).toContainText("not a size: '12XB'", { timeout: 15_000 });
+  await waitForKernelIdle(page);
+  fs.mkdirSync(SCREENSHOTS, { recursive: true });
+  await widget.screenshot({ path: path.join(SCREENSHOTS, 'widget-panel.png') });
+});
