@@ -9,8 +9,9 @@ export PATH := $(BIN):$(PATH)
 # several GB of CUDA packages. Only the tests and examples use it.
 TORCH ?= torch==2.13.0
 LABEXT := jupyter_gpumem/labextension/static/style.js
-TS_SOURCES := $(shell find labextension/src labextension/style labextension/schema -type f 2>/dev/null) \
-              labextension/package.json labextension/package-lock.json
+TS_SOURCES := $(shell find labextension/src labextension/style labextension/schema labextension/scripts -type f 2>/dev/null) \
+              labextension/package.json labextension/package-lock.json \
+              jupyter_gpumem/protocol/schema.json
 
 .PHONY: lab test install labext lint pytest ts-test ui-test ui-deps gpu-test bench clean screenshots architecture
 

@@ -35,6 +35,14 @@ export default tseslint.config(
     }
   },
   {
+    // Node scripts of the build (the protocol types' generator)
+    files: ['scripts/**/*.mjs'],
+    languageOptions: {
+      globals: { console: 'readonly', process: 'readonly' }
+    },
+    rules: { 'no-console': 'off' }
+  },
+  {
     files: ['test/**/*.ts'],
     rules: {
       '@typescript-eslint/no-non-null-assertion': 'off'
