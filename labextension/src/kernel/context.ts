@@ -1,0 +1,63 @@
+/**
+ * What the kernel client's collaborators share: the followed kernel and its
+ * generation (a new kernel or a restarted process makes a new one: answers of
+ * an older generation are dropped), the panel's visibility, the store, and one
+ * way to send a request.
+ */
+import { Poll } from '@lumino/polling';
+
+import { Action } from '../protocol';
+import { GpuMemEvent, IGpuMemState } from '../reducer';
+import { ProcessTracker } from './process';
+import { RequestOutcome } from './request';
+import { IKernelLike } from './types';
+
+export interface IClientContext {
+  /** The followed kernel's connection, or null. */
+  readonly kernel: IKernelLike | null;
+  /** Bumped for each kernel and each process of it. */
+  readonly generation: number;
+  /** The panel is shown: the stream and the readings run only then. */
+  readonly visible: boolean;
+  readonly isDisposed: boolean;
+  readonly state: IGpuMemState;
+  /** Which kernel process is talking; which ones a restart replaced. */
+  readonly processes: ProcessTracker;
+  /** Time to wait for the reply of an action, ms. */
+  readonly requestTimeoutMs: number;
+  /** The interval of pushed samples now set, ms. */
+  refreshRateMs(): number;
+  /** Send an event to the store (and let the collaborators react). */
+  dispatch(event: GpuMemEvent): void;
+  /** One request to the followed kernel, on the control channel. */
+  request(
+    action: Action,
+    args: Record<string, unknown>,
+    timeoutMs: number
+  ): Promise<RequestOutcome>;
+}
+
+/**
+ * Run `tick` every `ms` (the first time after `ms`, as `setInterval` does)
+ * until the poll is disposed; a tick that returns a promise delays the next
+ * until it settles. Never stands by: the panel decides when to stop.
+ */
+export function every(
+  name: string,
+  ms: number,
+  tick: () => void | Promise<unknown>
+): Poll {
+  const poll = new Poll({
+    name: `jupyter-gpumem:${name}`,
+    auto: false,
+    factory: async () => {
+      await tick();
+    },
+    frequency: { interval: ms, backoff: false },
+    standby: 'never'
+  });
+  // Started with the first tick `ms` from now (an automatic start would tick
+  // at once, one timer turn later).
+  void poll.schedule({ interval: ms, phase: 'started' });
+  return poll;
+}

@@ -1,0 +1,346 @@
+/**
+ * The readings a tab asks for when shown: `who` (Who holds it: the kernel
+ * reads its namespace on the shell thread, between cells) and the reading
+ * views (Segments, History: answered also while a cell runs). Each is read
+ * when its tab shows an out-of-date reading, again after each measured cell,
+ * and, for `who` after a `busy` reply, once the cell ends or a few times
+ * shortly after. No DOM.
+ */
+import { READING_VIEWS, ReadingView } from '../reducer';
+import { IClientContext } from './context';
+import { RequestOutcome } from './request';
+
+/** Rows per `who` report (the kernel sums the rest into its last rows). */
+export const WHO_ROWS = 10;
+
+/** What a reading view asks for. */
+export const READING_ARGS: Record<ReadingView, Record<string, unknown>> = {
+  // The map draws at most this many segments; the kernel says how many more.
+  segments: { max_segments: 200 },
+  history: { n: 500 }
+};
+
+/**
+ * After a `busy` reply while the panel has not seen the cell (its busy status
+ * still on the way, or a cell too short to see): ask again this many times, 1,
+ * 2, 4 s later. The end of a cell the panel sees asks again anyway.
+ */
+const WHO_BUSY_RETRIES = 3;
+
+export class OnDemandReadings {
+  constructor(
+    private readonly _ctx: IClientContext,
+    /** Time to wait for `who` (the kernel waits up to 10.5 s for its shell). */
+    private readonly _whoTimeoutMs: number
+  ) {}
+
+  dispose(): void {
+    this._clearWhoRetry();
+  }
+
+  /** The Who tab is shown or not. */
+  setWhoShown(shown: boolean): void {
+    if (shown === this._whoShown) {
+      return;
+    }
+    this._whoShown = shown;
+    if (shown) {
+      this.maybeFetchWho();
+    } else {
+      this._clearWhoRetry();
+    }
+  }
+
+  /**
+   * Read who holds the memory now (the Refresh button): sent also while a
+   * cell runs, when the kernel answers `busy` and the tab reads again once the
+   * cell ends.
+   */
+  async fetchWho(): Promise<void> {
+    if (this._whoInFlight !== this._ctx.generation) {
+      this._whoBusyRetries = 0;
+    }
+    await this._fetchWho();
+  }
+
+  /** A reading view's tab (Segments, History) is shown or not. */
+  setReadingShown(view: ReadingView, shown: boolean): void {
+    if (shown === this._readingShown.has(view)) {
+      return;
+    }
+    if (shown) {
+      this._readingShown.add(view);
+      this.maybeFetchReadings();
+    } else {
+      this._readingShown.delete(view);
+    }
+  }
+
+  /** Read a view now (its Refresh button). */
+  async fetchReading(view: ReadingView): Promise<void> {
+    this._readingDue.add(view);
+    await this._fetchReading(view);
+  }
+
+  /** A cell ended: every reading may be out of date. */
+  cellEnded(): void {
+    for (const view of READING_VIEWS) {
+      this._readingDue.add(view);
+    }
+    this.maybeFetchWho();
+  }
+
+  /**
+   * What `who` shows changed (a measured cell's marker, tracking switched, a
+   * traceback released): read it again once the kernel is idle.
+   */
+  whoChanged(): void {
+    this._whoDue = true;
+    this.maybeFetchWho();
+  }
+
+  /** The panel hid: cells may run unseen meanwhile, read again when shown. */
+  hidden(): void {
+    this._whoDue = true;
+    for (const view of READING_VIEWS) {
+      this._readingDue.add(view);
+    }
+    this._clearWhoRetry();
+  }
+
+  /** Another kernel or process: nothing read carries over. */
+  reset(): void {
+    for (const view of READING_VIEWS) {
+      this._readingDue.add(view);
+    }
+    this._readingInFlight.clear();
+    this._clearWhoRetry();
+    this._whoDue = true;
+    this._whoInFlight = null;
+    this._whoBusyRetries = 0;
+  }
+
+  /** Read each shown view whose reading is out of date, if it can be. */
+  maybeFetchReadings(): void {
+    const ctx = this._ctx;
+    const kind = ctx.state.status.kind;
+    if (
+      this._readingShown.size === 0 ||
+      !ctx.visible ||
+      ctx.kernel === null ||
+      (kind !== 'ok' && kind !== 'not_initialized')
+    ) {
+      return;
+    }
+    for (const view of this._readingShown) {
+      if (
+        this._readingDue.has(view) &&
+        this._readingInFlight.get(view) !== ctx.generation &&
+        ctx.state.actions.includes(view)
+      ) {
+        void this._fetchReading(view);
+      }
+    }
+  }
+
+  /**
+   * Read `who` if the tab wants it, its reading is out of date and no cell
+   * runs (it would answer `busy`).
+   */
+  maybeFetchWho(): void {
+    if (
+      this._whoDue &&
+      !this._ctx.state.busy &&
+      this._whoInFlight !== this._ctx.generation &&
+      this._whoWanted()
+    ) {
+      void this._fetchWho();
+    }
+  }
+
+  /**
+   * Whether the Who tab wants readings now: shown, in the visible panel, of
+   * a kernel that answers and knows `who`.
+   */
+  private _whoWanted(): boolean {
+    const ctx = this._ctx;
+    const kind = ctx.state.status.kind;
+    return (
+      this._whoShown &&
+      ctx.visible &&
+      ctx.kernel !== null &&
+      (kind === 'ok' || kind === 'not_initialized') &&
+      ctx.state.actions.includes('who')
+    );
+  }
+
+  private async _fetchReading(view: ReadingView): Promise<void> {
+    const ctx = this._ctx;
+    const kernel = ctx.kernel;
+    const generation = ctx.generation;
+    if (
+      !kernel ||
+      ctx.isDisposed ||
+      this._readingInFlight.get(view) === generation
+    ) {
+      return;
+    }
+    if (!ctx.state.actions.includes(view)) {
+      ctx.dispatch({ type: 'reading_sent', view });
+      ctx.dispatch({
+        type: 'reading_failed',
+        view,
+        code: 'unknown_action',
+        message: ''
+      });
+      return;
+    }
+    this._readingDue.delete(view);
+    this._readingInFlight.set(view, generation);
+    ctx.dispatch({ type: 'reading_sent', view });
+    let outcome: RequestOutcome;
+    try {
+      outcome = await ctx.request(
+        view,
+        READING_ARGS[view],
+        ctx.requestTimeoutMs
+      );
+    } finally {
+      if (this._readingInFlight.get(view) === generation) {
+        this._readingInFlight.delete(view);
+      }
+    }
+    if (generation !== ctx.generation || kernel !== ctx.kernel) {
+      return;
+    }
+    switch (outcome.kind) {
+      case 'reply':
+        ctx.dispatch({
+          type: 'reply',
+          action: view,
+          reply: outcome.reply,
+          at: Date.now()
+        });
+        break;
+      case 'timeout':
+      case 'stale':
+        ctx.dispatch({
+          type: 'reading_failed',
+          view,
+          code: 'timeout',
+          message: ''
+        });
+        break;
+      case 'error':
+        ctx.dispatch({
+          type: 'reading_failed',
+          view,
+          code: 'local',
+          message: outcome.message
+        });
+        break;
+    }
+  }
+
+  private async _fetchWho(): Promise<void> {
+    const ctx = this._ctx;
+    const kernel = ctx.kernel;
+    const generation = ctx.generation;
+    if (
+      !kernel ||
+      ctx.isDisposed ||
+      !ctx.state.actions.includes('who') ||
+      this._whoInFlight === generation
+    ) {
+      return;
+    }
+    this._clearWhoRetry();
+    this._whoDue = false;
+    this._whoInFlight = generation;
+    ctx.dispatch({ type: 'who_sent' });
+    let outcome: RequestOutcome;
+    try {
+      outcome = await ctx.request('who', { n: WHO_ROWS }, this._whoTimeoutMs);
+    } finally {
+      if (this._whoInFlight === generation) {
+        this._whoInFlight = null;
+      }
+    }
+    if (generation !== ctx.generation || kernel !== ctx.kernel) {
+      // Another kernel, or the process restarted: its reading is stale.
+      return;
+    }
+    switch (outcome.kind) {
+      case 'reply': {
+        const reply = outcome.reply;
+        ctx.dispatch({ type: 'reply', action: 'who', reply, at: Date.now() });
+        if (reply.status === 'error' && reply.error.code === 'busy') {
+          // Not now: when the cell ends.
+          this._whoBusy();
+          return;
+        }
+        this._whoBusyRetries = 0;
+        break;
+      }
+      case 'timeout':
+      case 'stale':
+        ctx.dispatch({ type: 'who_failed', code: 'timeout', message: '' });
+        break;
+      case 'error':
+        ctx.dispatch({
+          type: 'who_failed',
+          code: 'local',
+          message: outcome.message
+        });
+        break;
+    }
+    // A cell ended or tracking switched while it travelled: read again.
+    this.maybeFetchWho();
+  }
+
+  /**
+   * The kernel answered `busy`: read again when the cell ends. The end of a
+   * cell the panel has seen start does that (`cellEnded`); otherwise look
+   * again shortly, a few times (1, 2, 4 s).
+   */
+  private _whoBusy(): void {
+    const ctx = this._ctx;
+    this._whoDue = true;
+    if (ctx.state.busy || this._whoBusyRetries >= WHO_BUSY_RETRIES) {
+      return;
+    }
+    const delay = 1000 * 2 ** this._whoBusyRetries;
+    this._whoBusyRetries += 1;
+    const generation = ctx.generation;
+    this._clearWhoRetry();
+    this._whoRetry = setTimeout(() => {
+      this._whoRetry = null;
+      if (generation === ctx.generation) {
+        this.maybeFetchWho();
+      }
+    }, delay);
+  }
+
+  private _clearWhoRetry(): void {
+    if (this._whoRetry !== null) {
+      clearTimeout(this._whoRetry);
+      this._whoRetry = null;
+    }
+  }
+
+  /** A Who tab is shown. */
+  private _whoShown = false;
+  /** The `who` reading shown may be out of date: read when wanted. */
+  private _whoDue = true;
+  /** Generation whose `who` awaits its reply. */
+  private _whoInFlight: number | null = null;
+  /** Looks again after a `busy` the panel saw no cell for. */
+  private _whoRetry: ReturnType<typeof setTimeout> | null = null;
+  private _whoBusyRetries = 0;
+  /** Reading views whose tab is shown. */
+  private _readingShown = new Set<ReadingView>();
+  /** Reading views whose data may be out of date. */
+  private _readingDue = new Set<ReadingView>(READING_VIEWS);
+  /** The generation each reading in flight was sent for. */
+  private _readingInFlight = new Map<ReadingView, number>();
+}
