@@ -26,7 +26,7 @@ import { readSettings } from './settings';
 export { formatBytes } from './format';
 export { parseCap } from './cap';
 export { GpuMemModel } from './model';
-export type { IGpuMemState } from './reducer';
+export type { IGpuMemState } from './state';
 
 const PLUGIN_ID = 'jupyter-gpumem:plugin';
 

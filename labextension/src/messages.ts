@@ -11,7 +11,7 @@ import {
   ReadingView,
   PanelStatus,
   UserAction
-} from './reducer';
+} from './state';
 import { ITrans } from './trans';
 
 export interface IStatusText {

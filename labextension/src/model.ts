@@ -14,13 +14,13 @@ import { ISignal, Signal } from '@lumino/signaling';
 import { CapValue } from './cap';
 import { GpuMemClient } from './kernel/client';
 import { IKernelLike, IKernelSource } from './kernel/types';
-import { IGpuMemState, ReadingView } from './reducer';
+import { IGpuMemState, ReadingView } from './state';
 import type { IServerApi } from './server/serverApi';
 
 /** Scrolls the followed notebook to a cell; whether it found it. */
 export type CellScroller = (executionCount: number) => Promise<boolean>;
 import { clampInterval, DEFAULT_SETTINGS, ISettings } from './settings';
-import { GpuMemStore } from './store';
+import { GpuMemStore } from './state';
 
 // Kept exported from here, where they were before the split, for code that
 // imports lib/model.

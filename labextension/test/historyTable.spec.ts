@@ -8,7 +8,7 @@ import { describe, expect, it, vi } from 'vitest';
 
 import { findCell } from '../src/cellScroller';
 import { ICellMarker, IHistoryCell } from '../src/protocol';
-import { GpuMemEvent, initialState, reduce } from '../src/reducer';
+import { GpuMemEvent, initialState, reduce } from '../src/state';
 import { plainTrans } from '../src/trans';
 import {
   DEFAULT_SORT,

@@ -6,7 +6,7 @@ import {
   noticeText,
   statusText
 } from '../src/messages';
-import { GpuMemEvent, initialState, reduce } from '../src/reducer';
+import { GpuMemEvent, initialState, reduce } from '../src/state';
 import { plainTrans as trans } from '../src/trans';
 import {
   device,

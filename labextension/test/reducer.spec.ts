@@ -1,11 +1,6 @@
 import { describe, expect, it } from 'vitest';
 
-import {
-  GpuMemEvent,
-  IGpuMemState,
-  initialState,
-  reduce
-} from '../src/reducer';
+import { GpuMemEvent, IGpuMemState, initialState, reduce } from '../src/state';
 import {
   device,
   errorReply,

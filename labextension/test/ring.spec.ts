@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 
-import { acceptSeq, pushBounded, trimBounded } from '../src/ring';
+import { acceptSeq, pushBounded, trimBounded } from '../src/state/ring';
 
 describe('acceptSeq', () => {
   it('accepts the first message and every newer one, gaps included', () => {

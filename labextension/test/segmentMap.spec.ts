@@ -10,7 +10,7 @@ import * as React from 'react';
 import { describe, expect, it, vi } from 'vitest';
 
 import { ISegment, ISegmentsResult } from '../src/protocol';
-import { GpuMemEvent, initialState, reduce } from '../src/reducer';
+import { GpuMemEvent, initialState, reduce } from '../src/state';
 import { plainTrans } from '../src/trans';
 import {
   segmentRuns,

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 
-import { IGpuMemState } from '../src/reducer';
-import { GpuMemStore } from '../src/store';
+import { IGpuMemState } from '../src/state';
+import { GpuMemStore } from '../src/state';
 import { okReply, whoResult } from './fixtures';
 
 describe('GpuMemStore', () => {

@@ -5,12 +5,7 @@ import * as React from 'react';
 import { describe, expect, it, vi } from 'vitest';
 
 import { IWhoResult } from '../src/protocol';
-import {
-  GpuMemEvent,
-  IGpuMemState,
-  initialState,
-  reduce
-} from '../src/reducer';
+import { GpuMemEvent, IGpuMemState, initialState, reduce } from '../src/state';
 import { plainTrans } from '../src/trans';
 import { TABS } from '../src/views/tabs';
 import { WhoHoldsIt, WhoView } from '../src/views/whoHoldsIt';

@@ -5,7 +5,7 @@
 import { KernelMessage } from '@jupyterlab/services';
 
 import { Action } from '../protocol';
-import { IGpuMemState } from '../reducer';
+import { IGpuMemState } from '../state';
 import { IClientContext } from './context';
 
 /** Code run by Attach. */

@@ -12,8 +12,8 @@ import { IDisposable } from '@lumino/disposable';
 import { Signal } from '@lumino/signaling';
 
 import { Action, IHelloResult } from '../protocol';
-import { GpuMemEvent, IGpuMemState, ReadingView } from '../reducer';
-import { GpuMemStore } from '../store';
+import { GpuMemEvent, IGpuMemState, ReadingView } from '../state';
+import { GpuMemStore } from '../state';
 import { ActionSender } from './actions';
 import { IClientContext } from './context';
 import { ProcessTracker } from './process';

@@ -7,7 +7,7 @@
 import { Poll } from '@lumino/polling';
 
 import { Action } from '../protocol';
-import { GpuMemEvent, IGpuMemState } from '../reducer';
+import { GpuMemEvent, IGpuMemState } from '../state';
 import { ProcessTracker } from './process';
 import { RequestOutcome } from './request';
 import { IKernelLike } from './types';

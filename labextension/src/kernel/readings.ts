@@ -6,7 +6,7 @@
  * and, for `who` after a `busy` reply, once the cell ends or a few times
  * shortly after. No DOM.
  */
-import { READING_VIEWS, ReadingView } from '../reducer';
+import { READING_VIEWS, ReadingView } from '../state';
 import { IClientContext } from './context';
 import { RequestOutcome } from './request';
 

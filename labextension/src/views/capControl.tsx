@@ -8,7 +8,7 @@ import { parseCap } from '../cap';
 import { availability, deviceLabel, IAvailability } from '../messages';
 import type { GpuMemModel } from '../model';
 import { IDevice } from '../protocol';
-import { IGpuMemState } from '../reducer';
+import { IGpuMemState } from '../state';
 import { ActionButton } from './actionButton';
 
 export function CapControl(props: {

@@ -5,7 +5,7 @@
 import * as React from 'react';
 
 import { availability } from '../messages';
-import { UserAction } from '../reducer';
+import { UserAction } from '../state';
 import { ActionButton } from './actionButton';
 import { IViewProps } from './props';
 

@@ -4,7 +4,7 @@
 import { TranslationBundle } from '@jupyterlab/translation';
 
 import type { GpuMemModel } from '../model';
-import { IGpuMemState } from '../reducer';
+import { IGpuMemState } from '../state';
 
 export interface IViewProps {
   model: GpuMemModel;

@@ -6,7 +6,7 @@ import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
 import { availability, errorText } from '../messages';
-import { IReading, ReadingView } from '../reducer';
+import { IReading, ReadingView } from '../state';
 import { ActionButton } from './actionButton';
 import { Message, NoDeviceMessage } from './message';
 import { IViewProps } from './props';

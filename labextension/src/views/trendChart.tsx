@@ -10,7 +10,7 @@ import * as React from 'react';
 import { formatBytes, formatDelta, Units } from '../format';
 import { deviceLabel } from '../messages';
 import { ICellMarker, IDevice } from '../protocol';
-import { ITrendPoint } from '../reducer';
+import { ITrendPoint } from '../state';
 
 const TREND_WIDTH = 300;
 const TREND_HEIGHT = 64;

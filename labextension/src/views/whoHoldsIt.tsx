@@ -13,7 +13,7 @@ import * as React from 'react';
 import { formatPercent, formatSize, Units } from '../format';
 import { availability, deviceLabel } from '../messages';
 import { IFix, IPostMortem, IWhoReport } from '../protocol';
-import { IGpuMemState, IWhoState } from '../reducer';
+import { IGpuMemState, IWhoState } from '../state';
 import { ActionButton } from './actionButton';
 import { Figure } from './figures';
 import { Message, NoDeviceMessage } from './message';

@@ -2,7 +2,8 @@
  * The panel's state: folds events into it with the pure reducer and says when
  * it changed. No DOM, no kernel.
  */
-import { GpuMemEvent, IGpuMemState, initialState, reduce } from './reducer';
+import { reduce } from './reducer';
+import { GpuMemEvent, IGpuMemState, initialState } from './types';
 
 export class GpuMemStore {
   /**

@@ -1,0 +1,98 @@
+/**
+ * The reading views' slice (Segments, History): each view's last reading
+ * and where the next one stands. Pure.
+ */
+import { Reply } from '../protocol';
+import {
+  IGpuMemState,
+  IReading,
+  IReadings,
+  READING_VIEWS,
+  ReadingView
+} from './types';
+
+export function isReadingView(action: string): action is ReadingView {
+  return (READING_VIEWS as readonly string[]).includes(action);
+}
+
+function withReading(
+  state: IGpuMemState,
+  view: ReadingView,
+  reading: IReading<unknown>
+): IGpuMemState {
+  return {
+    ...state,
+    readings: { ...state.readings, [view]: reading } as IReadings
+  };
+}
+
+/**
+ * Apply the reply of a reading view, unless none was asked for (the kernel
+ * changed or restarted since).
+ */
+export function applyReading(
+  state: IGpuMemState,
+  view: ReadingView,
+  reply: Reply,
+  at: number | null
+): IGpuMemState {
+  const before = state.readings[view];
+  if (before.status !== 'loading') {
+    return state;
+  }
+  if (reply.status === 'error') {
+    return withReading(state, view, {
+      ...before,
+      status: 'error',
+      error: {
+        action: view,
+        code: reply.error.code,
+        message: reply.error.message
+      }
+    });
+  }
+  const result = reply.result as Record<string, unknown>;
+  const data =
+    view === 'segments'
+      ? { devices: Array.isArray(result.devices) ? result.devices : [] }
+      : { cells: Array.isArray(result.cells) ? result.cells : [] };
+  return withReading(state, view, {
+    status: 'ok',
+    data,
+    error: null,
+    fetchedAt: at
+  });
+}
+
+export function readingFailed(
+  state: IGpuMemState,
+  view: ReadingView,
+  code: string,
+  message: string
+): IGpuMemState {
+  const before = state.readings[view];
+  if (before.status !== 'loading') {
+    return state;
+  }
+  return withReading(state, view, {
+    ...before,
+    status: 'error',
+    error: { action: view, code, message }
+  });
+}
+
+/** A reading went out: keep its last data, mark it loading. */
+export function readingSent(
+  state: IGpuMemState,
+  view: ReadingView
+): IGpuMemState {
+  const before = state.readings[view];
+  if (state.kernelId === null || before.status === 'loading') {
+    return state;
+  }
+  return withReading(state, view, {
+    ...before,
+    status: 'loading',
+    error: null
+  });
+}

@@ -1,0 +1,162 @@
+/**
+ * The panel's state: the pure function that folds protocol messages and
+ * kernel events into it, over the slices beside it (samples, who, readings,
+ * replies). No DOM, no JupyterLab: the model feeds it, tests too.
+ */
+import { applyReply, clearPending } from './replies';
+import { isReadingView, readingFailed, readingSent } from './readings';
+import { applyComm, forgetProcess, withTrendMinutes } from './samples';
+import {
+  GpuMemEvent,
+  IGpuMemState,
+  initialState,
+  NO_READINGS,
+  WHO_IDLE
+} from './types';
+import { whoFailed, whoSent } from './who';
+
+function isGone(state: IGpuMemState): boolean {
+  const kind = state.status.kind;
+  return kind === 'no_kernel' || kind === 'restarting' || kind === 'dead';
+}
+
+/**
+ * Fold one event into the state. Returns the same object when nothing changed.
+ */
+export function reduce(state: IGpuMemState, event: GpuMemEvent): IGpuMemState {
+  switch (event.type) {
+    case 'follow': {
+      const fresh = initialState(state.trendMinutes);
+      return {
+        ...fresh,
+        kernelId: event.kernelId,
+        source: event.source,
+        status:
+          event.kernelId === null ? { kind: 'no_kernel' } : { kind: 'loading' }
+      };
+    }
+    case 'kernel_status':
+      switch (event.status) {
+        case 'restarting':
+        case 'autorestarting':
+          return { ...forgetProcess(state), status: { kind: 'restarting' } };
+        case 'dead':
+          return { ...forgetProcess(state), status: { kind: 'dead' } };
+        default:
+          return state;
+      }
+    case 'hello_sent':
+      if (event.quiet || state.kernelId === null) {
+        return state;
+      }
+      return { ...state, status: { kind: 'loading' } };
+    case 'hello_timeout':
+      if (isGone(state)) {
+        return state;
+      }
+      return {
+        ...state,
+        ...(state.notice && state.notice.kind === 'attached'
+          ? {
+              notice: null,
+              lastError: {
+                action: 'attach',
+                code: 'no_answer',
+                message: ''
+              }
+            }
+          : {}),
+        status: { kind: 'not_loaded' },
+        sample: null,
+        stream: null,
+        version: null,
+        actions: [],
+        who: WHO_IDLE,
+        tracking: null,
+        trackingWanted: false,
+        readings: NO_READINGS,
+        postmortems: []
+      };
+    case 'reply':
+      if (state.kernelId === null) {
+        return state;
+      }
+      return applyReply(
+        state,
+        event.action,
+        event.reply,
+        event.args ?? {},
+        event.at ?? null
+      );
+    case 'who_sent':
+      return whoSent(state);
+    case 'who_failed':
+      return whoFailed(state, event.code, event.message);
+    case 'reading_sent':
+      return readingSent(state, event.view);
+    case 'reading_failed':
+      return readingFailed(state, event.view, event.code, event.message);
+    case 'no_reply':
+      if (event.action === 'who') {
+        return whoFailed(state, 'timeout', '');
+      }
+      if (isReadingView(event.action)) {
+        return readingFailed(state, event.action, 'timeout', '');
+      }
+      return {
+        ...state,
+        pending: clearPending(state, event.action),
+        notice: null,
+        lastError: {
+          action: event.action,
+          code: 'timeout',
+          message: ''
+        }
+      };
+    case 'comm':
+      if (state.kernelId === null || isGone(state)) {
+        return state;
+      }
+      return applyComm(state, event.commId, event.data);
+    case 'busy':
+      return state.busy === event.busy ? state : { ...state, busy: event.busy };
+    case 'pending':
+      return {
+        ...state,
+        pending: event.action,
+        lastError: event.action ? null : state.lastError,
+        notice: event.action ? null : state.notice
+      };
+    case 'attach_result':
+      if (event.error === null) {
+        return {
+          ...state,
+          pending: clearPending(state, 'attach'),
+          notice: { kind: 'attached' },
+          lastError: null
+        };
+      }
+      return {
+        ...state,
+        pending: clearPending(state, 'attach'),
+        notice: null,
+        lastError: { action: 'attach', code: 'failed', message: event.error }
+      };
+    case 'local_error':
+      return {
+        ...state,
+        notice: null,
+        lastError: {
+          action: event.action,
+          code: event.code ?? 'local',
+          message: event.message
+        }
+      };
+    case 'dismiss':
+      return { ...state, notice: null, lastError: null };
+    case 'configure':
+      return withTrendMinutes(state, event.trendMinutes);
+    default:
+      return state;
+  }
+}

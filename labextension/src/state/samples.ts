@@ -1,0 +1,189 @@
+/**
+ * The samples slice: the newest sample, the trend per device, the stream's
+ * comm and its order, heartbeats and the measured cells' markers. Pure.
+ */
+import { CommData, ISample, IStreamState } from '../protocol';
+import { acceptSeq, IBounds, pushBounded, trimBounded } from './ring';
+import {
+  IGpuMemState,
+  ITrendPoint,
+  MAX_CELLS,
+  MAX_TREND_POINTS,
+  NO_READINGS,
+  PanelStatus,
+  SAMPLE_STATES,
+  WHO_IDLE
+} from './types';
+
+export function bounds(state: IGpuMemState): IBounds {
+  return {
+    maxAgeS: Math.max(0, state.trendMinutes) * 60,
+    maxLength: MAX_TREND_POINTS
+  };
+}
+
+function statusOf(sample: ISample): PanelStatus {
+  if (SAMPLE_STATES.includes(sample.state)) {
+    return { kind: sample.state, sample };
+  }
+  // A newer kernel side may add states: show what it measured.
+  return { kind: sample.devices.length > 0 ? 'ok' : 'no_gpu', sample };
+}
+
+/**
+ * A kernel that went away takes its process-wide figures with it.
+ */
+export function forgetProcess(state: IGpuMemState): IGpuMemState {
+  return {
+    ...state,
+    busy: false,
+    sample: null,
+    stream: null,
+    commId: null,
+    lastSeq: null,
+    lastHeard: null,
+    history: {},
+    cells: [],
+    pending: null,
+    who: WHO_IDLE,
+    tracking: null,
+    trackingWanted: false,
+    readings: NO_READINGS,
+    postmortems: []
+  };
+}
+
+/**
+ * Apply a sample unless a newer one was applied already (replies and pushed
+ * samples travel on different channels and can cross).
+ */
+export function applySample(
+  state: IGpuMemState,
+  sample: ISample
+): IGpuMemState {
+  if (state.sample !== null && sample.time < state.sample.time) {
+    return state;
+  }
+  const limits = bounds(state);
+  const history: Record<number, readonly ITrendPoint[]> = {
+    ...state.history
+  };
+  for (const device of sample.devices) {
+    if (
+      device.initialized &&
+      typeof device.allocated === 'number' &&
+      typeof device.reserved === 'number'
+    ) {
+      history[device.index] = pushBounded(
+        history[device.index] ?? [],
+        {
+          time: sample.time,
+          allocated: device.allocated,
+          reserved: device.reserved,
+          process:
+            typeof device.process_used === 'number' ? device.process_used : null
+        },
+        limits
+      );
+    }
+  }
+  for (const key of Object.keys(history)) {
+    const index = Number(key);
+    history[index] = trimBounded(history[index], limits, sample.time);
+  }
+  return {
+    ...state,
+    sample,
+    status: statusOf(sample),
+    history,
+    lastHeard: Math.max(state.lastHeard ?? -Infinity, sample.time)
+  };
+}
+
+/**
+ * Follow the comm id a reply names (stable for the kernel process).
+ */
+export function withCommId(
+  state: IGpuMemState,
+  stream: IStreamState | null
+): IGpuMemState {
+  if (stream && stream.comm_id && stream.comm_id !== state.commId) {
+    return { ...state, commId: stream.comm_id, lastSeq: null };
+  }
+  return state;
+}
+
+export function applyComm(
+  state: IGpuMemState,
+  commId: string,
+  data: CommData
+): IGpuMemState {
+  let next = state;
+  if (commId !== state.commId) {
+    // Another comm (another kernel process) numbers its messages afresh.
+    next = { ...next, commId, lastSeq: null };
+  }
+  if (data.type === 'open') {
+    // The stream (re)started. Its seq goes on from the kernel's last message.
+    if (typeof data.seq !== 'number') {
+      return { ...next, stream: data.stream };
+    }
+    if (!acceptSeq(next.lastSeq, data.seq)) {
+      return state;
+    }
+    return { ...next, stream: data.stream, lastSeq: data.seq };
+  }
+  if (!acceptSeq(next.lastSeq, data.seq)) {
+    return state;
+  }
+  next = { ...next, lastSeq: data.seq };
+  switch (data.type) {
+    case 'sample':
+      return applySample(next, data.sample);
+    case 'heartbeat':
+      return {
+        ...next,
+        busy: data.busy === true,
+        lastHeard: Math.max(next.lastHeard ?? -Infinity, data.time)
+      };
+    case 'cell': {
+      const postmortems = data.cell.postmortems;
+      return {
+        ...next,
+        cells: pushBounded(next.cells, data.cell, {
+          maxAgeS: bounds(next).maxAgeS,
+          maxLength: MAX_CELLS
+        }),
+        // The kernel keeps these until a cell runs out of memory again.
+        ...(Array.isArray(postmortems) && postmortems.length > 0
+          ? { postmortems }
+          : {})
+      };
+    }
+    default:
+      return next;
+  }
+}
+
+/** The trend length changed: trim what is kept to it. */
+export function withTrendMinutes(
+  state: IGpuMemState,
+  trendMinutes: number
+): IGpuMemState {
+  if (trendMinutes === state.trendMinutes) {
+    return state;
+  }
+  const next = { ...state, trendMinutes };
+  const limits = bounds(next);
+  const now = state.lastHeard ?? undefined;
+  const history: Record<number, readonly ITrendPoint[]> = {};
+  for (const key of Object.keys(state.history)) {
+    const index = Number(key);
+    history[index] = trimBounded(state.history[index], limits, now);
+  }
+  return {
+    ...next,
+    history,
+    cells: trimBounded(next.cells, { ...limits, maxLength: MAX_CELLS }, now)
+  };
+}

@@ -1,0 +1,76 @@
+/**
+ * The Who-holds-it slice: the last `who` reading and where the next one
+ * stands. Pure.
+ */
+import { IWhoResult, Reply } from '../protocol';
+import { IGpuMemState } from './types';
+
+/**
+ * Apply the reply to `who`, unless none was asked for (the kernel changed or
+ * restarted since: its reading is stale). Not an action of the status line:
+ * its outcome shows in the Who tab.
+ */
+export function applyWho(
+  state: IGpuMemState,
+  reply: Reply,
+  at: number | null
+): IGpuMemState {
+  if (state.who.status !== 'loading') {
+    return state;
+  }
+  if (reply.status === 'error') {
+    if (reply.error.code === 'busy') {
+      return { ...state, who: { ...state.who, status: 'busy', error: null } };
+    }
+    return {
+      ...state,
+      who: {
+        ...state.who,
+        status: 'error',
+        error: {
+          action: 'who',
+          code: reply.error.code,
+          message: reply.error.message
+        }
+      }
+    };
+  }
+  const result = reply.result as unknown as IWhoResult;
+  const data: IWhoResult = {
+    devices: Array.isArray(result.devices) ? result.devices : [],
+    tracking: result.tracking === true,
+    postmortems: Array.isArray(result.postmortems) ? result.postmortems : []
+  };
+  return {
+    ...state,
+    who: { status: 'ok', data, error: null, fetchedAt: at },
+    tracking: data.tracking,
+    postmortems: data.postmortems
+  };
+}
+
+export function whoFailed(
+  state: IGpuMemState,
+  code: string,
+  message: string
+): IGpuMemState {
+  if (state.who.status !== 'loading') {
+    return state;
+  }
+  return {
+    ...state,
+    who: {
+      ...state.who,
+      status: 'error',
+      error: { action: 'who', code, message }
+    }
+  };
+}
+
+/** A `who` request went out: keep the last reading, mark it loading. */
+export function whoSent(state: IGpuMemState): IGpuMemState {
+  if (state.kernelId === null || state.who.status === 'loading') {
+    return state;
+  }
+  return { ...state, who: { ...state.who, status: 'loading', error: null } };
+}
