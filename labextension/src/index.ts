@@ -15,16 +15,16 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 import { Token } from '@lumino/coreutils';
 
-import { notebookCellScroller } from './cellScroller';
+import { notebookCellScroller } from './lab/cellScroller';
 import { ActiveKernelFollower, ITrackerLike } from './kernel/follower';
-import { availability } from './messages';
+import { availability } from './present/messages';
 import { GpuMemModel } from './model';
-import { GpuMemPanel, TRANSLATION_DOMAIN } from './panel';
+import { GpuMemPanel, TRANSLATION_DOMAIN } from './lab/panel';
 import { IConfirmation, serverApi } from './server/serverApi';
-import { readSettings } from './settings';
+import { readSettings } from './lab/settings';
 
-export { formatBytes } from './format';
-export { parseCap } from './cap';
+export { formatBytes } from './present/format';
+export { parseCap } from './present/cap';
 export { GpuMemModel } from './model';
 export type { IGpuMemState } from './state';
 

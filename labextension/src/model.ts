@@ -11,7 +11,7 @@
 import { IDisposable } from '@lumino/disposable';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { CapValue } from './cap';
+import { CapValue } from './present/cap';
 import { GpuMemClient } from './kernel/client';
 import { IKernelLike, IKernelSource } from './kernel/types';
 import { IGpuMemState, ReadingView } from './state';
@@ -19,7 +19,7 @@ import type { IServerApi } from './server/serverApi';
 
 /** Scrolls the followed notebook to a cell; whether it found it. */
 export type CellScroller = (executionCount: number) => Promise<boolean>;
-import { clampInterval, DEFAULT_SETTINGS, ISettings } from './settings';
+import { clampInterval, DEFAULT_SETTINGS, ISettings } from './lab/settings';
 import { GpuMemStore } from './state';
 
 // Kept exported from here, where they were before the split, for code that
@@ -32,8 +32,8 @@ export type {
 } from './kernel/follower';
 export { ATTACH_CODE } from './kernel/client';
 export type { IKernelLike, IKernelSource, ISessionLike } from './kernel/types';
-export { DEFAULT_SETTINGS } from './settings';
-export type { ISettings } from './settings';
+export { DEFAULT_SETTINGS } from './lab/settings';
+export type { ISettings } from './lab/settings';
 
 export class GpuMemModel implements IDisposable {
   constructor(options: GpuMemModel.IOptions = {}) {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 
-import { barGeometry, cachedFree } from '../src/bar';
+import { barGeometry, cachedFree } from '../src/present/bar';
 import { device, GiB, uninitializedDevice } from './fixtures';
 
 describe('barGeometry', () => {

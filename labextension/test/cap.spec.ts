@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 
-import { parseCap } from '../src/cap';
+import { parseCap } from '../src/present/cap';
 
 const GiB = 1024 ** 3;
 

@@ -5,7 +5,7 @@ import {
   formatDelta,
   formatPercent,
   formatSize
-} from '../src/format';
+} from '../src/present/format';
 
 describe('formatBytes', () => {
   it('shows 1.5 GiB in binary and decimal units', () => {

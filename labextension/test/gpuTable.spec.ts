@@ -18,7 +18,7 @@ import {
   kernelActivity
 } from '../src/server/gpuTable';
 import { serverApi, shutdownKernel } from '../src/server/serverApi';
-import { plainTrans as trans } from '../src/trans';
+import { plainTrans as trans } from '../src/lab/trans';
 import {
   EVAL,
   foreignTable,

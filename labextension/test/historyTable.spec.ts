@@ -6,10 +6,10 @@
 import * as React from 'react';
 import { describe, expect, it, vi } from 'vitest';
 
-import { findCell } from '../src/cellScroller';
+import { findCell } from '../src/lab/cellScroller';
 import { ICellMarker, IHistoryCell } from '../src/protocol';
 import { GpuMemEvent, initialState, reduce } from '../src/state';
-import { plainTrans } from '../src/trans';
+import { plainTrans } from '../src/lab/trans';
 import {
   DEFAULT_SORT,
   historyDevices,

@@ -5,9 +5,9 @@ import {
   errorText,
   noticeText,
   statusText
-} from '../src/messages';
+} from '../src/present/messages';
 import { GpuMemEvent, initialState, reduce } from '../src/state';
-import { plainTrans as trans } from '../src/trans';
+import { plainTrans as trans } from '../src/lab/trans';
 import {
   device,
   GiB,

@@ -7,7 +7,7 @@ import { describe, expect, it, vi } from 'vitest';
 
 import { IGpuTable, IKernelRow } from '../src/server/gpuTable';
 import { IConfirmation, IServerApi } from '../src/server/serverApi';
-import { plainTrans } from '../src/trans';
+import { plainTrans } from '../src/lab/trans';
 import {
   confirmAndShutDown,
   GpuTableView,

@@ -11,7 +11,7 @@ import { describe, expect, it, vi } from 'vitest';
 
 import { ISegment, ISegmentsResult } from '../src/protocol';
 import { GpuMemEvent, initialState, reduce } from '../src/state';
-import { plainTrans } from '../src/trans';
+import { plainTrans } from '../src/lab/trans';
 import {
   segmentRuns,
   SegmentsView,

@@ -1,6 +1,10 @@
 import { describe, expect, it } from 'vitest';
 
-import { clampInterval, DEFAULT_SETTINGS, readSettings } from '../src/settings';
+import {
+  clampInterval,
+  DEFAULT_SETTINGS,
+  readSettings
+} from '../src/lab/settings';
 
 function registry(composite: Record<string, unknown>): any {
   return { composite };

@@ -2,7 +2,7 @@ import { describe, expect, it, vi } from 'vitest';
 
 import { TabBar } from '../src/views/tabBar';
 import { ITab } from '../src/views/tabs';
-import { plainTrans } from '../src/trans';
+import { plainTrans } from '../src/lab/trans';
 
 const trans = plainTrans as any;
 

@@ -4,7 +4,7 @@
 import { describe, expect, it } from 'vitest';
 
 import { ICellMarker } from '../src/protocol';
-import { plainTrans } from '../src/trans';
+import { plainTrans } from '../src/lab/trans';
 import { cellTooltip } from '../src/views/trendChart';
 import { MiB, postmortem } from './fixtures';
 

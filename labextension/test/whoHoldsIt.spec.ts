@@ -6,7 +6,7 @@ import { describe, expect, it, vi } from 'vitest';
 
 import { IWhoResult } from '../src/protocol';
 import { GpuMemEvent, IGpuMemState, initialState, reduce } from '../src/state';
-import { plainTrans } from '../src/trans';
+import { plainTrans } from '../src/lab/trans';
 import { TABS } from '../src/views/tabs';
 import { WhoHoldsIt, WhoView } from '../src/views/whoHoldsIt';
 import {

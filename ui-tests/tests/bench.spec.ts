@@ -59,7 +59,7 @@ const WATCHED = DEVICES - 1;
 
 test.skip(!BENCH, 'a benchmark: set GPUMEM_UI_BENCH=1 to run it');
 
-/** formatBytes of labextension/src/format.ts, binary units. */
+/** formatBytes of labextension/src/present/format.ts, binary units. */
 function formatBytes(bytes: number): string {
   const names = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
   const decimals = (v: number) => (v < 10 ? 2 : v < 100 ? 1 : 0);

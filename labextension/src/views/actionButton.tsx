@@ -3,7 +3,7 @@
  */
 import * as React from 'react';
 
-import { IAvailability } from '../messages';
+import { IAvailability } from '../present/messages';
 
 /**
  * A button that stays focusable when not applicable: activating it then says

@@ -4,8 +4,8 @@
 import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
-import { parseCap } from '../cap';
-import { availability, deviceLabel, IAvailability } from '../messages';
+import { parseCap } from '../present/cap';
+import { availability, deviceLabel, IAvailability } from '../present/messages';
 import type { GpuMemModel } from '../model';
 import { IDevice } from '../protocol';
 import { IGpuMemState } from '../state';

@@ -4,7 +4,7 @@
  */
 import * as React from 'react';
 
-import { availability } from '../messages';
+import { availability } from '../present/messages';
 import { UserAction } from '../state';
 import { ActionButton } from './actionButton';
 import { IViewProps } from './props';

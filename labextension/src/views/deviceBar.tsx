@@ -5,8 +5,8 @@
 import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
-import { barGeometry, BarScale, SegmentKey } from '../bar';
-import { formatBytes, formatPercent, Units } from '../format';
+import { barGeometry, BarScale, SegmentKey } from '../present/bar';
+import { formatBytes, formatPercent, Units } from '../present/format';
 import { IDevice } from '../protocol';
 
 function segmentLabel(key: SegmentKey, trans: TranslationBundle): string {

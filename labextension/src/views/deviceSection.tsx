@@ -3,9 +3,9 @@
  */
 import * as React from 'react';
 
-import { barGeometry } from '../bar';
-import { formatBytes } from '../format';
-import { deviceLabel } from '../messages';
+import { barGeometry } from '../present/bar';
+import { formatBytes } from '../present/format';
+import { deviceLabel } from '../present/messages';
 import { IDevice, ISample } from '../protocol';
 import { CapControl } from './capControl';
 import { DeviceBar, Legend } from './deviceBar';

@@ -5,8 +5,8 @@
 import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
-import { cachedFree } from '../bar';
-import { formatBytes, formatPercent, Units } from '../format';
+import { cachedFree } from '../present/bar';
+import { formatBytes, formatPercent, Units } from '../present/format';
 import { IDevice } from '../protocol';
 
 /** One figure: its label (with help on hover) and its value. */

@@ -4,8 +4,8 @@
  */
 import * as React from 'react';
 
-import { formatBytes } from '../format';
-import { gpuMemIcon } from '../icon';
+import { formatBytes } from '../present/format';
+import { gpuMemIcon } from '../lab/icon';
 import { IViewProps } from './props';
 
 export function Header(props: IViewProps): JSX.Element {

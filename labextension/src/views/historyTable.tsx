@@ -6,8 +6,8 @@
 import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
-import { formatBytes, formatDelta, Units } from '../format';
-import { deviceLabel } from '../messages';
+import { formatBytes, formatDelta, Units } from '../present/format';
+import { deviceLabel } from '../present/messages';
 import { IHistoryCell, IHistoryResult } from '../protocol';
 import { IViewProps } from './props';
 import { ReadingFrame, useReading } from './readingFrame';

@@ -5,7 +5,7 @@
  */
 import * as React from 'react';
 
-import { availability, statusText } from '../messages';
+import { availability, statusText } from '../present/messages';
 import { ActionButton } from './actionButton';
 import { IViewProps } from './props';
 

@@ -5,7 +5,7 @@
 import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
-import { availability, errorText } from '../messages';
+import { availability, errorText } from '../present/messages';
 import { IReading, ReadingView } from '../state';
 import { ActionButton } from './actionButton';
 import { Message, NoDeviceMessage } from './message';

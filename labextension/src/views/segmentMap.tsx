@@ -6,8 +6,8 @@
 import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
-import { formatBytes, formatPercent, Units } from '../format';
-import { deviceLabel } from '../messages';
+import { formatBytes, formatPercent, Units } from '../present/format';
+import { deviceLabel } from '../present/messages';
 import { BlockKind, ISegment, ISegmentMap, ISegmentsResult } from '../protocol';
 import { IViewProps } from './props';
 import { ReadingFrame, useReading } from './readingFrame';

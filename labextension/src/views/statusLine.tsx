@@ -4,7 +4,7 @@
  */
 import * as React from 'react';
 
-import { errorText, noticeText } from '../messages';
+import { errorText, noticeText } from '../present/messages';
 import { IViewProps } from './props';
 
 export function StatusLine(props: IViewProps): JSX.Element {

@@ -7,8 +7,8 @@
 import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
-import { formatBytes, formatDelta, Units } from '../format';
-import { deviceLabel } from '../messages';
+import { formatBytes, formatDelta, Units } from '../present/format';
+import { deviceLabel } from '../present/messages';
 import { ICellMarker, IDevice } from '../protocol';
 import { ITrendPoint } from '../state';
 

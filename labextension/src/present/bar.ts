@@ -6,7 +6,7 @@
  * device (reserved + CUDA context, from NVML), inside what all processes use,
  * inside the device's capacity.
  */
-import { IDevice } from './protocol';
+import { IDevice } from '../protocol';
 
 export type SegmentKey = 'allocated' | 'reserved' | 'process' | 'device';
 

@@ -4,7 +4,7 @@
  */
 import type { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 
-import type { CellScroller } from './model';
+import type { CellScroller } from '../model';
 
 /** The part of a notebook's cell the scroller reads. */
 export interface ICellLike {

@@ -2,7 +2,7 @@
  * Parsing of a memory cap typed by the user.
  */
 import { formatBytes, Units } from './format';
-import { ITrans, plainTrans } from './trans';
+import { ITrans, plainTrans } from '../lab/trans';
 
 /**
  * A cap as the `set_limit` action takes it; null removes the cap.

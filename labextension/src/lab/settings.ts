@@ -3,8 +3,8 @@
  */
 import type { ISettingRegistry } from '@jupyterlab/settingregistry';
 
-import type { BarScale } from './bar';
-import { Units } from './format';
+import type { BarScale } from '../present/bar';
+import { Units } from '../present/format';
 
 export interface ISettings {
   /** Interval of pushed samples, ms (100..10000). */

@@ -12,13 +12,13 @@ import { Message } from '@lumino/messaging';
 import * as React from 'react';
 
 import { gpuMemIcon } from './icon';
-import { GpuMemModel } from './model';
-import { Header } from './views/header';
-import { StatusMessage } from './views/message';
-import { IViewProps } from './views/props';
-import { StatusLine } from './views/statusLine';
-import { TabBar, tabId, tabPanelId } from './views/tabBar';
-import { ITab, TABS } from './views/tabs';
+import { GpuMemModel } from '../model';
+import { Header } from '../views/header';
+import { StatusMessage } from '../views/message';
+import { IViewProps } from '../views/props';
+import { StatusLine } from '../views/statusLine';
+import { TabBar, tabId, tabPanelId } from '../views/tabBar';
+import { ITab, TABS } from '../views/tabs';
 
 /** Translation domain of the extension. */
 export const TRANSLATION_DOMAIN = 'jupyter_gpumem';

@@ -3,7 +3,7 @@
  * the byte units are passed in.
  */
 import { formatBytes, formatPercent, Units } from './format';
-import { IDevice } from './protocol';
+import { IDevice } from '../protocol';
 import {
   IActionError,
   IGpuMemState,
@@ -11,8 +11,8 @@ import {
   ReadingView,
   PanelStatus,
   UserAction
-} from './state';
-import { ITrans } from './trans';
+} from '../state';
+import { ITrans } from '../lab/trans';
 
 export interface IStatusText {
   title: string;
