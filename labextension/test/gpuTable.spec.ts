@@ -8,20 +8,26 @@ import { describe, expect, it, vi } from 'vitest';
 
 import {
   activityText,
-  checkGpuTable,
-  fetchGpuTable,
   formatDuration,
-  gpuTableErrorText,
   gpuTableView,
   IKernelRow,
   IProcessRow,
+  IReportedRow,
+  IUnseenRow,
+  UNSEEN_MIN,
   kernelActivity
+} from '../src/server/gpuRows';
+import {
+  checkGpuTable,
+  fetchGpuTable,
+  gpuTableErrorText
 } from '../src/server/gpuTable';
 import { serverApi, shutdownKernel } from '../src/server/serverApi';
 import { plainTrans as trans } from '../src/lab/trans';
 import {
   EVAL,
   foreignTable,
+  reportedTable,
   GiB,
   gpuDevice,
   gpuTable,
@@ -52,7 +58,7 @@ describe('gpuTableView', () => {
     expect(
       device.rows.map(r => [
         r.kind,
-        r.kind === 'kernel' ? r.label : r.name,
+        r.kind === 'process' ? r.name : r.kind === 'unseen' ? null : r.label,
         r.bytes
       ])
     ).toEqual([
@@ -160,6 +166,36 @@ describe('gpuTableView', () => {
       true
     );
     expect(rows.map(r => (r as IProcessRow).pid)).toEqual([91300, 91234]);
+  });
+
+  it('names notebooks from what their kernels report, and the unseen memory', () => {
+    const view = gpuTableView(reportedTable(), TRAIN);
+    const rows = view.devices[0].rows;
+    expect(rows.map(r => [r.kind, r.bytes])).toEqual([
+      ['reported', 5 * GiB],
+      ['unseen', 4 * GiB],
+      ['reported', 3 * GiB],
+      ['process', 2 * GiB],
+      ['process', 1 * GiB]
+    ]);
+    const train = rows[0] as IReportedRow;
+    expect([train.label, train.allocated, train.thisNotebook]).toEqual([
+      'train.ipynb',
+      4 * GiB,
+      true
+    ]);
+    expect((rows[1] as IUnseenRow).driverExcluded).toBe(true);
+    // processes stay unmatched: nothing is guessed
+    expect(rows.filter(r => r.kind === 'kernel')).toEqual([]);
+  });
+
+  it('shows no unseen row below a mebibyte, nor one NVML could not tell', () => {
+    for (const unseen of [UNSEEN_MIN - 1, null, undefined]) {
+      const table = reportedTable();
+      table.devices[0].unseen = unseen;
+      const kinds = gpuTableView(table, null).devices[0].rows.map(r => r.kind);
+      expect(kinds).not.toContain('unseen');
+    }
   });
 
   it('says NVML is unavailable, with its reason', () => {

@@ -117,6 +117,24 @@ export function foreignTable(): IGpuTable {
   });
 }
 
+/**
+ * The same, with what the kernels of train.ipynb and eval.ipynb said they
+ * hold (the server asked them), and 4 GiB in use by processes NVML does not
+ * list (outside the server's PID namespace) beside 0.5 GiB the driver keeps.
+ */
+export function reportedTable(): IGpuTable {
+  const table = foreignTable();
+  const device = table.devices[0];
+  device.used = 12 * GiB;
+  device.driver_reserved = GiB / 2;
+  device.unseen = 4 * GiB;
+  device.reported = [
+    { kernel_id: EVAL, reserved: 3 * GiB, allocated: 2 * GiB, time: TIME - 2 },
+    { kernel_id: TRAIN, reserved: 5 * GiB, allocated: 4 * GiB, time: TIME - 2 }
+  ];
+  return table;
+}
+
 /** No driver: no device, NVML's reason. */
 export function noNvmlTable(): IGpuTable {
   return gpuTable({

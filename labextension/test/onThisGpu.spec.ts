@@ -5,7 +5,8 @@
 import * as React from 'react';
 import { describe, expect, it, vi } from 'vitest';
 
-import { IGpuTable, IKernelRow } from '../src/server/gpuTable';
+import { IKernelRow } from '../src/server/gpuRows';
+import { IGpuTable } from '../src/server/gpuTable';
 import { IConfirmation, IServerApi } from '../src/server/serverApi';
 import { plainTrans } from '../src/lab/trans';
 import {
@@ -19,6 +20,7 @@ import { TABS } from '../src/views/tabs';
 import {
   EVAL,
   foreignTable,
+  reportedTable,
   GiB,
   gpuDevice,
   gpuTable,
@@ -293,6 +295,27 @@ describe('the On this GPU tab', () => {
       'python other process · PID 91300 2.00 GiB',
       '/usr/bin/python3 other process · PID 91234 1.00 GiB'
     ]);
+  });
+
+  it('names reported notebooks and the memory this server cannot see', () => {
+    const nodes = view(reading({ table: reportedTable() }), {
+      followed: TRAIN
+    });
+    expect(
+      findAll(nodes, n => n.props['data-kind'] === 'reported').map(n => text(n))
+    ).toEqual([
+      expect.stringMatching(
+        /^train\.ipynb this notebook .* · as its kernel reports: PyTorch reserves 5\.00 GiB, 4\.00 GiB allocated 5\.00 GiB$/
+      ),
+      expect.stringMatching(
+        /^eval\.ipynb .* · as its kernel reports: PyTorch reserves 3\.00 GiB, 2\.00 GiB allocated 3\.00 GiB$/
+      )
+    ]);
+    expect(
+      text(findAll(nodes, n => n.props['data-kind'] === 'unseen')[0])
+    ).toBe(
+      'Not visible from this server unseen processes · the driver’s own reservation excluded 4.00 GiB'
+    );
   });
 
   it('shows ended processes and a partial NVML failure', () => {

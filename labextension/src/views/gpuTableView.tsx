@@ -13,13 +13,17 @@ import { deviceLabel } from '../present/messages';
 import {
   activityText,
   GpuRow,
-  gpuTableErrorText,
   gpuTableView,
   IDeviceRows,
-  IGpuTable,
-  IGpuTableError,
   IKernelRow,
-  IProcessRow
+  IProcessRow,
+  IReportedRow,
+  IUnseenRow
+} from '../server/gpuRows';
+import {
+  gpuTableErrorText,
+  IGpuTable,
+  IGpuTableError
 } from '../server/gpuTable';
 import { Message } from './message';
 
@@ -270,15 +274,92 @@ function DeviceTable(
 }
 
 function rowKey(row: GpuRow): string {
-  return row.kind === 'kernel' ? `k-${row.kernelId}` : `p-${row.pid}`;
+  switch (row.kind) {
+    case 'kernel':
+      return `k-${row.kernelId}`;
+    case 'reported':
+      return `r-${row.kernelId}`;
+    case 'unseen':
+      return 'unseen';
+    default:
+      return `p-${row.pid}`;
+  }
 }
 
 function Row(props: IGpuTableViewProps & { row: GpuRow }): JSX.Element {
   const { row } = props;
-  return row.kind === 'kernel' ? (
-    <KernelRows {...props} row={row} />
-  ) : (
-    <ProcessRow {...props} row={row} />
+  switch (row.kind) {
+    case 'kernel':
+      return <KernelRows {...props} row={row} />;
+    case 'reported':
+      return <ReportedRow {...props} row={row} />;
+    case 'unseen':
+      return <UnseenRow {...props} row={row} />;
+    default:
+      return <ProcessRow {...props} row={row} />;
+  }
+}
+
+/**
+ * A notebook named from its kernel's own figures (NVML's PIDs are foreign,
+ * so no process is matched with it): what PyTorch reserves for it.
+ */
+function ReportedRow(
+  props: IGpuTableViewProps & { row: IReportedRow }
+): JSX.Element {
+  const { row, units, trans } = props;
+  return (
+    <tr
+      className={`jp-GpuMem-gpuRow jp-GpuMem-gpuRow-reported${row.thisNotebook ? ' jp-mod-this' : ''}`}
+      data-kind="reported"
+      data-kernel-id={row.kernelId}
+      data-bytes={row.bytes}
+    >
+      <NameCell
+        label={row.label}
+        title={row.path ?? row.label}
+        state={activityText(row.activity, trans)}
+        stateClass="jp-GpuMem-gpuActivity"
+        detail={trans.__(
+          'as its kernel reports: PyTorch reserves %1, %2 allocated',
+          formatBytes(row.bytes, units),
+          formatBytes(row.allocated, units)
+        )}
+      >
+        {row.thisNotebook && (
+          <span className="jp-GpuMem-gpuThis">{trans.__('this notebook')}</span>
+        )}
+      </NameCell>
+      <td className="jp-GpuMem-gpuBytes">{formatBytes(row.bytes, units)}</td>
+    </tr>
+  );
+}
+
+/** Memory no process NVML lists holds: processes outside this server. */
+function UnseenRow(
+  props: IGpuTableViewProps & { row: IUnseenRow }
+): JSX.Element {
+  const { row, units, trans } = props;
+  return (
+    <tr
+      className="jp-GpuMem-gpuRow jp-GpuMem-gpuRow-unseen"
+      data-kind="unseen"
+      data-bytes={row.bytes}
+    >
+      <NameCell
+        label={trans.__('Not visible from this server')}
+        title={trans.__(
+          'Used on the GPU, but by no process the driver lists here: processes outside this server’s PID namespace (another container, another user’s job)'
+        )}
+        state={trans.__('unseen processes')}
+        detail={
+          row.driverExcluded
+            ? trans.__('the driver’s own reservation excluded')
+            : trans.__('includes the driver’s own reservation')
+        }
+      />
+      <td className="jp-GpuMem-gpuBytes">{formatBytes(row.bytes, units)}</td>
+    </tr>
   );
 }
 

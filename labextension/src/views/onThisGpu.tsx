@@ -12,7 +12,8 @@ import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
 import { formatBytes, Units } from '../present/format';
-import { activityText, fetchGpuTable, IKernelRow } from '../server/gpuTable';
+import { activityText, IKernelRow } from '../server/gpuRows';
+import { fetchGpuTable } from '../server/gpuTable';
 import { IServerApi } from '../server/serverApi';
 import { GpuTableView, IGpuTableReading, IShutdownState } from './gpuTableView';
 import { IViewProps } from './props';
