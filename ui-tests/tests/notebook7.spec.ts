@@ -90,7 +90,8 @@ test('the ipywidgets panel renders and its buttons answer', async ({
 }) => {
   checkEnvironment();
   writeNotebook('widget.ipynb');
-  await openNotebook(page, 'widget.ipynb');
+  // its own workspace: the default one is what the next test file's Lab restores
+  await openNotebook(page, 'widget.ipynb', 'widget');
   await runCellAndWait(page, '%load_ext jupyter_gpumem\n%gpumem panel');
   const widget = page.locator('.jp-OutputArea-output .widget-vbox').first();
   await expect(widget).toBeVisible({ timeout: 30_000 });
