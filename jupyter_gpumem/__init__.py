@@ -164,6 +164,33 @@ def scan(
     return result
 
 
+def report_worker() -> bool:
+    """Call at the top of a *spawned* worker process (``start_method="spawn"``) so that the
+    measured cell that started it shows the worker's own GPU memory, as it shows forked
+    workers by itself. True when the kernel was found (``JUPYTER_GPUMEM_WORKERS``);
+    False, and nothing happens, elsewhere."""
+    from .collectors.workers import report_from_worker
+
+    return report_from_worker()
+
+
+def report_to_store(store: Any = None, rank: int | None = None) -> Any:
+    """Call in each rank of a ``torch.distributed`` job whose rank 0 is this notebook's
+    kernel (after ``init_process_group``): the rank's own GPU memory then reaches the
+    kernel through the job's store, wherever the rank runs. See docs/workers.md."""
+    from .collectors.distributed import report_to_store as start
+
+    return start(store, rank)
+
+
+def watch_store(store: Any = None, ranks: Any = None) -> Any:
+    """Call once in the kernel, a member of the job: measured cells and the panel then
+    show the other ranks' figures (those that call ``report_to_store``)."""
+    from .collectors.distributed import watch_store as start
+
+    return start(store, ranks)
+
+
 def _jupyter_server_extension_points() -> list[dict[str, str]]:
     return [{"module": "jupyter_gpumem"}]
 
@@ -183,7 +210,10 @@ __all__ = [
     "breakdown",
     "history",
     "load_ipython_extension",
+    "report_to_store",
+    "report_worker",
     "scan",
     "unload_ipython_extension",
+    "watch_store",
     "who",
 ]

@@ -50,8 +50,11 @@ def run(
     module: bool = False,
     cwd: Path | None = None,
     jupyter_path: Path | None = None,
+    backend: str | None = None,
 ):
     env = {k: v for k, v in os.environ.items() if k not in replay_env("")}
+    if backend is not None:
+        env["JUPYTER_GPUMEM_BACKEND"] = backend
     if jupyter_path is not None:
         env["JUPYTER_PATH"] = str(jupyter_path)
     if replay:
@@ -428,3 +431,42 @@ def test_version():
 
     p = run("--version", module=True)
     assert p.returncode == 0 and p.stdout.strip() == f"jupyter-gpumem {__version__}"
+
+
+def test_budgets_apply_to_worker_processes(tmp_path):
+    """A cell that forks two ranks: each rank's own peak is checked against the budget
+    (rank r peaks at r+3 GiB: peak<=3.5GiB holds for rank 0 and fails for rank 1)."""
+    fork = (
+        "import os, multiprocessing as mp\n"
+        "from jupyter_gpumem.testing import counting\n"
+        "def rank(r):\n"
+        "    os.environ['RANK'] = str(r)\n"
+        "    counting.allocate((r + 1) * 2**30, device=r)\n"
+        "    counting.allocate(2 * 2**30, device=r)\n"
+        "    counting.free(2 * 2**30, device=r)\n"
+        "ps = [mp.get_context('fork').Process(target=rank, args=(r,)) for r in (0, 1)]\n"
+        "for p in ps: p.start()\n"
+        "for p in ps: p.join()"
+    )
+    nb = notebook(tmp_path / "w.ipynb", fork)
+    js = tmp_path / "w.json"
+    counting = "jupyter_gpumem.testing.counting:backend"
+    p = run("run", nb, "--budget", "peak<=3.5GiB", "--json", js, replay=False, backend=counting)
+    assert p.returncode == 1, p.stderr
+    failed = [line for line in p.stderr.splitlines() if line.startswith("jupyter-gpumem: FAILED: ")]
+    assert len(failed) == 1, p.stderr
+    assert (
+        "peak 4.00 GiB (4294967296 B) > 3.50 GiB (3758096384 B) on cuda:1 of rank 1 (pid "
+        in failed[0]
+    )
+    doc = json.loads(js.read_text())
+    validate(doc)
+    devices = doc["cells"][0]["devices"]
+    workers = [
+        (d["worker"].split(" (")[0], d["index"], d["peak"], d["kept"])
+        for d in devices
+        if "worker" in d
+    ]
+    assert workers == [("rank 0", 0, 3 * 2**30, 2**30), ("rank 1", 1, 4 * 2**30, 2 * 2**30)]
+    results = [(r.get("worker", "").split(" (")[0], r["ok"]) for r in doc["cells"][0]["budgets"]]
+    assert ("rank 0", True) in results and ("rank 1", False) in results

@@ -54,6 +54,8 @@ def unload(shell: Any) -> None:
     registry = shell.magics_manager.registry
     registry.pop("GpuMemMagics", None)
     session.tracker.cancel()
+    if session.tracker.workers is not None:
+        session.tracker.workers.close()
     import sys
 
     session.attributor.recording.stop(sys.modules.get("torch"))  # only if we started it

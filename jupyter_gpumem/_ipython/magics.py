@@ -40,6 +40,13 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _ranks(text: str) -> list[int]:
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isdigit() for p in parts):
+        raise UsageError(f"--ranks: expected ranks like 1,2,3, got {text!r}")
+    return [int(p) for p in parts]
+
+
 class _Help(argparse.HelpFormatter):
     """Help as ``%%gpumem?`` shows it: plain argparse, wide enough for the long options."""
 
@@ -276,6 +283,23 @@ def _line_parser() -> MagicArgumentParser:
         )
     )
     command("release-traceback", "drop the frames the last error's traceback keeps alive")
+    wk = command(
+        "workers",
+        "worker processes of this notebook and their own GPU memory (forked by a measured "
+        "cell, spawned ones that call jupyter_gpumem.report_worker(), ranks that call "
+        "jupyter_gpumem.report_to_store()); `watch`: read the other ranks of this kernel's "
+        "torch.distributed group from its store",
+    )
+    wk.add_argument(
+        "action",
+        nargs="?",
+        choices=["show", "watch", "unwatch"],
+        default="show",
+        metavar="watch|unwatch",
+    )
+    wk.add_argument(
+        "--ranks", metavar="1,2,...", type=_ranks, help="the ranks to watch (default: all others)"
+    )
     pn = command("panel", "live bars and buttons as an ipywidgets widget (any frontend)")
     pn.add_argument(
         "--interval",
@@ -517,7 +541,9 @@ class GpuMemMagics(Magics):
                     (
                         "" if r.execution_count is None else str(r.execution_count),
                         r.first_line + (" (failed)" if r.failed else ""),
-                        "-" if d is None else f"cuda:{d.device}",
+                        "-"
+                        if d is None
+                        else f"cuda:{d.device}" + (f" {d.worker}" if d.worker else ""),
                         "-" if d is None else _signed(d.allocated_delta),
                         "-" if d is None else _signed(d.reserved_delta),
                         "-" if d is None else fb(d.peak_allocated),
@@ -529,7 +555,7 @@ class GpuMemMagics(Magics):
         if args.plot:
             plot = rows
             if device is None:
-                devices = [d.device for r in rows for d in r.devices]
+                devices = [d.device for r in rows for d in r.devices if d.worker is None]
                 device = devices[0] if devices else 0
         display(bundles.history(header, body, plot, device or 0), raw=True)
 
@@ -646,6 +672,40 @@ class GpuMemMagics(Magics):
         print(
             f"gpumem: released the kept traceback ({r.frames} frame(s)): freed {what}{expected}."
             " %tb and %debug no longer show that error."
+        )
+
+    def _cmd_workers(self, args: Any) -> None:
+        from IPython.display import display
+
+        from ..collectors import distributed, workers
+        from ..reporters._rows import workers_section
+        from ..reporters.html import section_html
+        from ..reporters.text import section_lines
+
+        if args.action == "watch":
+            try:
+                w = distributed.watch_store(ranks=args.ranks)
+            except (RuntimeError, ValueError) as e:
+                raise UsageError(f"%gpumem workers watch: {e}") from None
+            print(f"gpumem: reading ranks {', '.join(map(str, w.ranks))} from the group's store")
+            return
+        if args.action == "unwatch":
+            distributed.stop_watching()
+            print("gpumem: no longer reading the group's store")
+            return
+        live = workers.live()
+        if not live:
+            print(
+                "gpumem: no worker process has reported. Processes forked while a measured "
+                "cell runs report by themselves; a spawned one calls "
+                "jupyter_gpumem.report_worker(), a rank of a torch.distributed job "
+                "jupyter_gpumem.report_to_store() (then `%gpumem workers watch` here)."
+            )
+            return
+        s = workers_section(live)
+        display(
+            {"text/plain": "\n".join(section_lines(s, "")), "text/html": section_html(s)},
+            raw=True,
         )
 
     def _cmd_panel(self, args: Any) -> Any:

@@ -77,7 +77,9 @@ class Session:
         self.shell = shell
         self.config = GpuMem(parent=shell)
         self.collector = collector or Collector()
-        self.tracker = CellTracker(self.collector)
+        from ..collectors import workers
+
+        self.tracker = CellTracker(self.collector, workers.channel())
         self.history = History(self.config.history_size)
         self.auto = self.config.auto
         self._pending: CellOptions | None = None

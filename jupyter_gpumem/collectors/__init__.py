@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..model import Measurement, OomEvent
+from . import workers
 from .allocator import Reading, TorchBackend
 from .host import host_rss
 
@@ -83,6 +84,7 @@ class Collector:
             t, clock = time.time(), time.perf_counter()
             r = self.backend.read(with_process, full)
             return Measurement(
+                workers=workers.live() if full else (),
                 time=t,
                 clock=clock,
                 state=r.state,

@@ -34,6 +34,26 @@ def _kept_at(r: CellReport, device: int) -> str | None:
     return f"line {top.line} `{text}`"
 
 
+def _worker_rows(r: CellReport) -> tuple[DeviceRow, ...]:
+    return tuple(
+        DeviceRow(
+            d.index,
+            d.allocated,
+            d.allocated_delta,
+            d.reserved,
+            None,
+            d.peak_allocated,
+            d.peak_allocated - d.allocated_before,
+            None,
+            None,
+            None,
+            w.label,
+        )
+        for w in r.workers
+        for d in w.devices
+    )
+
+
 def row_from_report(r: CellReport) -> HistoryRow:
     return HistoryRow(
         r.execution_count,
@@ -56,7 +76,8 @@ def row_from_report(r: CellReport) -> HistoryRow:
                 _kept_at(r, d.index),
             )
             for d in r.devices
-        ),
+        )
+        + (_worker_rows(r) if r.workers else ()),
     )
 
 
@@ -120,6 +141,7 @@ class History:
                         "peak_allocated": d.peak_allocated,
                         "peak_above_start": d.peak_above_start,
                         "kept_at": d.kept_at,
+                        **({"worker": d.worker} if d.worker is not None else {}),
                     }
                     for d in row.devices
                 ],

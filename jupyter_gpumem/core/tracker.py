@@ -9,14 +9,21 @@ exactly the highest point inside the cell, and the user's own ``max_memory_alloc
 afterwards also means "peak of the last measured cell". With ``keep_peak=True`` nothing
 is reset: the peak is exact when the cell set a new process-wide peak, and otherwise only
 an upper bound (``peak_exact=False``).
+
+Workers. With a :class:`~jupyter_gpumem.collectors.workers.WorkerChannel`, processes forked
+while the cell runs report their own allocators, and the report lists them (``workers``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..analysis.hints import hints_for
 from ..collectors import Collector
+
+if TYPE_CHECKING:
+    from ..collectors.workers import WorkerChannel
 from ..model import CellReport, DeviceCellReport, DeviceSample, Measurement
 
 
@@ -28,8 +35,9 @@ class _Open:
 
 
 class CellTracker:
-    def __init__(self, collector: Collector) -> None:
+    def __init__(self, collector: Collector, workers: WorkerChannel | None = None) -> None:
         self.collector = collector
+        self.workers = workers
         self._open: _Open | None = None
 
     @property
@@ -45,10 +53,14 @@ class CellTracker:
                 [d.index for d in before.devices if d.allocator is not None]
             )
         self._open = _Open(before, keep_peak, self.collector.oom_count)
+        if self.workers is not None:
+            self.workers.begin()
         return before
 
     def cancel(self) -> None:
         self._open = None
+        if self.workers is not None:
+            self.workers.measuring = False
 
     def end(
         self,
@@ -66,6 +78,7 @@ class CellTracker:
             raise RuntimeError("end() without begin()")
         opened, self._open = self._open, None
         after = self.collector.measure(with_process=with_process, full=False)
+        workers = self.workers.end() if self.workers is not None else ()
         devices = []
         for a in after.devices:
             if device is not None and a.index != device:
@@ -86,6 +99,7 @@ class CellTracker:
             failed=error is not None,
             error=_describe(error),
             ooms=ooms,
+            workers=workers,
         )
         return with_hints(report) if hints else report
 

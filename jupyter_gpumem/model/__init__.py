@@ -13,6 +13,7 @@ plus the exact in-cell peaks and what the analyses found.
 - ``postmortem``: after a failure
 - ``trace``: one cell's allocations over time
 - ``planning``: a step's breakdown, scans
+- ``workers``: worker processes' own figures, per rank and device
 - ``render``: records that show themselves (the views register)
 """
 
@@ -88,6 +89,7 @@ from .trace import (
     Timeline,
     TraceAllocation,
 )
+from .workers import WorkerDevice, WorkerReport, WorkerStatus
 
 __all__ = [
     "ACTIVE",
@@ -146,5 +148,8 @@ __all__ = [
     "WhoReport",
     "WhoRow",
     "WhoRowKind",
+    "WorkerDevice",
+    "WorkerReport",
+    "WorkerStatus",
     "short_path",
 ]

@@ -11,6 +11,7 @@ from .planning import Breakdown
 from .postmortem import PostMortem, TracebackHoldings
 from .render import ShowsItself
 from .trace import CellTrace
+from .workers import WorkerReport
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +135,8 @@ class CellReport(ShowsItself):
     # is none (None: not asked for).
     breakdowns: tuple[Breakdown, ...] = ()
     breakdown_note: str | None = None
+    # Worker processes started by (or reporting during) the cell: their own allocators.
+    workers: tuple[WorkerReport, ...] = ()
 
     @property
     def host_rss_delta(self) -> int | None:

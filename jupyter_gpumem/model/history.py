@@ -17,6 +17,8 @@ class DeviceRow(NamedTuple):
     outside_torch_delta: int | None
     device_allocs: int | None
     kept_at: str | None = None  # with tracking: the line that allocated most of what it kept
+    # A worker process's device ("rank 1 (pid 4242)"); None: the kernel's own
+    worker: str | None = None
 
 
 class HistoryRow(NamedTuple):

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 from .render import ShowsItself
+from .workers import WorkerReport
 
 State = Literal["ok", "no_torch", "cpu_only", "not_initialized", "no_gpu"]
 BackendName = Literal["cuda", "rocm", "xpu", "mps", "nvml"]
@@ -98,6 +99,9 @@ class Measurement(ShowsItself):
     host_rss: int | None
     caching: bool | None  # caching allocator switched on; None when not applicable
     devices: tuple[DeviceSample, ...] = ()
+    # Worker processes of the notebook alive now, with their latest own figures (full
+    # readings only: the panel, %gpumem).
+    workers: tuple[WorkerReport, ...] = ()
 
     def device(self, index: int) -> DeviceSample | None:
         for d in self.devices:

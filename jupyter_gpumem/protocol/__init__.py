@@ -29,7 +29,9 @@ PROTOCOL_VERSION = 1
 #    PostMortem.execution_count and .time.
 # 6: Fix.first_step and .shortfall; PostMortem.need, .need_full, .room and .hint (fixes are
 #    judged against what the failed cell needs).
-PROTOCOL_REVISION = 6
+# 7: Sample.workers (worker processes' own allocators, live); HistoryCell device rows of
+#    workers (``worker``).
+PROTOCOL_REVISION = 7
 REQUEST = "gpumem_request"
 REPLY = "gpumem_reply"
 COMM_TARGET = "jupyter_gpumem"

@@ -26,6 +26,7 @@ from ..model import (
     Site,
     WhoReport,
     WhoRow,
+    WorkerReport,
 )
 
 # Allocator figures the Device object carries (segments, blocks and the fragmentation
@@ -46,7 +47,7 @@ def to_protocol(record: Any) -> Any:
 @to_protocol.register
 def _(m: Measurement) -> dict[str, Any]:
     """A ``Sample``."""
-    return {
+    sample = {
         "time": m.time,
         "state": m.state,
         "message": m.message,
@@ -54,6 +55,34 @@ def _(m: Measurement) -> dict[str, Any]:
         "host_rss": m.host_rss,
         "caching": m.caching,
         "devices": [to_protocol(d) for d in m.devices],
+    }
+    if m.workers:
+        sample["workers"] = [to_protocol(w) for w in m.workers]
+    return sample
+
+
+@to_protocol.register
+def _(w: WorkerReport) -> dict[str, Any]:
+    """A ``Worker``."""
+    return {
+        "pid": w.pid,
+        "rank": w.rank,
+        "host": w.host,
+        "status": w.status,
+        "started_in_cell": w.started_in_cell,
+        "age": round(w.age, 3),
+        "devices": [
+            {
+                "index": d.index,
+                "name": d.name,
+                "allocated": d.allocated,
+                "reserved": d.reserved,
+                "peak_allocated": d.peak_allocated,
+                "peak_reserved": d.peak_reserved,
+                "ooms": d.ooms,
+            }
+            for d in w.devices
+        ],
     }
 
 

@@ -136,6 +136,8 @@ class SampleStream:
             try:
                 sample = to_protocol(self.collector.measure())
                 key = {k: v for k, v in sample.items() if k not in ("time", "host_rss")}
+                if "workers" in key:  # a worker's age alone is no change worth a sample
+                    key["workers"] = [{**w, "age": None} for w in key["workers"]]
                 now = time.monotonic()
                 if key != last_key:
                     self._send("sample", sample=sample)

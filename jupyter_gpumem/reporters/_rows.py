@@ -12,6 +12,7 @@ from ..model import (
     Measurement,
     PostMortem,
     TracebackHoldings,
+    WorkerReport,
 )
 from ..units import format_bytes as fb
 from ..units import format_delta as fd
@@ -221,7 +222,46 @@ def cell_sections(r: CellReport) -> list[Section]:
         out += postmortem_sections(p)
     if r.traceback is not None and r.traceback.bytes:
         out.append(traceback_section(r.traceback))
+    if r.workers:
+        out.append(workers_section(r.workers))
     return out
+
+
+_STATUS = {
+    "exited": "exited",
+    "running": "still running at the cell's end",
+    "silent": "stopped reporting without a last report (killed or hung)",
+}
+
+
+def workers_section(workers: tuple[WorkerReport, ...]) -> Section:
+    """Each worker's own allocator, per device: exact, as the worker read it."""
+    rows: list[Row] = []
+    for w in workers:
+        notes = [_STATUS[w.status]]
+        if w.status != "exited" and w.age >= 1:
+            notes.append(f"last report {w.age:.1f} s before the cell's end")
+        if not w.started_in_cell:
+            notes.append("started before this cell: peak since its start")
+        for e in w.ooms:
+            notes.append(
+                f"out of memory on cuda:{e.device}: asked {fb(e.requested)} "
+                f"with {fb(e.free)} free of {fb(e.allowed)}"
+            )
+        if not w.devices:
+            rows.append(Row(w.label, "no CUDA memory", "; ".join(notes)))
+        for d in w.devices:
+            before = None if w.started_in_cell else d.allocated_before
+            value = (
+                f"allocated {_change(before, d.allocated, d.allocated_delta)}, "
+                f"peak {fb(d.peak_allocated)}{'' if d.peak_exact else ' (upper bound)'}, "
+                f"reserved {fb(d.reserved)}"
+            )
+            if d.ooms:
+                value += f", {d.ooms} OOM" + ("s" if d.ooms > 1 else "")
+            rows.append(Row(f"{w.label} cuda:{d.index}", value, "; ".join(notes)))
+            notes = []
+    return Section(f"worker processes ({len(workers)}): their own allocators", tuple(rows))
 
 
 def no_device_line(r: CellReport) -> str:
@@ -247,6 +287,14 @@ def compact_line(r: CellReport) -> str:
             top = attribution.lines[0]
             part += f", top line {top.line} `{_clip(top.text, 40)}` {fb(top.bytes)}"
         parts.append(part)
+    if r.workers:
+        peaks = ", ".join(
+            (f"rank {w.rank}" if w.rank is not None else f"pid {w.pid}")
+            + f" peak {fb(w.peak_allocated)}"
+            + (f" {w.status}" if w.status != "exited" else "")
+            for w in r.workers
+        )
+        parts.append(f"workers: {peaks}")
     body = "; ".join(parts) if parts else no_device_line(r)
     cell = f"[{r.execution_count}] " if r.execution_count is not None else ""
     status = f" FAILED ({r.error})" if r.failed else ""

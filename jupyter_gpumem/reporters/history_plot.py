@@ -22,7 +22,7 @@ def _points(rows: Sequence[HistoryRow], device: int) -> list[tuple[HistoryRow, D
     out = []
     for r in rows:
         for d in r.devices:
-            if d.device == device and d.allocated is not None:
+            if d.device == device and d.allocated is not None and d.worker is None:
                 out.append((r, d))
     return out
 

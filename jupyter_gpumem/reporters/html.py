@@ -14,6 +14,7 @@ from ._rows import (
     measurement_notes,
     no_device_line,
     table_rows,
+    workers_section,
 )
 
 _STYLE = (
@@ -38,17 +39,17 @@ def cell_report_html(r: CellReport, sections: list[Section] | None = None) -> st
     sections = cell_sections(r) if sections is None else sections
     if not sections:
         out.append(f"<div>{escape(no_device_line(r))}</div>")
-    for s in sections:
-        out.append(
-            f'<table style="{_STYLE}"><tr><th colspan="3" style="{_CELL}">'
-            f"{escape(s.title)}</th></tr>"
-        )
-        out += [_tr((row.label, row.value, row.note)) for row in s.rows]
-        out.append("</table>")
+    out += [section_html(s) for s in sections]
     if r.hints:
         out.append("<ul>" + "".join(f"<li>{escape(h)}</li>" for h in r.hints) + "</ul>")
     out.append("</div>")
     return "".join(out)
+
+
+def section_html(s: Section) -> str:
+    head = f'<tr><th colspan="3" style="{_CELL}">{escape(s.title)}</th></tr>'
+    body = "".join(_tr((row.label, row.value, row.note)) for row in s.rows)
+    return f'<table style="{_STYLE}">{head}{body}</table>'
 
 
 def table_html(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -60,4 +61,6 @@ def measurement_html(m: Measurement) -> str:
     rows = table_rows(m)
     parts = [table_html(TABLE_COLUMNS, rows) if rows else "<div>no GPU devices</div>"]
     parts += [f"<div>{escape(n)}</div>" for n in measurement_notes(m)]
+    if m.workers:
+        parts.append(section_html(workers_section(m.workers)))
     return '<div class="jp-GpuMem-now">' + "".join(parts) + "</div>"

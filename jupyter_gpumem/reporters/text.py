@@ -13,6 +13,7 @@ from ._rows import (
     measurement_notes,
     no_device_line,
     table_rows,
+    workers_section,
 )
 
 
@@ -22,14 +23,19 @@ def cell_report_text(r: CellReport, sections: list[Section] | None = None) -> st
     if not sections:
         lines.append("  " + no_device_line(r))
     for s in sections:
-        lines.append(f"  {s.title}")
-        width = max(len(row.label) for row in s.rows)
-        for row in s.rows:
-            note = f"   [{row.note}]" if row.note else ""
-            lines.append(f"    {row.label:<{width}}  {row.value}{note}")
+        lines += section_lines(s)
     for h in r.hints:
         lines.append(f"  hint: {h}")
     return "\n".join(lines)
+
+
+def section_lines(s: Section, indent: str = "  ") -> list[str]:
+    lines = [f"{indent}{s.title}"]
+    width = max((len(row.label) for row in s.rows), default=0)
+    for row in s.rows:
+        note = f"   [{row.note}]" if row.note else ""
+        lines.append(f"{indent}  {row.label:<{width}}  {row.value}{note}")
+    return lines
 
 
 def table_text(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -44,4 +50,6 @@ def measurement_text(m: Measurement) -> str:
     rows = table_rows(m)
     parts = [table_text(TABLE_COLUMNS, rows)] if rows else ["no GPU devices"]
     parts += measurement_notes(m)
+    if m.workers:
+        parts += section_lines(workers_section(m.workers), indent="")
     return "\n".join(parts)

@@ -67,9 +67,11 @@ class BudgetResult:
     device: int | None  # None: no device had the figure
     value: int | None  # None: not measured, so not checked
     ok: bool | None  # None: not checked
+    worker: str | None = None  # the device is a worker process's ("rank 1 (pid 4242)")
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            **({"worker": self.worker} if self.worker else {}),
             "expression": self.budget.text,
             "scope": self.budget.scope,
             "metric": self.budget.metric,
@@ -90,6 +92,8 @@ class BudgetResult:
         else:
             rel = ">" if b.op == "<=" else ">="
         where = f" on cuda:{self.device}" if self.device is not None else ""
+        if self.worker:
+            where += f" of {self.worker}"
         return f"{b.metric} {_exact(self.value, b.metric)} {rel} {_exact(b.limit)}{where}"
 
 
@@ -163,7 +167,8 @@ def effective(global_budgets: Sequence[Budget], cell_budgets: Sequence[Budget]) 
 
 
 def check(budgets: Sequence[Budget], devices: Sequence[Mapping[str, Any]]) -> list[BudgetResult]:
-    """Check each budget on each device row (a HistoryCell's ``devices``) that has the
+    """Check each budget on each device row (a HistoryCell's ``devices``, the worker
+    processes' included: each worker's device must fit as the kernel's must) that has the
     figure; a budget no device has a figure for is reported as not checked."""
     results: list[BudgetResult] = []
     for b in budgets:
@@ -173,7 +178,9 @@ def check(budgets: Sequence[Budget], devices: Sequence[Mapping[str, Any]]) -> li
             if value is None:
                 continue
             checked = True
-            results.append(BudgetResult(b, int(d["index"]), int(value), b.holds(int(value))))
+            results.append(
+                BudgetResult(b, int(d["index"]), int(value), b.holds(int(value)), d.get("worker"))
+            )
         if not checked:
             results.append(BudgetResult(b, None, None, None))
     return results

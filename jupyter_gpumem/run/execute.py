@@ -47,7 +47,8 @@ class CellRun:
     expected_error: bool = False  # tagged raises-exception
     wall_time: float | None = None  # the kernel's figure when measured, else ours
     measured: bool = False  # the kernel has a history record for it
-    devices: list[dict[str, Any]] = field(default_factory=list)  # HistoryCell devices
+    # HistoryCell devices: the kernel's, then its workers' (with "worker": "rank 1 (pid 7)")
+    devices: list[dict[str, Any]] = field(default_factory=list)
     oom: bool = False  # raised OutOfMemoryError
     oom_fix: str | None = None  # the first fix of the kernel's post-mortem
     results: list[BudgetResult] = field(default_factory=list)
@@ -222,7 +223,7 @@ class Runner:
             cell.measured = True
             cell.devices = [{**d, "touched": True} for d in row["devices"]]
             cell.wall_time = float(row["wall_time"])
-            if not cell.devices:
+            if all(d.get("worker") for d in cell.devices):  # none of the kernel's own
                 await self.untouched(cell)
 
     async def untouched(self, cell: CellRun) -> None:

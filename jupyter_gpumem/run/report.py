@@ -38,6 +38,12 @@ def _devices(c: CellRun) -> list[dict[str, Any]]:
     return [d for d in c.devices if d.get("peak_allocated") is not None]
 
 
+def where(d: dict[str, Any]) -> str:
+    """``cuda:1``, or ``rank 1 (pid 4242) cuda:1`` for a worker process's device."""
+    worker = d.get("worker")
+    return f"{worker} cuda:{d['index']}" if worker else f"cuda:{d['index']}"
+
+
 def figures(c: CellRun) -> str:
     """``kept +1.00 GiB, peak 5.20 GiB`` (one device), each device named when several."""
     devs = _devices(c)
@@ -46,7 +52,7 @@ def figures(c: CellRun) -> str:
         for d in devs
     ]
     if len(devs) > 1:
-        parts = [f"cuda:{d['index']} {p}" for d, p in zip(devs, parts, strict=True)]
+        parts = [f"{where(d)} {p}" for d, p in zip(devs, parts, strict=True)]
     return "; ".join(parts)
 
 
@@ -108,7 +114,7 @@ def table_rows(cells: Sequence[CellRun]) -> list[tuple[str, ...]]:
                 (
                     str(c.index + 1) if first else "",
                     n if first else "",
-                    f"cuda:{d['index']}",
+                    where(d),
                     format_delta(d.get("allocated_delta")),
                     format_bytes(d["peak_allocated"]),
                     seconds(c.wall_time) if first else "",
@@ -187,6 +193,7 @@ def cell_record(c: CellRun) -> dict[str, Any]:
                 "reserved_delta": d.get("reserved_delta"),
                 "kept_at": d.get("kept_at"),
                 "touched": bool(d.get("touched", True)),
+                **({"worker": d["worker"]} if d.get("worker") else {}),
             }
             for d in c.devices
         ],
@@ -324,6 +331,7 @@ def _chart(result: RunResult) -> str:
                     None,
                     None,
                     d.get("kept_at"),
+                    d.get("worker"),
                 )
                 for d in c.devices
             ),
@@ -331,7 +339,9 @@ def _chart(result: RunResult) -> str:
         for c in result.cells
         if c.has_figures
     ]
-    indices = sorted({d.device for r in rows for d in r.devices if d.allocated is not None})
+    indices = sorted(
+        {d.device for r in rows for d in r.devices if d.allocated is not None and not d.worker}
+    )
     if not indices:
         return ""
     legend = "".join(

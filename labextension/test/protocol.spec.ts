@@ -39,6 +39,7 @@ import {
   IWhoReport,
   IWhoResult,
   IWhoRow,
+  IWorker,
   PROTOCOL_REVISION,
   PROTOCOL_VERSION,
   REPLY_MSG_TYPE,
@@ -87,6 +88,16 @@ const sample: Required<ISample> = {
   torch_version: null,
   host_rss: null,
   caching: null,
+  devices: [],
+  workers: []
+};
+const worker: Required<IWorker> = {
+  pid: 1,
+  rank: null,
+  host: 'h',
+  status: 'running',
+  started_in_cell: true,
+  age: 0,
   devices: []
 };
 const stream: Required<IStreamState> = {
@@ -233,7 +244,8 @@ const historyDevice: Required<IHistoryCellDevice> = {
   reserved_delta: 0,
   peak_allocated: 0,
   peak_above_start: 0,
-  kept_at: null
+  kept_at: null,
+  worker: null
 };
 const historyCell: Required<IHistoryCell> = {
   execution_count: 1,
@@ -280,6 +292,7 @@ describe('protocol mirror', () => {
   it('has the fields the schema has', () => {
     expect(sorted(Object.keys(device))).toEqual(props('device'));
     expect(sorted(Object.keys(sample))).toEqual(props('sample'));
+    expect(sorted(Object.keys(worker))).toEqual(props('worker'));
     expect(sorted(Object.keys(stream))).toEqual(props('stream'));
     expect(sorted(Object.keys(limit))).toEqual(props('limit'));
     expect(sorted(Object.keys(cell))).toEqual(props('cell_marker'));

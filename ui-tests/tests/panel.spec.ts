@@ -235,6 +235,41 @@ function figureTests(allocator: IAllocator): void {
     await screenshot(page, `${mode}-allocated`);
   });
 
+  test(`${mode}: a worker process the cell forks shows with its own figures`, async () => {
+    // The worker reports through the kernel's channel; its allocator is the
+    // counting test backend (3 GiB on cuda:1), whatever the kernel's own is.
+    await runCellAndWait(
+      page,
+      [
+        '%%gpumem -q',
+        'import os, time, multiprocessing as mp',
+        "os.environ['JUPYTER_GPUMEM_BACKEND'] = 'jupyter_gpumem.testing.counting:backend'",
+        'from jupyter_gpumem.testing import counting',
+        'def worker(r):',
+        "    os.environ['RANK'] = str(r)",
+        '    counting.allocate(3 * 2**30, device=1)',
+        '    time.sleep(120)',
+        "w = mp.get_context('fork').Process(target=worker, args=(1,), daemon=True)",
+        'w.start()',
+        "os.environ.pop('JUPYTER_GPUMEM_BACKEND')"
+      ].join('\n')
+    );
+    const row = page.locator(
+      `${PANEL} .jp-GpuMem-workerList li[data-status="running"]`
+    );
+    await expect(row).toContainText(/rank 1 \(pid \d+\)/, { timeout: 15_000 });
+    await expect(row).toContainText('cuda:1');
+    await expect(row).toContainText('3.00 GiB');
+    await screenshot(page, `${mode}-workers`);
+    // Killed: no last report; the panel says so, and the next measured cell
+    // reports it once, then it goes.
+    await runCellAndWait(page, 'w.kill(); w.join()');
+    await runCellAndWait(page, '%%gpumem -q\npass');
+    await expect(page.locator(`${PANEL} .jp-GpuMem-workers`)).toHaveCount(0, {
+      timeout: 15_000
+    });
+  });
+
   test(`${mode}: the bars move while a long cell runs`, async () => {
     await runCell(page, allocator.longCell);
     await expect(page.locator(`${PANEL} .jp-GpuMem-busy`)).toBeVisible({

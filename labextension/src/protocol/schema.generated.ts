@@ -7,7 +7,7 @@
 export const PROTOCOL_VERSION = 1;
 
 /** Additions an older peer can ignore raise the revision. */
-export const PROTOCOL_REVISION = 6;
+export const PROTOCOL_REVISION = 7;
 
 export const REQUEST_MSG_TYPE = 'gpumem_request';
 
@@ -79,6 +79,25 @@ export interface ISample {
   host_rss: number | null;
   caching: boolean | null;
   devices: IDevice[];
+  workers?: IWorker[];
+}
+
+export interface IWorker {
+  pid: number;
+  rank: number | null;
+  host: string;
+  status: 'exited' | 'running' | 'silent';
+  started_in_cell: boolean;
+  age: number;
+  devices: {
+    index: number;
+    name: string;
+    allocated: number;
+    reserved: number;
+    peak_allocated: number;
+    peak_reserved: number;
+    ooms: number;
+  }[];
 }
 
 export interface IDevice {
@@ -168,6 +187,7 @@ export interface IHistoryCell {
     peak_allocated: number | null;
     peak_above_start: number | null;
     kept_at: string | null;
+    worker?: string | null;
   }[];
 }
 

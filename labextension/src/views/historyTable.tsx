@@ -36,11 +36,19 @@ export interface IHistorySort {
 /** Newest cell first until the user sorts. */
 export const DEFAULT_SORT: IHistorySort = { column: 'cell', descending: true };
 
+/**
+ * The kernel's own device rows of a cell (rows with `worker` are its worker
+ * processes' devices: the Overview's workers section shows those).
+ */
+export function kernelDevices(cell: IHistoryCell): IHistoryCell['devices'] {
+  return cell.devices.filter(d => !d.worker);
+}
+
 /** The devices the cells measured, in order. */
 export function historyDevices(cells: readonly IHistoryCell[]): number[] {
   const seen = new Set<number>();
   for (const cell of cells) {
-    for (const device of cell.devices) {
+    for (const device of kernelDevices(cell)) {
       seen.add(device.index);
     }
   }
@@ -59,7 +67,7 @@ export function historyRows(
   const rows: IHistoryRow[] = [];
   for (const cell of cells) {
     if (device === null) {
-      if (cell.devices.length === 0) {
+      if (kernelDevices(cell).length === 0) {
         rows.push({
           cell,
           executionCount: cell.execution_count,
@@ -74,7 +82,7 @@ export function historyRows(
       }
       continue;
     }
-    const d = cell.devices.find(x => x.index === device);
+    const d = kernelDevices(cell).find(x => x.index === device);
     if (!d) {
       continue;
     }

@@ -1,6 +1,6 @@
 /**
- * The Overview tab: the allocator actions and one section per device, once
- * the kernel sends figures.
+ * The Overview tab: the allocator actions, one section per device and the
+ * notebook's worker processes, once the kernel sends figures.
  */
 import * as React from 'react';
 
@@ -8,6 +8,7 @@ import { Controls } from './controls';
 import { DeviceSection } from './deviceSection';
 import { NoDeviceMessage } from './message';
 import { IViewProps } from './props';
+import { WorkersSection } from './workersSection';
 
 export function Overview(props: IViewProps): JSX.Element | null {
   const { state } = props;
@@ -30,6 +31,7 @@ export function Overview(props: IViewProps): JSX.Element | null {
           sample={sample}
         />
       ))}
+      <WorkersSection {...props} sample={sample} />
     </>
   );
 }

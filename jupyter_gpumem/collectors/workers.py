@@ -1,0 +1,546 @@
+"""Worker processes report their own allocator figures to the kernel.
+
+A notebook that trains on several GPUs starts workers (accelerate's ``notebook_launcher``,
+``torch.multiprocessing.start_processes(..., start_method="fork")``). The kernel cannot
+read another process's caching allocator; NVML only sees each worker's device total. So
+the workers report, and only the workers of measured cells:
+
+- **The channel** (kernel side): a Unix datagram socket in a private directory (mode
+  0700: only this user's processes can send), opened at the first measured cell, and one
+  daemon thread blocked in ``recv`` that keeps each worker's latest report. A cell's begin
+  and end cost one flag and, once workers have reported, one dict read: nothing waits for
+  a worker, so a worker that dies or hangs never blocks the kernel or the cell.
+- **fork**: ``os.register_at_fork`` hooks. A process forked while a measured cell runs
+  starts a :class:`WorkerReporter`: a daemon thread that, once CUDA is up in the worker,
+  sends the worker's figures when they change (at most every ``INTERVAL`` seconds, and
+  every ``KEEPALIVE`` seconds regardless), and a last report at exit (multiprocessing's
+  finalizers, which run also when the worker raises; ``atexit`` for other exits). The
+  parent never touches CUDA: forking after CUDA started is PyTorch's own error.
+  A process forked by the worker itself (a DataLoader worker) does not report.
+- **spawn**: a spawned worker is a fresh interpreter that inherits nothing but the
+  environment. ``JUPYTER_GPUMEM_WORKERS`` holds the channel's address; a worker that calls
+  :func:`report_from_worker` (``jupyter_gpumem.report_worker()``) reports like a forked
+  one. Without that call a spawned worker shows only as an NVML child process.
+- **Reports** are small JSON datagrams (under 8 KiB: a datagram arrives whole or not at
+  all). Sending never blocks: a full queue drops a periodic report; the last report is
+  retried for up to 0.5 s
+  (Linux queues only ``net.unix.max_dgram_qlen``, often 10, datagrams per socket).
+
+``distributed.py`` carries the same reports through a ``torch.distributed`` store for
+ranks on other hosts.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import select
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..log import logger
+from ..model import OomEvent, WorkerDevice, WorkerReport
+
+WORKERS_ENV = "JUPYTER_GPUMEM_WORKERS"
+INTERVAL = 0.25  # a worker sends at most this often while its figures change (seconds)
+KEEPALIVE = 2.0  # and this often regardless, so that the kernel can tell it is alive
+SILENT_AFTER = 3 * KEEPALIVE  # no report for this long and no last report: "silent"
+MAX_WORKERS = 256  # reports kept by the kernel (the oldest exited ones go first)
+MAX_DATAGRAM = 8192
+MAX_DEVICES = 16
+MAX_OOMS = 8
+VERSION = 1
+
+
+# -- what a worker sends ---------------------------------------------------------------
+def worker_message(
+    collector: Any, started: float, final: bool, via: str, rank: int | None = None
+) -> dict[str, Any]:
+    """The worker's figures now, as the datagram (or store value) carries them."""
+    m = collector.measure(with_process=False, full=False)
+    devices = [
+        {
+            "index": d.index,
+            "name": d.name,
+            "allocated": d.allocator.allocated,
+            "reserved": d.allocator.reserved,
+            "peak_allocated": d.allocator.peak_allocated,
+            "peak_reserved": d.allocator.peak_reserved,
+            "ooms": d.allocator.ooms,
+            "device_allocs": d.allocator.device_allocs,
+        }
+        for d in m.devices
+        if d.allocator is not None
+    ][:MAX_DEVICES]
+    rank_, world = _rank() if rank is None else (rank, _env_int("WORLD_SIZE"))
+    return {
+        "v": VERSION,
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "rank": rank_,
+        "world_size": world,
+        "started": started,
+        "time": m.time,
+        "final": final,
+        "via": via,
+        "devices": devices,
+        "ooms": [
+            [e.device, e.requested, e.allowed, e.free] for e in list(collector.ooms)[-MAX_OOMS:]
+        ],
+    }
+
+
+def _env_int(name: str) -> int | None:
+    v = os.environ.get(name, "")
+    return int(v) if v.isdigit() else None
+
+
+def _rank() -> tuple[int | None, int | None]:
+    """torch.distributed's rank where the worker joined a group, else the launcher's
+    environment (accelerate and torchrun set ``RANK``; ``LOCAL_RANK`` as a fallback)."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank()), int(dist.get_world_size())
+    except Exception:
+        pass
+    rank = _env_int("RANK")
+    if rank is None:
+        rank = _env_int("LOCAL_RANK")
+    return rank, _env_int("WORLD_SIZE")
+
+
+class WorkerReporter:
+    """Runs in a worker: sends its figures to the kernel (``send``: a datagram to the
+    kernel's channel, or a ``torch.distributed`` store's key)."""
+
+    def __init__(
+        self, send: Callable[[dict[str, Any], bool], bool], via: str, started: float | None = None
+    ) -> None:
+        from . import Collector, make_backend
+
+        self.send = send
+        self.via = via
+        self.pid = os.getpid()  # a process forked by the worker inherits this: it is not it
+        self.started = time.time() if started is None else started
+        self.collector = Collector(make_backend())
+        self._done = False
+        self._last: tuple[Any, ...] | None = None
+        self._sent = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="gpumem-worker", daemon=True)
+        self._thread.start()
+        atexit.register(self.final)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(INTERVAL):
+            try:
+                self.tick()
+            except Exception:  # never disturb the worker
+                logger.debug("worker report failed", exc_info=True)
+
+    def tick(self) -> None:
+        """Send the figures if they changed (or a keepalive is due); only once CUDA is up."""
+        if self._done or os.getpid() != self.pid or not self.collector.backend.cuda_ready():
+            return
+        msg = worker_message(self.collector, self.started, False, self.via)
+        key = (msg["rank"], *(tuple(d.values()) for d in msg["devices"]), len(msg["ooms"]))
+        now = time.monotonic()
+        if key == self._last and now - self._sent < KEEPALIVE:
+            return
+        if self.send(msg, False):
+            self._last, self._sent = key, now
+
+    def final(self) -> None:
+        """The last report, at the worker's exit. Idempotent."""
+        if self._done or os.getpid() != self.pid:
+            return
+        self._done = True
+        self._stop.set()
+        try:
+            if self.collector.backend.cuda_ready():
+                self.send(worker_message(self.collector, self.started, True, self.via), True)
+        except Exception:
+            logger.debug("last worker report failed", exc_info=True)
+
+
+class DatagramSender:
+    """A worker's reports to the kernel's channel on this host."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.setblocking(False)
+
+    def __call__(self, msg: Mapping[str, Any], final: bool) -> bool:
+        data = json.dumps(msg, separators=(",", ":")).encode()
+        # The kernel's queue may be full (Linux queues net.unix.max_dgram_qlen datagrams,
+        # often 10): a periodic report waits for the next tick; the last one retries for
+        # up to 0.5 s while the kernel's thread takes what is queued.
+        for _ in range(50 if final else 1):
+            try:
+                self.sock.sendto(data, self.address)
+                return True
+            except BlockingIOError:
+                if final:
+                    time.sleep(0.01)
+            except OSError:  # the kernel is gone, or its channel closed
+                return False
+        return False
+
+
+def report_from_worker() -> bool:
+    """In a spawned worker (or any process the kernel started): report this process's
+    figures to the kernel, as forked workers do by themselves. True when the kernel's
+    channel was found (``JUPYTER_GPUMEM_WORKERS`` in the environment)."""
+    global _reporter
+    if _reporter is not None:
+        return True
+    address = os.environ.get(WORKERS_ENV, "")
+    if not address or not os.path.exists(address):
+        return False
+    _reporter = WorkerReporter(DatagramSender(address), "spawn")
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is not None:  # a multiprocessing child exits through os._exit: no atexit
+        mp_util.Finalize(None, _reporter.final, exitpriority=100)
+    return True
+
+
+# -- the kernel's side -----------------------------------------------------------------
+@dataclass(slots=True)
+class _Seen:
+    msg: dict[str, Any]
+    received: float  # time.time() when it arrived
+    before: dict[int, int] = field(default_factory=dict)  # device -> allocated at cell begin
+
+
+class WorkerChannel:
+    """The kernel's end: keeps each worker's latest report; :meth:`begin` and :meth:`end`
+    bracket a measured cell and turn the reports into :class:`WorkerReport` records."""
+
+    def __init__(self) -> None:
+        self.address: str | None = None
+        self.measuring = False
+        self.error: str | None = None
+        self._dir: str | None = None
+        self._sock: socket.socket | None = None
+        self._seen: dict[tuple[str, int], _Seen] = {}
+        self._lock = threading.Lock()
+        self._began = 0.0
+        self.forks = 0  # processes this one forked (the fork hook counts them)
+        self._forks_at_begin = 0
+        self._owner = os.getpid()
+        self._at_exit = False
+
+    # -- opening and closing -------------------------------------------------------
+    def open(self) -> str | None:
+        """Open once; None (and ``error``) where Unix sockets are not available."""
+        if self.address is not None or self.error is not None:
+            return self.address
+        try:
+            self._dir = tempfile.mkdtemp(prefix="gpumem-workers-")  # mode 0700
+            path = os.path.join(self._dir, "s")
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            sock.bind(path)
+        except (OSError, AttributeError) as e:
+            self.error = f"no channel for worker processes: {e}"
+            self._remove_dir()
+            return None
+        self._sock = sock
+        self.address = path
+        os.environ[WORKERS_ENV] = path  # spawned workers find it here
+        threading.Thread(
+            target=self._receive, args=(sock,), name="gpumem-workers", daemon=True
+        ).start()
+        if not self._at_exit:
+            atexit.register(self.close)
+            self._at_exit = True
+        return path
+
+    def close(self) -> None:
+        if os.getpid() != self._owner:
+            return
+        with self._lock:
+            sock, self._sock = self._sock, None
+            self._seen.clear()  # closed: its workers are forgotten
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the channel's thread, which leaves
+            sock.close()
+        if self.address is not None and os.environ.get(WORKERS_ENV) == self.address:
+            os.environ.pop(WORKERS_ENV, None)
+        self.address = None
+        self._remove_dir()
+
+    def _remove_dir(self) -> None:
+        d, self._dir = self._dir, None
+        if d:
+            shutil.rmtree(d, ignore_errors=True)
+
+    def forget_in_child(self) -> str | None:
+        """In a forked child: drop the kernel's socket (the child is not the kernel)."""
+        address = self.address
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                os.close(sock.detach())  # the path stays the kernel's
+        self.address = None
+        self.measuring = False
+        self._seen = {}
+        return address
+
+    # -- receiving -----------------------------------------------------------------
+    def _receive(self, sock: socket.socket) -> None:
+        """The channel's thread: waits for reports (no CPU while none come), and takes
+        them from the socket only under the lock, so that :meth:`end`, which drains what
+        is queued under the same lock, never misses one that was in flight."""
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        while True:
+            try:
+                poller.poll()
+            except OSError:
+                return
+            with self._lock:
+                if self._sock is not sock:
+                    return  # closed
+                self._drain(sock)
+
+    def _drain(self, sock: socket.socket) -> None:
+        """Take every queued report (called with the lock held)."""
+        now = time.time()
+        for _ in range(4 * MAX_WORKERS):  # bounded: the thread takes the rest
+            try:
+                data = sock.recv(MAX_DATAGRAM, socket.MSG_DONTWAIT)
+            except OSError:  # nothing queued (BlockingIOError), or closed
+                return
+            msg = parse_message(data) if data else None  # b"": an empty datagram
+            if msg is not None:
+                self._take(msg, now)
+
+    def take(self, msg: dict[str, Any], received: float | None = None) -> None:
+        """Keep a worker's report that came another way (a ``torch.distributed`` store)."""
+        with self._lock:
+            self._take(msg, time.time() if received is None else received)
+
+    def _take(self, msg: dict[str, Any], now: float) -> None:
+        key = (msg["host"], msg["pid"])
+        seen = self._seen.get(key)
+        if seen is None:
+            if len(self._seen) >= MAX_WORKERS:
+                self._prune()
+            self._seen[key] = _Seen(msg, now)
+        else:
+            seen.msg, seen.received = msg, now
+
+    def _prune(self) -> None:
+        while len(self._seen) >= MAX_WORKERS:  # drop the stalest
+            del self._seen[min(self._seen, key=lambda k: self._seen[k].received)]
+
+    # -- a measured cell -----------------------------------------------------------
+    def begin(self) -> None:
+        if self.address is None and self.error is None:
+            self.open()
+        self._began = time.time()
+        self._forks_at_begin = self.forks
+        self.measuring = True
+        if self._seen:
+            with self._lock:
+                for s in self._seen.values():
+                    s.before = {d["index"]: d["allocated"] for d in s.msg["devices"]}
+
+    def end(self) -> tuple[WorkerReport, ...]:
+        self.measuring = False
+        sock = self._sock
+        if sock is None or (self.forks == self._forks_at_begin and not self._seen):
+            return ()  # no worker, none forked: the common cell costs two comparisons
+        with self._lock:
+            if self._sock is sock:
+                self._drain(sock)  # what a worker sent just before the cell ended
+            if not self._seen:
+                return ()
+            now = time.time()
+            out = []
+            for key, s in list(self._seen.items()):
+                report = _report(s, self._began, now)
+                out.append(report)
+                if report.status != "running":
+                    del self._seen[key]  # reported for good
+        return _ordered(out)
+
+    def live(self) -> tuple[WorkerReport, ...]:
+        """The workers no measured cell has reported as ended yet, with their latest
+        figures: what the panel shows. Nothing is consumed."""
+        if not self._seen:
+            return ()
+        now = time.time()
+        with self._lock:
+            out = [_report(s, self._began, now) for s in self._seen.values()]
+        return _ordered(out)
+
+
+def _ordered(reports: list[WorkerReport]) -> tuple[WorkerReport, ...]:
+    reports.sort(key=lambda w: (w.rank is None, w.rank or 0, w.host, w.pid))
+    return tuple(reports)
+
+
+def live() -> tuple[WorkerReport, ...]:
+    """This process's workers alive now; () at once when none ever reported."""
+    ch = _channel
+    return ch.live() if ch is not None and ch._seen else ()
+
+
+def _report(s: _Seen, began: float, now: float) -> WorkerReport:
+    m = s.msg
+    final = bool(m["final"])
+    age = now - s.received
+    # A live worker is listed in every measured cell (it holds GPU memory for the
+    # notebook); one that exited or went silent, once: in the first measured cell that
+    # ends after its last report (the cell it ran in, or the next one).
+    alive = final or (age < SILENT_AFTER and _alive(m["pid"], m["host"]))
+    started_in_cell = m["started"] >= began
+    return WorkerReport(
+        pid=m["pid"],
+        rank=m["rank"],
+        world_size=m["world_size"],
+        host=m["host"],
+        status="exited" if final else "running" if alive else "silent",
+        started_in_cell=started_in_cell,
+        age=max(0.0, age),
+        devices=tuple(
+            WorkerDevice(
+                index=d["index"],
+                name=d["name"],
+                allocated_before=0 if started_in_cell else s.before.get(d["index"], 0),
+                allocated=d["allocated"],
+                reserved=d["reserved"],
+                peak_allocated=d["peak_allocated"],
+                peak_reserved=d["peak_reserved"],
+                ooms=d["ooms"],
+                device_allocs=d["device_allocs"],
+                peak_exact=started_in_cell,
+            )
+            for d in m["devices"]
+        ),
+        ooms=tuple(OomEvent(*e) for e in m["ooms"]),
+        via=m["via"],
+    )
+
+
+def _alive(pid: int, host: str) -> bool:
+    if host != socket.gethostname():
+        return True  # another host's process: only its reports can tell
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+_INT_FIELDS = ("allocated", "reserved", "peak_allocated", "peak_reserved", "ooms", "device_allocs")
+
+
+def parse_message(data: bytes | str) -> dict[str, Any] | None:
+    """A worker's report, checked field by field; None for anything else (a process of
+    this user could send anything to the socket: it is read, never trusted)."""
+    try:
+        m = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    try:
+        if not isinstance(m, dict) or m.get("v") != VERSION:
+            return None
+        if not (_is_int(m["pid"]) and isinstance(m["host"], str) and isinstance(m["final"], bool)):
+            return None
+        if m["via"] not in ("fork", "spawn", "store"):
+            return None
+        for key in ("rank", "world_size"):
+            if m[key] is not None and not _is_int(m[key]):
+                return None
+        if not all(isinstance(m[k], (int, float)) for k in ("started", "time")):
+            return None
+        devices = m["devices"]
+        if not isinstance(devices, list) or len(devices) > MAX_DEVICES:
+            return None
+        for d in devices:
+            if not isinstance(d, dict) or not _is_int(d["index"]) or not isinstance(d["name"], str):
+                return None
+            if not all(_is_int(d[k]) and d[k] >= 0 for k in _INT_FIELDS):
+                return None
+        ooms = m["ooms"]
+        if not isinstance(ooms, list) or len(ooms) > MAX_OOMS:
+            return None
+        if not all(isinstance(e, list) and len(e) == 4 and all(map(_is_int, e)) for e in ooms):
+            return None
+    except (KeyError, TypeError):
+        return None
+    return m
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+# -- the process's fork hooks ----------------------------------------------------------
+_channel: WorkerChannel | None = None  # the kernel's, in the kernel process
+_reporter: WorkerReporter | None = None  # this process's, in a worker
+_hooked = False
+
+
+def channel() -> WorkerChannel:
+    """This process's channel (one per process: fork hooks are process-wide)."""
+    global _channel, _hooked
+    if _channel is None:
+        _channel = WorkerChannel()
+    if not _hooked:
+        os.register_at_fork(
+            after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+        )
+        _hooked = True
+    return _channel
+
+
+def _after_fork_in_parent() -> None:
+    ch = _channel
+    if ch is not None:
+        ch.forks += 1
+
+
+def _after_fork_in_child() -> None:
+    """Runs in every forked child: a worker of a measured cell starts reporting."""
+    global _channel, _reporter
+    ch = _channel
+    if ch is None:
+        return
+    _channel = None  # the child is not the kernel
+    if not ch.measuring or ch.address is None or _reporter is not None:
+        ch.forget_in_child()
+        return
+    try:
+        address = ch.forget_in_child()
+        if address is None:
+            return
+        _reporter = WorkerReporter(DatagramSender(address), "fork")
+        mp_util = sys.modules.get("multiprocessing.util")
+        if mp_util is not None:
+            # multiprocessing clears its finalizers in the child after this hook runs,
+            # then calls its after-fork callbacks: register the last report from there.
+            mp_util.register_after_fork(_reporter, _finalize_at_exit)
+    except Exception:
+        logger.debug("worker reporting did not start", exc_info=True)
+
+
+def _finalize_at_exit(reporter: WorkerReporter) -> None:
+    mp_util = sys.modules["multiprocessing.util"]
+    mp_util.Finalize(None, reporter.final, exitpriority=100)

@@ -1,0 +1,68 @@
+"""Worker processes of a notebook: their own allocator figures, per rank and device.
+
+A notebook that trains on several GPUs starts worker processes (accelerate's
+``notebook_launcher``, ``torch.multiprocessing`` with ``fork``). Each worker has its own
+caching allocator; the kernel sees it only through what the worker reports
+(``collectors/workers.py``). These records are what a cell's report, the history and the
+panel show of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from .measurement import OomEvent
+
+# exited: its last report came at its exit; running: still reporting at the cell's end;
+# silent: started reporting, then stopped without a last report (killed, hung, or its
+# reports were dropped).
+WorkerStatus = Literal["exited", "running", "silent"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerDevice:
+    """One device of one worker: its allocator's figures, exact (the worker's own)."""
+
+    index: int  # the worker's torch index (after its CUDA_VISIBLE_DEVICES)
+    name: str
+    allocated_before: int  # when the cell began (0: the worker started inside the cell)
+    allocated: int  # at the worker's last report
+    reserved: int
+    peak_allocated: int  # the worker's own peak counter
+    peak_reserved: int
+    ooms: int
+    device_allocs: int  # cudaMalloc calls
+    # The worker started inside the cell, so its process-wide peak is the cell's peak;
+    # for a worker from an earlier cell it is an upper bound.
+    peak_exact: bool
+
+    @property
+    def allocated_delta(self) -> int:
+        return self.allocated - self.allocated_before
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerReport:
+    """One worker process during one cell."""
+
+    pid: int
+    rank: int | None  # torch.distributed's rank, else $RANK / $LOCAL_RANK, else None
+    world_size: int | None
+    host: str
+    status: WorkerStatus
+    started_in_cell: bool
+    age: float  # seconds between the worker's last report and the cell's end
+    devices: tuple[WorkerDevice, ...]
+    ooms: tuple[OomEvent, ...] = ()  # what its allocator's OOM observer saw
+    via: Literal["fork", "spawn", "store"] = "fork"
+
+    @property
+    def label(self) -> str:
+        who = f"rank {self.rank}" if self.rank is not None else "worker"
+        return f"{who} (pid {self.pid})"
+
+    @property
+    def peak_allocated(self) -> int:
+        return max((d.peak_allocated for d in self.devices), default=0)
