@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -40,7 +41,9 @@ def _port() -> int:
 
 
 class Server:
-    def __init__(self, root: Path, nvml: Path, fake: bool = True) -> None:
+    def __init__(
+        self, root: Path, nvml: Path, fake: bool = True, prefix: Sequence[str] = ()
+    ) -> None:
         self.root = root
         self.token = "gpumem-test-token"
         self.port = _port()
@@ -64,6 +67,7 @@ class Server:
         self._log = open(self.log, "w")  # closed in stop()
         self.proc = subprocess.Popen(
             [
+                *prefix,  # e.g. unshare --pid --fork --mount-proc: a container's PID namespace
                 sys.executable,
                 "-m",
                 "jupyter_server",

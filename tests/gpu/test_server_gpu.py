@@ -5,6 +5,10 @@ each kernel's CUDA context) to the right notebooks."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 import time
 
 import pytest
@@ -73,3 +77,91 @@ def test_two_kernels_get_exactly_what_they_allocated(tmp_path):
         assert f'kernel_id="{kernels["five.ipynb"]}"' in metrics
     finally:
         server.stop()
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None,
+    reason="needs root and unshare (a PID namespace like a container's)",
+)
+def test_server_in_its_own_pid_namespace_names_notebooks_and_the_unseen(tmp_path):
+    """The server and its kernels in their own PID namespace (as in a JupyterHub pod),
+    a process outside it holding 4 GiB: both notebooks are named with their memory
+    (through NVML's PIDs where the driver gives the namespace's own, else through what
+    their kernels report), and the 4 GiB are shown as used by processes this server
+    cannot see, in the endpoint and in /metrics."""
+    outside = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            OUTSIDE,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    server = None
+    try:
+        assert outside.stdout.readline().strip() == "ready"
+        server = Server(
+            tmp_path,
+            tmp_path / "unused.json",
+            fake=False,
+            prefix=["unshare", "--pid", "--fork", "--mount-proc"],
+        )
+        kernels = {}
+        for name, gib in (("two.ipynb", 2), ("five.ipynb", 5)):
+            body = {"path": name, "type": "notebook", "kernel": {"name": "python3"}}
+            _, text = server.request("api/sessions", "POST", body)
+            kernels[name] = json.loads(text)["kernel"]["id"]
+            run_in(
+                tmp_path,
+                kernels[name],
+                server,
+                "%load_ext gpumem\nimport torch\n"
+                f"x = torch.empty({gib} << 30, dtype=torch.uint8, device='cuda')\n"
+                "torch.cuda.synchronize()",
+            )
+        deadline = time.monotonic() + 30  # foreign PIDs: the kernels are asked
+        while True:
+            time.sleep(1.2)
+            reply = server.get("api/gpumem/devices")
+            by_id = {k["id"]: k for k in reply["kernels"]}
+            named = {
+                name: by_id[kid].get("gpu_used") or _reported_allocated(by_id[kid])
+                for name, kid in kernels.items()
+            }
+            if all(named.values()) or time.monotonic() > deadline:
+                break
+        print(json.dumps({"pid_namespace": reply["pid_namespace"], "named": named}))
+        for name, gib in (("two.ipynb", 2), ("five.ipynb", 5)):
+            # NVML's figure: the tensor plus the context (< 1 GiB); or PyTorch's, exact
+            assert gib * GiB <= named[name] <= gib * GiB + GiB, (name, named[name], reply)
+        (device,) = [d for d in reply["devices"] if d["cuda_index"] == 0]
+        # the outside process: its 4 GiB and its own context, which no listed process holds
+        assert 4 * GiB <= device["unseen"] <= 5 * GiB, device
+        _, metrics = server.request("metrics")
+        line = next(
+            m
+            for m in metrics.splitlines()
+            if m.startswith("jupyter_gpumem_unseen_memory_used_bytes")
+        )
+        assert 4 * GiB <= float(line.rsplit(" ", 1)[1]) <= 5 * GiB, line
+    finally:
+        outside.kill()
+        if server is not None:
+            server.stop()
+
+
+OUTSIDE = """
+import time, torch
+x = torch.empty(4 << 30, dtype=torch.uint8, device="cuda")
+torch.cuda.synchronize()
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def _reported_allocated(kernel: dict) -> int | None:
+    r = kernel.get("reported")
+    if not r:
+        return None
+    return sum(d["allocated"] for d in r["devices"]) or None
