@@ -11,6 +11,7 @@ import { CapControl } from './capControl';
 import { DeviceBar, Legend } from './deviceBar';
 import { Figures } from './figures';
 import { IViewProps } from './props';
+import { useInView } from './inView';
 import { TrendChart } from './trendChart';
 
 export function DeviceSection(
@@ -21,8 +22,18 @@ export function DeviceSection(
   const now = Math.max(state.lastHeard ?? 0, sample.time);
   const scale = model.settings.barScale;
   const geometry = barGeometry(device, scale);
+  // The chart is drawn only while the section can be seen (see inView.ts).
+  const [ref, inView] = useInView<HTMLElement>();
+  // The chart's height, read once when it is drawn: the placeholder keeps it.
+  const chartHeight = React.useRef(0);
+  const measureChart = React.useCallback((el: HTMLDivElement | null) => {
+    if (el) {
+      chartHeight.current = el.offsetHeight;
+    }
+  }, []);
   return (
     <section
+      ref={ref}
       className="jp-GpuMem-device"
       aria-label={`${deviceLabel(device.index, trans)}: ${device.name}`}
       data-device={device.index}
@@ -69,16 +80,28 @@ export function DeviceSection(
         trans={trans}
       />
       {device.error && <p className="jp-GpuMem-deviceError">{device.error}</p>}
-      <TrendChart
-        device={device}
-        points={state.history[device.index] ?? []}
-        cells={state.cells}
-        now={now}
-        minutes={state.trendMinutes}
-        units={units}
-        trans={trans}
-        onGoTo={n => void model.scrollToCell(n)}
-      />
+      {inView ? (
+        <div ref={measureChart}>
+          <TrendChart
+            device={device}
+            points={state.history[device.index] ?? []}
+            cells={state.cells}
+            now={now}
+            minutes={state.trendMinutes}
+            units={units}
+            trans={trans}
+            onGoTo={n => void model.scrollToCell(n)}
+          />
+        </div>
+      ) : (
+        <div
+          className="jp-GpuMem-trendPlaceholder"
+          aria-hidden="true"
+          style={
+            chartHeight.current ? { height: chartHeight.current } : undefined
+          }
+        />
+      )}
       <CapControl model={model} device={device} state={state} trans={trans} />
     </section>
   );
