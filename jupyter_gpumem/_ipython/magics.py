@@ -694,6 +694,10 @@ class GpuMemMagics(Magics):
             print("gpumem: no longer reading the group's store")
             return
         live = workers.live()
+        error = workers.channel().error
+        if error:
+            print(f"gpumem: {error}: worker processes cannot report here")
+            return
         if not live:
             print(
                 "gpumem: no worker process has reported. Processes forked while a measured "
