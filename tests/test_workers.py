@@ -392,3 +392,30 @@ def test_magic_lists_workers_and_checks_its_arguments(ip, monkeypatch):
     ):
         with pytest.raises(UsageError, match=said):
             ip.run_line_magic("gpumem", bad.split(" ", 1)[1])
+
+
+def ranked(r: int) -> None:
+    """As notebook_launcher's ranks: the rank from the launcher's argument."""
+    os.environ["RANK"] = str(r)
+    counting.allocate((r + 1) * GiB, device=r)
+    counting.allocate(2 * GiB, device=r)
+    counting.free(2 * GiB, device=r)
+    if r == 1:
+        raise RuntimeError("rank 1 fails after its allocations")
+
+
+def test_torch_start_processes_fork_and_a_failing_rank(tracker):
+    """torch.multiprocessing.start_processes(..., start_method="fork"), the launcher that
+    accelerate's notebook_launcher uses: both ranks report, the one that raised too (its
+    last report comes from multiprocessing's finalizers)."""
+    tmp = pytest.importorskip("torch.multiprocessing")
+    tracker.begin()
+    with pytest.raises(Exception, match="rank 1 fails"):
+        tmp.start_processes(ranked, nprocs=2, start_method="fork")
+    report = tracker.end()
+    got = [
+        (w.rank, w.status, d.index, d.allocated, d.peak_allocated)
+        for w in report.workers
+        for d in w.devices
+    ]
+    assert got == [(0, "exited", 0, GiB, 3 * GiB), (1, "exited", 1, 2 * GiB, 4 * GiB)]
