@@ -436,18 +436,8 @@ def test_version():
 def test_budgets_apply_to_worker_processes(tmp_path):
     """A cell that forks two ranks: each rank's own peak is checked against the budget
     (rank r peaks at r+3 GiB: peak<=3.5GiB holds for rank 0 and fails for rank 1)."""
-    fork = (
-        "import os, multiprocessing as mp\n"
-        "from jupyter_gpumem.testing import counting\n"
-        "def rank(r):\n"
-        "    os.environ['RANK'] = str(r)\n"
-        "    counting.allocate((r + 1) * 2**30, device=r)\n"
-        "    counting.allocate(2 * 2**30, device=r)\n"
-        "    counting.free(2 * 2**30, device=r)\n"
-        "ps = [mp.get_context('fork').Process(target=rank, args=(r,)) for r in (0, 1)]\n"
-        "for p in ps: p.start()\n"
-        "for p in ps: p.join()"
-    )
+    from tests.test_workers import FORK_TWO_RANKS as fork
+
     nb = notebook(tmp_path / "w.ipynb", fork)
     js = tmp_path / "w.json"
     counting = "jupyter_gpumem.testing.counting:backend"

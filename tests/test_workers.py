@@ -46,6 +46,22 @@ def rank_keeps_and_peaks(r: int) -> None:
     counting.free(2 * GiB, device=r)
 
 
+# A notebook cell that forks two ranks (what notebook_launcher does): rank r keeps (r+1)
+# GiB and peaks at (r+3) GiB on device r, with the counting test backend.
+FORK_TWO_RANKS = """\
+import os, multiprocessing as mp
+from jupyter_gpumem.testing import counting
+def rank(r):
+    os.environ['RANK'] = str(r)
+    counting.allocate((r + 1) * 2**30, device=r)
+    counting.allocate(2 * 2**30, device=r)
+    counting.free(2 * 2**30, device=r)
+ps = [mp.get_context('fork').Process(target=rank, args=(r,)) for r in (0, 1)]
+for p in ps: p.start()
+for p in ps: p.join()
+"""
+
+
 def fork_ranks(target=rank_keeps_and_peaks, n: int = 2) -> list[int]:
     ctx = mp.get_context("fork")
     ps = [ctx.Process(target=target, args=(r,)) for r in range(n)]
@@ -304,19 +320,7 @@ def test_through_a_real_kernel_with_fork_launch():
     km, kc = start_new_kernel(kernel_name="python3", env=env)
     try:
         execute(kc, "%load_ext gpumem")
-        code = (
-            "%%gpumem -o rep\n"
-            "import os, multiprocessing as mp\n"
-            "from jupyter_gpumem.testing import counting\n"
-            "def rank(r):\n"
-            "    os.environ['RANK'] = str(r)\n"
-            "    counting.allocate((r + 1) * 2**30, device=r)\n"
-            "    counting.allocate(2 * 2**30, device=r)\n"
-            "    counting.free(2 * 2**30, device=r)\n"
-            "ps = [mp.get_context('fork').Process(target=rank, args=(r,)) for r in (0, 1)]\n"
-            "for p in ps: p.start()\n"
-            "for p in ps: p.join()\n"
-        )
+        code = "%%gpumem -o rep\n" + FORK_TWO_RANKS
         reply, msgs = execute(kc, code)
         assert reply["status"] == "ok"
         (shown,) = of_type(msgs, "display_data")

@@ -46,22 +46,30 @@ def run_in(root, kernel_id, server, code):
     assert reply["content"]["status"] == "ok", reply["content"]
 
 
+def two_notebooks(root, server, prelude: str = "") -> dict[str, str]:
+    """Notebooks two.ipynb and five.ipynb whose kernels allocate 2 and 5 GiB on cuda:0:
+    their kernel ids by name."""
+    kernels = {}
+    for name, gib in (("two.ipynb", 2), ("five.ipynb", 5)):
+        body = {"path": name, "type": "notebook", "kernel": {"name": "python3"}}
+        _, text = server.request("api/sessions", "POST", body)
+        kernels[name] = json.loads(text)["kernel"]["id"]
+        run_in(
+            root,
+            kernels[name],
+            server,
+            f"{prelude}import torch\n"
+            f"x = torch.empty({gib} << 30, dtype=torch.uint8, device='cuda')\n"
+            "torch.cuda.synchronize()",
+        )
+    return kernels
+
+
 def test_two_kernels_get_exactly_what_they_allocated(tmp_path):
     nvml = tmp_path / "unused.json"  # no fake: the server reads the real NVML
     server = Server(tmp_path, nvml, fake=False)
     try:
-        kernels = {}
-        for name, gib in (("two.ipynb", 2), ("five.ipynb", 5)):
-            body = {"path": name, "type": "notebook", "kernel": {"name": "python3"}}
-            _, text = server.request("api/sessions", "POST", body)
-            kernels[name] = json.loads(text)["kernel"]["id"]
-            run_in(
-                tmp_path,
-                kernels[name],
-                server,
-                f"import torch\nx = torch.empty({gib} << 30, dtype=torch.uint8, device='cuda')\n"
-                "torch.cuda.synchronize()",
-            )
+        kernels = two_notebooks(tmp_path, server)
         time.sleep(1.2)
         reply = server.get("api/gpumem/devices")
         assert reply["pid_namespace"] == "shared", reply
@@ -107,19 +115,7 @@ def test_server_in_its_own_pid_namespace_names_notebooks_and_the_unseen(tmp_path
             fake=False,
             prefix=["unshare", "--pid", "--fork", "--mount-proc"],
         )
-        kernels = {}
-        for name, gib in (("two.ipynb", 2), ("five.ipynb", 5)):
-            body = {"path": name, "type": "notebook", "kernel": {"name": "python3"}}
-            _, text = server.request("api/sessions", "POST", body)
-            kernels[name] = json.loads(text)["kernel"]["id"]
-            run_in(
-                tmp_path,
-                kernels[name],
-                server,
-                "%load_ext gpumem\nimport torch\n"
-                f"x = torch.empty({gib} << 30, dtype=torch.uint8, device='cuda')\n"
-                "torch.cuda.synchronize()",
-            )
+        kernels = two_notebooks(tmp_path, server, prelude="%load_ext gpumem\n")
         deadline = time.monotonic() + 30  # foreign PIDs: the kernels are asked
         while True:
             time.sleep(1.2)

@@ -22,21 +22,14 @@ import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 
-import {
-  BODY,
-  checkEnvironment,
-  openNotebook,
-  openPanel,
-  panelState,
-  runCellAndWait,
-  writeNotebook
-} from './lab';
+import { BODY, panelState } from './lab';
 import {
   cell,
   CELL_EVERY,
   DEVICES,
   formatBytes,
   INTERVAL_S,
+  panelToFeed,
   sample
 } from './eightGpus';
 
@@ -99,65 +92,8 @@ test('panel update cost with 8 devices (Overview tab)', async ({
   browser
 }) => {
   test.setTimeout(600_000);
-  checkEnvironment();
-  writeNotebook(NOTEBOOK);
   page.on('pageerror', error => console.log(`[page error] ${error.message}`));
-  await openNotebook(page, NOTEBOOK, WORKSPACE);
-  await openPanel(page);
-  // The first hello goes unanswered; once the panel says so, the end of the
-  // cell that loads the extension makes it greet the kernel again.
-  await expect(page.locator(BODY)).toHaveAttribute('data-state', 'not_loaded', {
-    timeout: 30_000
-  });
-  await runCellAndWait(page, '%load_ext jupyter_gpumem');
-  await expect(page.locator(BODY)).toHaveAttribute('data-state', 'ok', {
-    timeout: 30_000
-  });
-  await expect(page.locator(`${BODY} .jp-GpuMem-device`)).toHaveCount(1);
-
-  // Stop the kernel's stream the way the panel does when it is hidden
-  // (unsubscribe, no watchdog, no renewal), and count the comm messages
-  // that still arrive: none should while the panel is measured. First let
-  // the subscribe that followed the hello come back, or it would start the
-  // stream again.
-  await page.waitForFunction(
-    () => {
-      // The kernel client's sample subscription (kernel/subscription.ts).
-      const sub = (window as any).jupyterapp.pluginRegistry._plugins.get(
-        'jupyter-gpumem:plugin'
-      ).service._client._subscription;
-      return sub._subscribed === true && sub._subscribing === 0;
-    },
-    null,
-    { timeout: 30_000 }
-  );
-  const start = await page.evaluate(async () => {
-    const w = window as any;
-    const model = w.jupyterapp.pluginRegistry._plugins.get(
-      'jupyter-gpumem:plugin'
-    ).service;
-    model._client._subscription.stop();
-    await new Promise(resolve => setTimeout(resolve, 1500));
-    const kernel =
-      w.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
-    w.__gpumemBenchKernelComm = 0;
-    kernel.anyMessage.connect((_: unknown, args: any) => {
-      if (
-        args.direction === 'recv' &&
-        args.msg.header.msg_type === 'comm_msg'
-      ) {
-        w.__gpumemBenchKernelComm += 1;
-      }
-    });
-    const state = model.state;
-    return {
-      commId: state.commId as string,
-      lastSeq: (state.lastSeq ?? 0) as number,
-      time: state.sample.time as number,
-      subscribed: model._client._subscription._subscribed as boolean,
-      jupyterlab: w.jupyterapp.version as string
-    };
-  });
+  const start = await panelToFeed(page, NOTEBOOK, WORKSPACE);
   expect(start.commId).toBeTruthy();
   expect(start.subscribed).toBe(false);
 

@@ -1,8 +1,20 @@
 /**
  * The comm messages of a kernel with 8 GPUs (H200s, 140 GiB), fed to the
  * panel's store by the benchmark (bench.spec.ts) and the many-devices test
- * (manyDevices.spec.ts): samples whose figures change every time, and cells.
+ * (manyDevices.spec.ts): samples whose figures change every time, and cells;
+ * and a panel ready to be fed them.
  */
+import { expect, Page } from '@playwright/test';
+
+import {
+  BODY,
+  checkEnvironment,
+  openNotebook,
+  openPanel,
+  runCellAndWait,
+  writeNotebook
+} from './lab';
+
 export const GiB = 2 ** 30;
 export const MiB = 2 ** 20;
 export const DEVICES = 8;
@@ -107,4 +119,82 @@ export function cell(
     first_line: `loss = train_step(model, batch[${n}])`,
     devices
   };
+}
+
+/** Where the panel stands once its kernel's stream is stopped. */
+export interface IPanelToFeed {
+  commId: string;
+  lastSeq: number;
+  time: number;
+  subscribed: boolean;
+  jupyterlab: string;
+}
+
+/**
+ * A notebook whose kernel has the extension loaded (replay mode: 1 device),
+ * the panel open on it, then the kernel's stream stopped the way the panel
+ * stops it when hidden (unsubscribe, no watchdog, no renewal), so that the
+ * test can feed the model's store comm messages of its own. The comm
+ * messages that still arrive from the kernel are counted in
+ * `window.__gpumemBenchKernelComm` (none should).
+ */
+export async function panelToFeed(
+  page: Page,
+  notebook: string,
+  workspace: string
+): Promise<IPanelToFeed> {
+  checkEnvironment();
+  writeNotebook(notebook);
+  await openNotebook(page, notebook, workspace);
+  await openPanel(page);
+  // The first hello goes unanswered; once the panel says so, the end of the
+  // cell that loads the extension makes it greet the kernel again.
+  await expect(page.locator(BODY)).toHaveAttribute('data-state', 'not_loaded', {
+    timeout: 30_000
+  });
+  await runCellAndWait(page, '%load_ext jupyter_gpumem');
+  await expect(page.locator(BODY)).toHaveAttribute('data-state', 'ok', {
+    timeout: 30_000
+  });
+  await expect(page.locator(`${BODY} .jp-GpuMem-device`)).toHaveCount(1);
+  // First let the subscribe that followed the hello come back, or it would
+  // start the stream again.
+  await page.waitForFunction(
+    () => {
+      // The kernel client's sample subscription (kernel/subscription.ts).
+      const sub = (window as any).jupyterapp.pluginRegistry._plugins.get(
+        'jupyter-gpumem:plugin'
+      ).service._client._subscription;
+      return sub._subscribed === true && sub._subscribing === 0;
+    },
+    null,
+    { timeout: 30_000 }
+  );
+  return page.evaluate(async () => {
+    const w = window as any;
+    const model = w.jupyterapp.pluginRegistry._plugins.get(
+      'jupyter-gpumem:plugin'
+    ).service;
+    model._client._subscription.stop();
+    await new Promise(resolve => setTimeout(resolve, 1500));
+    const kernel =
+      w.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+    w.__gpumemBenchKernelComm = 0;
+    kernel.anyMessage.connect((_: unknown, args: any) => {
+      if (
+        args.direction === 'recv' &&
+        args.msg.header.msg_type === 'comm_msg'
+      ) {
+        w.__gpumemBenchKernelComm += 1;
+      }
+    });
+    const state = model.state;
+    return {
+      commId: state.commId as string,
+      lastSeq: (state.lastSeq ?? 0) as number,
+      time: state.sample.time as number,
+      subscribed: model._client._subscription._subscribed as boolean,
+      jupyterlab: w.jupyterapp.version as string
+    };
+  });
 }

@@ -10,16 +10,8 @@
  */
 import { expect, test } from '@playwright/test';
 
-import {
-  BODY,
-  checkEnvironment,
-  openNotebook,
-  openPanel,
-  runCellAndWait,
-  screenshot,
-  writeNotebook
-} from './lab';
-import { DEVICES, formatBytes, sample } from './eightGpus';
+import { BODY, screenshot } from './lab';
+import { DEVICES, formatBytes, panelToFeed, sample } from './eightGpus';
 
 const NOTEBOOK = 'gpumem-eight.ipynb';
 const WORKSPACE = 'gpumem-eight';
@@ -28,48 +20,15 @@ test('8 GPUs: a device draws its trend chart when it comes into view', async ({
   page
 }) => {
   test.setTimeout(180_000);
-  checkEnvironment();
-  writeNotebook(NOTEBOOK);
-  await openNotebook(page, NOTEBOOK, WORKSPACE);
-  await openPanel(page);
-  await expect(page.locator(BODY)).toHaveAttribute('data-state', 'not_loaded', {
-    timeout: 30_000
-  });
-  await runCellAndWait(page, '%load_ext jupyter_gpumem');
-  await expect(page.locator(BODY)).toHaveAttribute('data-state', 'ok', {
-    timeout: 30_000
-  });
-  await page.waitForFunction(
-    () => {
-      const sub = (window as any).jupyterapp.pluginRegistry._plugins.get(
-        'jupyter-gpumem:plugin'
-      ).service._client._subscription;
-      return sub._subscribed === true && sub._subscribing === 0;
-    },
-    null,
-    { timeout: 30_000 }
+  const { commId, lastSeq, time } = await panelToFeed(
+    page,
+    NOTEBOOK,
+    WORKSPACE
   );
   const samples = 120;
-  const last = sample(samples - 1, 0);
-  await page.evaluate(
-    async (args: { samples: number; interval: number }) => {
-      const model = (window as any).jupyterapp.pluginRegistry._plugins.get(
-        'jupyter-gpumem:plugin'
-      ).service;
-      model._client._subscription.stop();
-      await new Promise(resolve => setTimeout(resolve, 1500));
-      const state = model.state;
-      (window as any).__gpumemEight = {
-        commId: state.commId,
-        seq: (state.lastSeq ?? 0) + 1_000_000,
-        t0: Math.floor(state.sample.time) + 1
-      };
-    },
-    { samples, interval: 0.5 }
-  );
-  const { commId, seq, t0 } = await page.evaluate(
-    () => (window as any).__gpumemEight
-  );
+  const seq = lastSeq + 1_000_000;
+  const t0 = Math.floor(time) + 1;
+  const last = sample(samples - 1, t0);
   const steps = [];
   for (let k = 0; k < samples; k++) {
     steps.push({
