@@ -67,3 +67,34 @@ def test_second_panel_replaces_the_first(ip, panel):
     assert second is not panel
     assert panel.stream.state()["active"] is False
     second.close()
+
+
+def test_bars_list_worker_processes(panel, monkeypatch):
+    """A forked worker of a measured cell shows under the bars with its own figures."""
+    import multiprocessing as mp
+    import os
+
+    from jupyter_gpumem.collectors import workers
+    from jupyter_gpumem.testing import counting
+
+    monkeypatch.setenv("JUPYTER_GPUMEM_BACKEND", "jupyter_gpumem.testing.counting:backend")
+
+    def worker(r):
+        os.environ["RANK"] = str(r)
+        counting.allocate(3 << 30, device=1)
+        time.sleep(60)
+
+    session = current()
+    session.tracker.begin()
+    p = mp.get_context("fork").Process(target=worker, args=(2,))
+    p.start()
+    try:
+        session.tracker.end()
+        want = f"rank 2 (pid {p.pid}) · cuda:1</b> allocated 3.00 GiB · peak 3.00 GiB"
+        deadline = time.monotonic() + 10  # the worker's first report, then the stream's
+        while want not in panel.bars.value and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert workers.live() and want in panel.bars.value
+    finally:
+        p.kill()
+        p.join()

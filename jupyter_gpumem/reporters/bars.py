@@ -84,4 +84,31 @@ def sample_html(sample: dict[str, Any]) -> str:
     parts += [device_bar_html(d) for d in sample.get("devices", [])]
     if not sample.get("devices"):
         parts.append("<div>no GPU devices</div>")
+    if sample.get("workers"):
+        parts.append(workers_html(sample["workers"]))
     return '<div class="jp-GpuMem-bars">' + "".join(parts) + "</div>"
+
+
+def workers_html(workers: list[dict[str, Any]]) -> str:
+    """The notebook's worker processes (protocol ``Worker``s), one line per device."""
+    lines = []
+    for w in workers:
+        who = f"rank {w['rank']}" if w.get("rank") is not None else "worker"
+        for d in w.get("devices") or [None]:
+            where = f" · cuda:{d['index']}" if d else ""
+            figures = (
+                f"allocated {fb(d['allocated'])} · peak {fb(d['peak_allocated'])} · "
+                f"reserved {fb(d['reserved'])}"
+                if d
+                else "no GPU memory"
+            )
+            lines.append(
+                f"<div><b>{escape(who)} (pid {int(w['pid'])}){where}</b> {escape(figures)} "
+                f"· {escape(str(w.get('status', '')))}</div>"
+            )
+    style = "margin:4px 0;font-size:var(--jp-ui-font-size0,11px)"
+    return (
+        f'<div class="jp-GpuMem-workers" style="{style}"><div><b>worker processes</b></div>'
+        + "".join(lines)
+        + "</div>"
+    )
