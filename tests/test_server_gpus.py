@@ -113,6 +113,28 @@ class Server:
         self._log.flush()
         return self.log.read_text()[-n:]
 
+    def client(self, kernel_id: str, timeout: float = 90):
+        """A started, ready client of one of this server's kernels. A kernel still starting
+        (slow on a cold machine) misses the client's first heartbeat and the client takes
+        it for dead: ask again with a fresh client until `timeout`."""
+        from jupyter_client import BlockingKernelClient
+
+        deadline = time.monotonic() + timeout
+        while True:
+            kc = BlockingKernelClient(
+                connection_file=str(self.root / "runtime" / f"kernel-{kernel_id}.json")
+            )
+            kc.load_connection_file()
+            kc.start_channels()
+            try:
+                kc.wait_for_ready(timeout=max(1.0, deadline - time.monotonic()))
+                return kc
+            except RuntimeError as e:
+                kc.stop_channels()
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{e}; the server's log ends with:\n{self.tail()}") from None
+                time.sleep(0.5)
+
     def stop(self) -> None:
         self._log.close()
         self.proc.terminate()
@@ -177,14 +199,7 @@ def served(tmp_path_factory):
         kernels[name] = json.loads(text)["kernel"]["id"]
     pids = {name: kernel_pid(server, kid) for name, kid in kernels.items()}
     # a child process of kernel a (as torch.multiprocessing or a launcher would start one)
-    from jupyter_client import BlockingKernelClient
-
-    kc = BlockingKernelClient(
-        connection_file=str(root / "runtime" / f"kernel-{kernels['a.ipynb']}.json")
-    )
-    kc.load_connection_file()
-    kc.start_channels()
-    kc.wait_for_ready(timeout=60)
+    kc = server.client(kernels["a.ipynb"])
     kc.execute(
         "import subprocess, sys\nchild = subprocess.Popen([sys.executable, '-c', "
         "'import time; time.sleep(300)'])\nprint(child.pid)"
@@ -296,16 +311,9 @@ def test_foreign_pids_name_notebooks_by_what_their_kernels_report(served):
     no process is matched, but each kernel with the extension loaded is asked for its own
     PyTorch figures and its notebook is named with them; a kernel without the extension
     is not named."""
-    from jupyter_client import BlockingKernelClient
-
     server, kernels, nvml = served.server, served.kernels, served.nvml
-    kc = BlockingKernelClient(
-        connection_file=str(server.root / "runtime" / f"kernel-{kernels['a.ipynb']}.json")
-    )
-    kc.load_connection_file()
-    kc.start_channels()
+    kc = server.client(kernels["a.ipynb"])
     try:
-        kc.wait_for_ready(timeout=60)
         env = replay_env(str(FIXTURES))  # kernel a's torch figures: replayed H200 readings
         reply = kc.execute_interactive(
             f"import os; os.environ.update({env!r})\n%load_ext jupyter_gpumem", timeout=60

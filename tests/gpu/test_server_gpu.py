@@ -24,29 +24,16 @@ pytestmark = [
 GiB = 1 << 30
 
 
-def run_in(root, kernel_id, server, code):
-    from jupyter_client import BlockingKernelClient
-
-    # Connect once the server has heard from the kernel: a client's heartbeat that starts
-    # before the kernel binds its socket takes it for dead (seen on a loaded machine).
-    deadline = time.monotonic() + 60
-    while server.get(f"api/kernels/{kernel_id}").get("execution_state") != "idle":
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the kernel did not start; the server's log:\n{server.tail()}")
-        time.sleep(0.2)
-    kc = BlockingKernelClient(connection_file=str(root / "runtime" / f"kernel-{kernel_id}.json"))
-    kc.load_connection_file()
-    kc.start_channels()
+def run_in(server, kernel_id, code):
+    kc = server.client(kernel_id)
     try:
-        kc.wait_for_ready(timeout=60)
-    except RuntimeError as e:
-        raise RuntimeError(f"{e}; the server's log ends with:\n{server.tail()}") from None
-    reply = kc.execute_interactive(code, timeout=120)
-    kc.stop_channels()
+        reply = kc.execute_interactive(code, timeout=120)
+    finally:
+        kc.stop_channels()
     assert reply["content"]["status"] == "ok", reply["content"]
 
 
-def two_notebooks(root, server, prelude: str = "") -> dict[str, str]:
+def two_notebooks(server, prelude: str = "") -> dict[str, str]:
     """Notebooks two.ipynb and five.ipynb whose kernels allocate 2 and 5 GiB on cuda:0:
     their kernel ids by name."""
     kernels = {}
@@ -55,9 +42,8 @@ def two_notebooks(root, server, prelude: str = "") -> dict[str, str]:
         _, text = server.request("api/sessions", "POST", body)
         kernels[name] = json.loads(text)["kernel"]["id"]
         run_in(
-            root,
-            kernels[name],
             server,
+            kernels[name],
             f"{prelude}import torch\n"
             f"x = torch.empty({gib} << 30, dtype=torch.uint8, device='cuda')\n"
             "torch.cuda.synchronize()",
@@ -69,7 +55,7 @@ def test_two_kernels_get_exactly_what_they_allocated(tmp_path):
     nvml = tmp_path / "unused.json"  # no fake: the server reads the real NVML
     server = Server(tmp_path, nvml, fake=False)
     try:
-        kernels = two_notebooks(tmp_path, server)
+        kernels = two_notebooks(server)
         time.sleep(1.2)
         reply = server.get("api/gpumem/devices")
         assert reply["pid_namespace"] == "shared", reply
@@ -115,7 +101,7 @@ def test_server_in_its_own_pid_namespace_names_notebooks_and_the_unseen(tmp_path
             fake=False,
             prefix=["unshare", "--pid", "--fork", "--mount-proc"],
         )
-        kernels = two_notebooks(tmp_path, server, prelude="%load_ext gpumem\n")
+        kernels = two_notebooks(server, prelude="%load_ext gpumem\n")
         deadline = time.monotonic() + 30  # foreign PIDs: the kernels are asked
         while True:
             time.sleep(1.2)

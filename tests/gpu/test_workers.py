@@ -58,7 +58,7 @@ SHELL = textwrap.dedent(
     with capture_output() as cap:
         ip.run_cell(CELL.split("\\n", 1)[1].replace("LAUNCH", sys.argv[1]))
     print(json.dumps({
-        "cuda_in_kernel": torch.cuda.is_initialized(),
+        "cuda_in_kernel": ip.user_ns["torch"].cuda.is_initialized(),
         "workers": [
             [w.rank, w.status, w.started_in_cell, d.index, d.allocated, d.peak_allocated,
              d.reserved, d.peak_exact]
