@@ -1,16 +1,23 @@
-"""Where does %%gpumem's per-cell time go? Times each reading primitive right after a
-training step (GPU idle after synchronize) and after a trivial cell, and profiles
-tracker.begin/end.  python3 benchmarks/profile_cell_overhead.py"""
+"""Where does %%gpumem's per-cell time go, on a GPU?
+
+1. Each reading primitive a cell's before/after calls, timed alone (median of 2000), right
+   after a trivial cell and right after a training step (the GPU idle after synchronize).
+2. A real IPython shell runs ``--cells`` cells of each mode (``%%gpumem -q``, auto mode,
+   full report) over ``a = 1`` under cProfile; the functions with the most own time.
+
+    python3 benchmarks/profile_cell_overhead.py [--cells 3000] [--top 25]
+"""
 
 from __future__ import annotations
 
+import argparse
+import cProfile
+import io
+import pstats
 import statistics
 import time
 
 import torch
-
-from jupyter_gpumem.collectors import Collector
-from jupyter_gpumem.core.tracker import CellTracker
 
 dev = "cuda"
 model = torch.nn.Sequential(
@@ -30,13 +37,7 @@ def step(sync: bool = True) -> None:
         torch.cuda.synchronize()
 
 
-c = Collector()
-t = CellTracker(c)
-nv = c.backend.nvml
-nv_index = nv.nvml_index(0)
-
-
-def timed(fn, before=None, n=300):
+def timed(fn, before=None, n=2000):
     out = []
     for _ in range(n):
         if before:
@@ -47,14 +48,81 @@ def timed(fn, before=None, n=300):
     return statistics.median(out) * 1e6
 
 
-prims = {
-    "_cuda_memoryStats": lambda: torch._C._cuda_memoryStats(0),
-    "nvml read (with processes)": lambda: nv.read(nv_index, True),
-    "nvml read (no processes)": lambda: nv.read(nv_index, False),
-    "collector.measure()": c.measure,
-    "tracker begin+end": lambda: (t.begin(), t.end()),
-}
-print(f"{'primitive':<30}{'after trivial (us)':>20}{'after train step (us)':>24}")
-for name, fn in prims.items():
-    print(f"{name:<30}{timed(fn):>20.1f}{timed(fn, step):>24.1f}")
-print(f"{'train step alone':<30}{'':>20}{timed(step):>24.1f}")
+def primitives() -> None:
+    from jupyter_gpumem.collectors import Collector
+    from jupyter_gpumem.collectors.allocator import stats_from_nested
+    from jupyter_gpumem.collectors.host import host_rss
+    from jupyter_gpumem.core.tracker import CellTracker
+
+    c = Collector()
+    t = CellTracker(c)
+    nv = c.backend.nvml
+    nv_index = nv.nvml_index(0)
+    raw = torch._C._cuda_memoryStats(0)
+    mgi = torch.cuda.cudart().cudaMemGetInfo
+    prims = {
+        "_cuda_memoryStats": lambda: torch._C._cuda_memoryStats(0),
+        "stats_from_nested": lambda: stats_from_nested(raw),
+        "cudaMemGetInfo": lambda: mgi(0),
+        "_cuda_getMemoryFraction": lambda: torch._C._cuda_getMemoryFraction(0),
+        "_cuda_hasPrimaryContext": lambda: torch._C._cuda_hasPrimaryContext(0),
+        "_cuda_resetPeakMemoryStats": lambda: torch._C._cuda_resetPeakMemoryStats(0),
+        "torch.cuda.is_initialized": torch.cuda.is_initialized,
+        "host_rss": host_rss,
+        "nvml process_used": lambda: nv.process_used(nv_index),
+        "nvml read (with processes)": lambda: nv.read(nv_index, True),
+        "nvml read (no processes)": lambda: nv.read(nv_index, False),
+        "measure(cell, no process)": lambda: c.measure(with_process=False, full=False),
+        "measure(cell, process)": lambda: c.measure(with_process=True, full=False),
+        "measure() full": c.measure,
+        "tracker begin+end (-q)": lambda: (
+            t.begin(),
+            t.end(with_process=False, hints=False),
+        ),
+    }
+    print(f"{'primitive':<32}{'after trivial (us)':>20}{'after train step (us)':>24}")
+    for name, fn in prims.items():
+        print(f"{name:<32}{timed(fn):>20.1f}{timed(fn, step, n=500):>24.1f}")
+    print(f"{'train step alone':<32}{'':>20}{timed(step, n=500):>24.1f}")
+
+
+def cells(n: int, top: int) -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    ip = InteractiveShell.instance()
+    ip.user_ns["torch"] = torch
+    ip.run_line_magic("load_ext", "jupyter_gpumem")
+    from jupyter_gpumem._ipython import current
+
+    s = current()
+    for mode, cell in (
+        ("-q", "%%gpumem -q\na = 1"),
+        ("auto", "a = 1"),
+        ("full", "%%gpumem\na = 1"),
+    ):
+        s.auto = mode == "auto"
+        pr = cProfile.Profile()
+        with capture_output():
+            for _ in range(200):
+                ip.run_cell(cell)
+            pr.enable()
+            for _ in range(n):
+                ip.run_cell(cell)
+            pr.disable()
+        s.auto = False
+        out = io.StringIO()
+        st = pstats.Stats(pr, stream=out)
+        st.sort_stats("tottime").print_stats(top)
+        print(f"\n== {mode}: {n} cells under cProfile (own time, top {top})")
+        print("\n".join(out.getvalue().splitlines()[4:]))
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cells", type=int, default=3000)
+    ap.add_argument("--top", type=int, default=25)
+    a = ap.parse_args()
+    step()
+    primitives()
+    cells(a.cells, a.top)

@@ -102,6 +102,18 @@ class SiteResolver:
 
     def site(self, frames: Sequence[Frame], before_tracking: bool = False) -> Site:
         """The innermost user frame, with the innermost library frame beside it."""
+        return self._site(frames, before_tracking, {})
+
+    def sites(self, blocks: Iterable[tuple[Sequence[Frame], bool]]) -> list[Site]:
+        """:meth:`site` of many blocks' (frames, before_tracking) at once: the cells' counts
+        are asked once per file name (``who`` resolves tens of thousands of blocks)."""
+        counts: dict[str, int | None] = {}
+        site = self._site
+        return [site(frames, before, counts) for frames, before in blocks]
+
+    def _site(
+        self, frames: Sequence[Frame], before_tracking: bool, counts: dict[str, int | None]
+    ) -> Site:
         if not frames:
             return _BEFORE if before_tracking else _NO_STACK
         innermost_library: Frame | None = None
@@ -113,12 +125,18 @@ class SiteResolver:
                 if innermost_library is None:
                     innermost_library = f
                 continue
+            count = None
+            if kind == "cell":
+                if filename in counts:
+                    count = counts[filename]
+                else:
+                    count = counts[filename] = self.cells.execution_count(filename)
             lib = innermost_library
             key = (
                 filename,
                 f["line"],
                 f["name"],
-                kind == "cell" and self.cells.execution_count(filename),
+                count,
                 lib and (lib["filename"], lib["line"], lib["name"]),
             )
             s = self._sites.get(key)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Literal
 
 from ..model import ACTIVE, AllocatorSnapshot, Block, Reference, Site, WhoReport, WhoRow, WhoRowKind
@@ -62,14 +63,19 @@ class DeviceHoldings:
         return self._allocated
 
     def site(self, address: int) -> Site:
+        return self._all_sites()[address]
+
+    def _all_sites(self) -> dict[int, Site]:
+        """Every block's site, resolved at once (the views ask for all of them)."""
         sites = self._sites
-        if sites is None:  # every block's site at once: the views ask for all of them
-            resolve, before, device = self.resolver.site, self.before, self.device
-            sites = self._sites = {
-                a: resolve(b["frames"], bool(before) and (device, a, b["size"]) in before)
-                for a, b in self.blocks.items()
-            }
-        return sites[address]
+        if sites is None:
+            before, device, blocks = self.before, self.device, self.blocks
+            if before:
+                items = [(b["frames"], (device, a, b["size"]) in before) for a, b in blocks.items()]
+            else:
+                items = [(b["frames"], False) for b in blocks.values()]
+            sites = self._sites = dict(zip(blocks, self.resolver.sites(items), strict=True))
+        return sites
 
     # -- views -------------------------------------------------------------------------
     def report(self, by: By = "variable", n: int | None = 20) -> WhoReport:
@@ -98,29 +104,41 @@ class DeviceHoldings:
         )
 
     def _by_variable(self, n: int | None) -> tuple[list[WhoRow], int]:
+        # Tens of thousands of owned blocks: group their addresses in one Python pass, then
+        # work per group with C loops (map, sum, max) rather than per block in Python.
+        blocks, owners = self.blocks, self.owners
+        sites = self._all_sites() if self.tracking else None
         groups: dict[tuple[str, str], list[int]] = {}
-        for address, ref in self.owners.items():
-            groups.setdefault((ref.owner, ref.via), []).append(address)
+        for address, ref in owners.items():
+            key = (ref.owner, ref.via)
+            addresses = groups.get(key)
+            if addresses is None:
+                groups[key] = [address]
+            else:
+                addresses.append(address)
         rows = []
         for (owner, via), addresses in groups.items():
-            size = sum(self.blocks[a]["size"] for a in addresses)
-            top = max(addresses, key=lambda a: self.blocks[a]["size"])
-            site = (self._top_site(addresses) or "") if self.tracking else ""
+            sizes = list(map(_SIZE, map(blocks.__getitem__, addresses)))
+            size = sum(sizes)
+            top = addresses[sizes.index(max(sizes))]  # the first largest block
+            site: str | None = None
+            if sites is not None:
+                site = _heaviest_site(_bytes_per_site(map(sites.__getitem__, addresses), sizes))
             rows.append(
                 WhoRow(
                     owner,
                     VIA_WORDS.get(via, via),
                     size,
                     len(addresses),
-                    self.owners[top].path,
+                    owners[top].path,
                     "owner",
-                    site,
+                    site or "",
                 )
             )
         rows.sort(key=lambda r: (-r.bytes, r.key))
         explained = sum(r.bytes for r in rows)
         rows = _top(rows, n, "owners")
-        unreached = [a for a in self.blocks if a not in self.owners]
+        unreached = [a for a in blocks if a not in self.owners]
         if unreached or not rows:
             detail = "temporaries of a running computation, objects this walk does not open"
             if not self.walked:
@@ -129,7 +147,7 @@ class DeviceHoldings:
                 WhoRow(
                     UNREACHABLE,
                     detail,
-                    sum(self.blocks[a]["size"] for a in unreached),
+                    sum(blocks[a]["size"] for a in unreached),
                     len(unreached),
                     "",
                     "unreachable",
@@ -138,31 +156,20 @@ class DeviceHoldings:
             )
         return rows, explained
 
-    def _top_site(self, addresses: Iterable[int]) -> str | None:
-        by_site: dict[int, list] = {}  # id(site) -> [site, bytes]; sites are shared objects
-        site, blocks = self.site, self.blocks
-        for a in addresses:
-            s = site(a)
-            acc = by_site.get(id(s))
-            if acc is None:
-                acc = by_site[id(s)] = [s, 0]
-            acc[1] += blocks[a]["size"]
-        known = [acc for acc in by_site.values() if acc[0].kind in ("cell", "file", "library")]
-        if not known:
-            return None
-        s = max(known, key=lambda acc: acc[1])[0]
-        return s.label + (f" `{s.text}`" if s.text else "")
+    def _top_site(self, addresses: Sequence[int]) -> str | None:
+        sites, blocks = self._all_sites(), self.blocks
+        sizes = list(map(_SIZE, map(blocks.__getitem__, addresses)))
+        return _heaviest_site(_bytes_per_site(map(sites.__getitem__, addresses), sizes))
 
     def _by_site(self, n: int | None, cells: bool) -> tuple[list[WhoRow], int]:
         # Group by site object first (a few hundred), then by row key.
         per_site: dict[int, tuple[Site, list[int]]] = {}
-        site = self.site
-        for address in self.blocks:
-            s = site(address)
+        for address, s in self._all_sites().items():
             entry = per_site.get(id(s))
             if entry is None:
-                entry = per_site[id(s)] = (s, [])
-            entry[1].append(address)
+                per_site[id(s)] = (s, [address])
+            else:
+                entry[1].append(address)
         groups: dict[tuple, list[int]] = {}
         labels: dict[tuple, tuple[str, str, WhoRowKind]] = {}
         for s, addresses in per_site.values():
@@ -189,14 +196,15 @@ class DeviceHoldings:
                 groups.setdefault(key, []).append(a)
         rows = []
         explained = 0
+        blocks, owners = self.blocks, self.owners
         for key, addresses in groups.items():
             label, detail, kind = labels[key]
-            size = sum(self.blocks[a]["size"] for a in addresses)
+            sizes = list(map(_SIZE, map(blocks.__getitem__, addresses)))
+            size = sum(sizes)
             holders: dict[str, int] = {}
-            for a in addresses:
-                r = self.owners.get(a)
+            for r, block_size in zip(map(owners.get, addresses), sizes, strict=True):
                 if r is not None:
-                    holders[r.owner] = holders.get(r.owner, 0) + self.blocks[a]["size"]
+                    holders[r.owner] = holders.get(r.owner, 0) + block_size
             example = ""
             if holders:
                 top_owner, top_bytes = max(holders.items(), key=lambda kv: kv[1])
@@ -227,6 +235,30 @@ class DeviceHoldings:
                         return text
                 return ""
         return ""
+
+
+_SIZE = itemgetter("size")
+
+
+def _bytes_per_site(sites: Iterable[Site], sizes: Sequence[int]) -> list[list]:
+    """[site, bytes] per distinct site (sites are shared objects), in first-seen order."""
+    by_site: dict[int, list] = {}
+    for s, size in zip(sites, sizes, strict=True):
+        acc = by_site.get(id(s))
+        if acc is None:
+            by_site[id(s)] = [s, size]
+        else:
+            acc[1] += size
+    return list(by_site.values())
+
+
+def _heaviest_site(by_site: Iterable[list]) -> str | None:
+    """The label of the known site with the most bytes, from [site, bytes] pairs."""
+    known = [acc for acc in by_site if acc[0].kind in ("cell", "file", "library")]
+    if not known:
+        return None
+    s = max(known, key=lambda acc: acc[1])[0]
+    return s.label + (f" `{s.text}`" if s.text else "")
 
 
 def _site_row(s: Site) -> tuple[str, str, WhoRowKind]:

@@ -26,26 +26,26 @@ _NO_CACHING_ENV = "PYTORCH_NO_CUDA_MEMORY_CACHING"
 
 
 def stats_from_nested(s: Mapping[str, Any]) -> AllocatorStats:
-    """From ``torch._C._cuda_memoryStats(device)`` (nested dicts)."""
-
-    def all_(stat: str, metric: str) -> int:
-        return int(s[stat]["all"][metric])
-
+    """From ``torch._C._cuda_memoryStats(device)`` (nested dicts of ints). Runs twice a
+    measured cell: each sub-dict is looked up once (half the time of a lookup per field)."""
+    ab, rb = s["allocated_bytes"]["all"], s["reserved_bytes"]["all"]
+    isb = s["inactive_split_bytes"]["all"]
+    get = s.get
     return AllocatorStats(
-        allocated=all_("allocated_bytes", "current"),
-        reserved=all_("reserved_bytes", "current"),
-        active=all_("active_bytes", "current"),
-        requested=all_("requested_bytes", "current"),
-        inactive_split=all_("inactive_split_bytes", "current"),
-        peak_allocated=all_("allocated_bytes", "peak"),
-        peak_reserved=all_("reserved_bytes", "peak"),
-        device_allocs=int(s.get("num_device_alloc", 0)),
-        device_frees=int(s.get("num_device_free", 0)),
-        alloc_retries=int(s.get("num_alloc_retries", 0)),
-        ooms=int(s.get("num_ooms", 0)),
-        segments=all_("segment", "current"),
-        blocks=all_("allocation", "current"),
-        peak_inactive_split=all_("inactive_split_bytes", "peak"),
+        allocated=ab["current"],
+        reserved=rb["current"],
+        active=s["active_bytes"]["all"]["current"],
+        requested=s["requested_bytes"]["all"]["current"],
+        inactive_split=isb["current"],
+        peak_allocated=ab["peak"],
+        peak_reserved=rb["peak"],
+        device_allocs=get("num_device_alloc", 0),
+        device_frees=get("num_device_free", 0),
+        alloc_retries=get("num_alloc_retries", 0),
+        ooms=get("num_ooms", 0),
+        segments=s["segment"]["all"]["current"],
+        blocks=s["allocation"]["all"]["current"],
+        peak_inactive_split=isb["peak"],
     )
 
 
