@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import filterfalse
 from operator import itemgetter
 from typing import Literal
 
@@ -59,7 +60,7 @@ class DeviceHoldings:
     @property
     def allocated(self) -> int:
         if self._allocated is None:
-            self._allocated = sum(b["size"] for b in self.blocks.values())
+            self._allocated = sum(map(_SIZE, self.blocks.values()))
         return self._allocated
 
     def site(self, address: int) -> Site:
@@ -138,7 +139,7 @@ class DeviceHoldings:
         rows.sort(key=lambda r: (-r.bytes, r.key))
         explained = sum(r.bytes for r in rows)
         rows = _top(rows, n, "owners")
-        unreached = [a for a in blocks if a not in self.owners]
+        unreached = list(filterfalse(owners.__contains__, blocks))
         if unreached or not rows:
             detail = "temporaries of a running computation, objects this walk does not open"
             if not self.walked:
@@ -147,7 +148,7 @@ class DeviceHoldings:
                 WhoRow(
                     UNREACHABLE,
                     detail,
-                    sum(blocks[a]["size"] for a in unreached),
+                    sum(map(_SIZE, map(blocks.__getitem__, unreached))),
                     len(unreached),
                     "",
                     "unreachable",
