@@ -295,3 +295,57 @@ def test_slotted_objects_are_walked_as_before():
     s.v = torch.empty(8)
     w = walker().walk([Root("s", s)])
     assert w.refs == []
+
+
+def test_long_lists_of_plain_tensors_give_what_the_walk_one_by_one_gives(monkeypatch):
+    """Lists of 16 or more tensors are read with C loops (``_plain_tensors``); the
+    references, their order, the objects counted and what is marked seen must be exactly
+    those of the walk that takes each tensor in turn, for plain tensors and for every case
+    the bulk path hands back (a graph, a gradient, a view, a sparse tensor, a repeat, a
+    tensor also reachable elsewhere, other objects in the list)."""
+    from jupyter_gpumem.collectors import namespace
+
+    w = torch.randn(8, requires_grad=True)
+    w.grad = torch.ones(8)
+    base = torch.zeros(64)
+    shared = torch.ones(4)
+    plain = [torch.empty(16) for _ in range(40)]
+    cases = {
+        "plain": plain,
+        "tuple": tuple(torch.full((3,), float(i)) for i in range(20)),
+        "repeats and views": [*plain[:10], plain[0], base[8:16], base[:8], *plain[10:20]],
+        "graph": [*plain[:20], w * 2],
+        "gradient": [*plain[:20], w],
+        "sparse": [*plain[:20], torch.eye(3).to_sparse()],
+        "mixed": [*plain[:20], {"k": torch.empty(2)}],
+        "shared": [shared] * 3 + plain[:20],
+        "short": plain[:15],
+    }
+    ns = {**cases, "shared_again": shared}
+
+    def walk():
+        roots = [Root(k, v) for k, v in ns.items()]
+        out = walker().walk(roots)
+        return [tuple(r) for r in out.refs], out.visited, out.errors
+
+    taken = []
+    plain_tensors = namespace.NamespaceWalker._plain_tensors
+
+    def spy(self, items, *args):
+        done = plain_tensors(self, items, *args)
+        taken.append((len(items), done))
+        return done
+
+    monkeypatch.setattr(namespace.NamespaceWalker, "_plain_tensors", spy)
+    bulk = walk()
+    # in bulk: plain, tuple, repeats and views, shared; handed back: graph, gradient,
+    # sparse, mixed; short lists are not offered
+    assert sorted(taken) == sorted(
+        [(40, True), (20, True), (23, True), (23, True)] + 4 * [(21, False)]
+    )
+    monkeypatch.setattr(namespace, "_BULK", 10**9)  # every list one tensor at a time
+    one_by_one = walk()
+    assert bulk == one_by_one
+    refs = bulk[0]
+    assert len([r for r in refs if r[3] == "plain"]) == 40
+    assert ("plain", "container", "plain[39]") == refs[0][3:6]  # the walk pops the last first

@@ -108,8 +108,25 @@ class SiteResolver:
         """:meth:`site` of many blocks' (frames, before_tracking) at once: the cells' counts
         are asked once per file name (``who`` resolves tens of thousands of blocks)."""
         counts: dict[str, int | None] = {}
-        site = self._site
-        return [site(frames, before, counts) for frames, before in blocks]
+        site, kinds = self._site, self._kinds
+        # PyTorch's snapshot shares one dict per distinct frame among all the blocks
+        # (py_symbolize deduplicates them): blocks whose innermost frame is the same user
+        # frame have the same site, found by that dict's identity (the dicts live as long
+        # as the snapshot the frames come from, which outlives this call).
+        by_first: dict[int, Site] = {}
+        out = []
+        for frames, before in blocks:
+            if frames:
+                first = frames[0]
+                s = by_first.get(id(first))
+                if s is None:
+                    s = site(frames, before, counts)
+                    if kinds.get(first["filename"]) != "library":
+                        by_first[id(first)] = s
+                out.append(s)
+            else:
+                out.append(_BEFORE if before else _NO_STACK)
+        return out
 
     def _site(
         self, frames: Sequence[Frame], before_tracking: bool, counts: dict[str, int | None]

@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import compress
-from operator import attrgetter
+from operator import attrgetter, methodcaller
 from typing import Any
 
 from ..model import Reference, Via
@@ -168,6 +168,11 @@ class TorchTensors:
 
 # On a CUDA/ROCm device (the caller's try catches a tensor whose attribute raises).
 _IS_CUDA = attrgetter("is_cuda")
+# A list of at least this many tensors is read with C loops (_plain_tensors).
+_BULK = 16
+_GRAD_FN, _GRAD = attrgetter("grad_fn"), attrgetter("grad")
+_UNTYPED_STORAGE, _GET_DEVICE = methodcaller("untyped_storage"), methodcaller("get_device")
+_DATA_PTR, _NBYTES = methodcaller("data_ptr"), methodcaller("nbytes")
 
 
 def _sparse_parts(t: Any) -> list[Any]:
@@ -348,6 +353,19 @@ class NamespaceWalker:
                         # special hop (parameters, optimizer state, ...) came first.
                         child_via = fixed_via or (via if via != "tensor" else "container")
                         how = "[]" if isinstance(obj, (list, tuple, deque)) else "{}"
+                        if (
+                            how == "[]"
+                            and len(obj) >= _BULK
+                            and visited + len(obj) < self.limits.max_objects
+                            and self._plain_tensors(
+                                obj, path, child_via, root.owner, order, out, seen
+                            )
+                        ):
+                            visited += len(obj)
+                            out.visited = visited
+                            if self._out_of_budget(out, deadline):
+                                return
+                            continue
                         for i, item in enumerate(obj):
                             if type(item) not in atomic:
                                 push((item, (path, how, i), d, child_via))
@@ -371,6 +389,55 @@ class NamespaceWalker:
                     out.errors += 1  # a container or attribute that raises: skip it
         finally:
             out.visited = max(out.visited, visited)
+
+    def _plain_tensors(
+        self,
+        items: Any,
+        path: Path,
+        via: Via,
+        owner: str,
+        order: int,
+        out: Walk,
+        seen: set[int],
+    ) -> bool:
+        """A list of plain tensors (no gradient, no autograd graph: stored activations, a
+        cache) recorded at once, with C loops (map, compress) in place of a Python step per
+        tensor: the same references, in the order the walk would record them (it pops the
+        last item first), and the same tensors marked seen. Returns False, having recorded
+        nothing, for anything else: the walk then takes the items one by one."""
+        kinds = self._kinds
+        for tp in set(map(type, items)):
+            if kinds.get(tp) is None:
+                self.kind(tp)
+            if kinds[tp] != _TENSOR:
+                return False
+        n = len(items)
+        try:
+            if list(map(_GRAD_FN, items)).count(None) != n:
+                return False  # a graph to walk
+            # no grad_fn: every one is a leaf, whose .grad can be read without a warning
+            if list(map(_GRAD, items)).count(None) != n:
+                return False
+            include = list(map(self.t.include, items))
+            kept = list(compress(items, include))
+            storages = list(map(_UNTYPED_STORAGE, kept))  # raises for sparse tensors
+            addresses = list(map(_DATA_PTR, storages))
+            sizes = list(map(_NBYTES, storages))
+            devices = list(map(_GET_DEVICE, kept))
+        except Exception:
+            return False
+        parent = spell(path)
+        indices = list(compress(range(n), include))
+        refs = out.refs
+        for i, address, nbytes, device in zip(
+            reversed(indices), reversed(addresses), reversed(sizes), reversed(devices), strict=True
+        ):
+            if address and nbytes:
+                refs.append(
+                    Reference(max(0, device), address, nbytes, owner, via, f"{parent}[{i}]", order)
+                )
+        seen.update(map(id, items))
+        return True
 
     def _module(self, m: Any, path: Path, d: int, fixed: str | None, stack: list) -> None:
         attrs = vars(m)
