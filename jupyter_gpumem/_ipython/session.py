@@ -23,6 +23,7 @@ from ..core.history import History
 from ..core.tracker import CellTracker
 from ..log import warn
 from ..model import CellReport, Target
+from ..reporters import bundles
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -312,8 +313,6 @@ def show_report(report: CellReport, compact: bool = False, shell: Any = None) ->
     """The report as the record shows itself (``reporters/bundles.py``), published raw to
     the shell's display publisher: what ``display(bundle, raw=True)`` does, without asking
     IPython's nine other formatters (35 us a cell) or its argument handling."""
-    from ..reporters import bundles
-
     bundle = bundles.cell_report(report, compact=compact)
     pub = getattr(shell, "display_pub", None)
     if pub is None:

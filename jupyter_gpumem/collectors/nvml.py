@@ -182,8 +182,17 @@ class Nvml:
 
     def process_used(self, nvml_index: int) -> int | None:
         """This process's memory on one device (17-60 us), or None when NVML doesn't list it
-        (no context there, or a container whose PIDs NVML can't see)."""
-        return self._mine(nvml_index)[0]
+        (no context there, or a container whose PIDs NVML can't see). Other processes are
+        not looked at (telling descendants reads /proc for each)."""
+        if not self._start():
+            return None
+        try:
+            for p in self._nvml.nvmlDeviceGetComputeRunningProcesses(self._handle(nvml_index)):
+                if p.pid == self.pid and p.usedGpuMemory is not None:
+                    return int(p.usedGpuMemory)
+        except Exception as e:
+            self.error = f"NVML: {e}"
+        return None
 
     def _mine(self, nvml_index: int) -> tuple[int | None, tuple[tuple[int, int], ...]]:
         """This process's memory on a device, and its descendants' (multi-process training
