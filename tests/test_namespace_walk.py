@@ -349,3 +349,48 @@ def test_long_lists_of_plain_tensors_give_what_the_walk_one_by_one_gives(monkeyp
     refs = bulk[0]
     assert len([r for r in refs if r[3] == "plain"]) == 40
     assert ("plain", "container", "plain[39]") == refs[0][3:6]  # the walk pops the last first
+
+
+def test_sites_of_blocks_that_share_frame_dicts_are_those_of_each_block():
+    """PyTorch's snapshot shares one dict per distinct frame among blocks; ``sites`` then
+    resolves a block whose innermost frame is a user frame once per such dict. Each block
+    must still get the site it would get alone: also when the shared innermost frame is a
+    library frame whose callers differ, and when the same user frame runs as another cell."""
+
+    counts = {"<cell-a>": 3, "<cell-b>": 4}
+
+    class Cells:
+        def execution_count(self, filename):
+            return counts.get(filename)
+
+        def line_text(self, filename, line):
+            return f"{filename}:{line}"
+
+        def files_of(self, count):
+            return frozenset(f for f, n in counts.items() if n == count)
+
+    lib = "/opt/pylib/torch/nn/functional.py"
+    user = {"filename": "<cell-a>", "line": 2, "name": "<module>"}
+    library = {"filename": lib, "line": 10, "name": "linear"}
+    caller_a = {"filename": "<cell-a>", "line": 5, "name": "<module>"}
+    caller_b = {"filename": "<cell-b>", "line": 7, "name": "<module>"}
+    blocks = [
+        ([user], False),
+        ([user, library], False),  # the same user frame innermost, another stack under it
+        ([library, caller_a], False),  # a shared library frame, called from two places
+        ([library, caller_b], False),
+        ([library, caller_a], False),
+        ([], True),
+        ([], False),
+    ]
+    alone = [SiteResolver(Cells(), library_dirs=("/opt/pylib/",)).site(f, b) for f, b in blocks]
+    together = SiteResolver(Cells(), library_dirs=("/opt/pylib/",)).sites(blocks)
+    assert [s.label for s in together] == [s.label for s in alone]
+    assert [s.label for s in together][:5] == [
+        "In[3] line 2",
+        "In[3] line 2",
+        "In[3] line 5",
+        "In[4] line 7",
+        "In[3] line 5",
+    ]
+    assert together == alone
