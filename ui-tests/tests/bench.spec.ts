@@ -92,7 +92,9 @@ test('panel update cost with 8 devices (Overview tab)', async ({
   browser
 }) => {
   test.setTimeout(600_000);
-  page.on('pageerror', error => console.log(`[page error] ${error.message}`));
+  page.on('pageerror', error =>
+    console.log(`[page error] ${error.stack ?? error.message}`)
+  );
   const start = await panelToFeed(page, NOTEBOOK, WORKSPACE);
   expect(start.commId).toBeTruthy();
   expect(start.subscribed).toBe(false);

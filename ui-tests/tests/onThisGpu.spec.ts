@@ -126,7 +126,9 @@ test.describe('On this GPU', () => {
   test.beforeAll(async ({ browser }: { browser: Browser }) => {
     checkEnvironment();
     page = await browser.newPage();
-    page.on('pageerror', error => console.log(`[page error] ${error.message}`));
+    page.on('pageerror', error =>
+      console.log(`[page error] ${error.stack ?? error.message}`)
+    );
   });
 
   test.afterAll(async () => {

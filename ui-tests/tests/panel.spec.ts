@@ -43,7 +43,9 @@ test.beforeAll(async ({ browser }: { browser: Browser }) => {
   checkEnvironment();
   writeNotebook(NOTEBOOK);
   page = await browser.newPage();
-  page.on('pageerror', error => console.log(`[page error] ${error.message}`));
+  page.on('pageerror', error =>
+    console.log(`[page error] ${error.stack ?? error.message}`)
+  );
   page.on('console', message => {
     if (message.type() === 'error' && /gpumem/i.test(message.text())) {
       console.log(`[console] ${message.text()}`);
