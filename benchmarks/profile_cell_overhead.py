@@ -2,7 +2,10 @@
 
 1. Each reading primitive a cell's before/after calls, timed alone (median of 2000), right
    after a trivial cell and right after a training step (the GPU idle after synchronize).
-2. A real IPython shell runs ``--cells`` cells of each mode (``%%gpumem -q``, auto mode,
+2. Our cell hooks alone (``pre_run_cell`` + ``post_run_cell`` called directly, warm, best
+   of 7 x 3000) per mode, beside the floor's reads called the same way: what our own
+   Python costs when nothing else runs between the two.
+3. A real IPython shell runs ``--cells`` cells of each mode (``%%gpumem -q``, auto mode,
    full report) over ``a = 1`` under cProfile; the functions with the most own time.
 
     python3 benchmarks/profile_cell_overhead.py [--cells 3000] [--top 25]
@@ -86,6 +89,56 @@ def primitives() -> None:
     print(f"{'train step alone':<32}{'':>20}{timed(step, n=500):>24.1f}")
 
 
+def hooks() -> None:
+    import timeit
+    import types
+
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    ip = InteractiveShell.instance()
+    ip.user_ns["torch"] = torch
+    ip.run_line_magic("load_ext", "jupyter_gpumem")
+    from jupyter_gpumem._ipython import current
+
+    s = current()
+    stats, reset = torch._C._cuda_memoryStats, torch._C._cuda_resetPeakMemoryStats
+    mgi = torch.cuda.cudart().cudaMemGetInfo
+
+    def floor() -> None:
+        stats(0)
+        mgi(0)
+        reset(0)
+        stats(0)
+        mgi(0)
+
+    def best(fn) -> float:
+        with capture_output():
+            return min(timeit.repeat(fn, number=3000, repeat=7)) / 3000 * 1e6
+
+    print(f"\n{'hooks alone (warm)':<32}{'us per cell':>20}")
+    print(f"{'floor reads':<32}{best(floor):>20.1f}")
+    for mode, cell in (
+        ("-q", "%%gpumem -q\na = 1"),
+        ("auto", "a = 1"),
+        ("full", "%%gpumem\na = 1"),
+        ("idle (extension loaded)", "a = 1"),
+    ):
+        s.auto = mode == "auto"
+        info = types.SimpleNamespace(raw_cell=cell)
+        res = types.SimpleNamespace(
+            info=info, execution_count=1, error_in_exec=None, error_before_exec=None
+        )
+
+        def cycle(info=info, res=res) -> None:
+            s.pre_run_cell(info)
+            s.post_run_cell(res)
+
+        print(f"{mode:<32}{best(cycle):>20.1f}")
+    s.auto = False
+    ip.run_line_magic("unload_ext", "jupyter_gpumem")
+
+
 def cells(n: int, top: int) -> None:
     from IPython.core.interactiveshell import InteractiveShell
     from IPython.utils.capture import capture_output
@@ -125,4 +178,5 @@ if __name__ == "__main__":
     a = ap.parse_args()
     step()
     primitives()
+    hooks()
     cells(a.cells, a.top)

@@ -73,3 +73,32 @@ def test_now_table_shows_each_child_under_its_device(nvml_with_a_child, monkeypa
     sample = to_protocol(m)["devices"][0]
     assert sample["children"][0]["pid"] == nvml_with_a_child.pid
     assert sample["children"][0]["used"] == 3 * GiB
+
+
+def test_host_rss_in_a_forked_child_is_the_childs():
+    """The kept /proc descriptor is the parent's: a forked child reads its own figure
+    (the child touches 256 MiB the parent never has)."""
+    import os
+
+    import psutil
+
+    from jupyter_gpumem.collectors.host import host_rss
+
+    parent = host_rss()
+    assert parent is not None and abs(parent - psutil.Process().memory_info().rss) < 64 << 20
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its own figure after growing by 256 MiB
+        try:
+            before = host_rss()
+            block = bytearray(256 << 20)  # zero-filled: every page touched
+            after = host_rss()
+            os.write(w, f"{before} {after} {len(block)}".encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    before, after, _ = (int(x) for x in os.read(r, 200).split())
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert after - before >= 250 << 20  # the child's own growth
+    assert host_rss() < parent + (128 << 20)  # and not the parent's

@@ -102,3 +102,79 @@ def test_no_nvml_library_is_a_reason_not_a_raise(monkeypatch):
     nv = Nvml()
     assert nv.visible() == []
     assert nv.error == "NVML unavailable: NVML Shared Library Not Found"
+
+
+class _Binding:
+    """pynvml's internals as _ComputeProcesses uses them: a function pointer that fills
+    the caller's array the way the driver does (count in, count out)."""
+
+    import pynvml as _real  # nvidia-ml-py, a dependency: its structure and constants
+
+    c_nvmlProcessInfo_v3_t = _real.c_nvmlProcessInfo_v3_t
+    NVMLError = _real.NVMLError
+    NVML_SUCCESS = _real.NVML_SUCCESS
+    NVML_ERROR_INSUFFICIENT_SIZE = _real.NVML_ERROR_INSUFFICIENT_SIZE
+    NVML_VALUE_NOT_AVAILABLE_ulonglong = _real.NVML_VALUE_NOT_AVAILABLE_ulonglong
+
+    def __init__(self, procs, fail=None):
+        self.procs, self.fail, self.calls = procs, fail, 0
+
+    def _nvmlGetFunctionPointer(self, name):
+        assert name == "nvmlDeviceGetComputeRunningProcesses_v3"
+
+        def fn(handle, count_ref, array):
+            self.calls += 1
+            if self.fail is not None:
+                return self.fail
+            count = count_ref._obj
+            if count.value < len(self.procs):
+                count.value = len(self.procs)
+                return self.NVML_ERROR_INSUFFICIENT_SIZE
+            for i, (pid, used) in enumerate(self.procs):
+                array[i].pid = pid
+                array[i].usedGpuMemory = used
+            count.value = len(self.procs)
+            return self.NVML_SUCCESS
+
+        return fn
+
+
+def test_compute_processes_in_one_driver_call():
+    from jupyter_gpumem.collectors.nvml import _ComputeProcesses
+
+    na = _Binding.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+    b = _Binding([(4242, 3 << 30), (17, na), (99, 0)])
+    read = _ComputeProcesses(b)
+    assert read(0) == [(4242, 3 << 30), (17, None), (99, 0)]
+    assert b.calls == 1
+    b.procs = []
+    assert read(0) == []  # the array is reused: nothing of the last answer is left
+
+
+def test_compute_processes_grow_when_more_are_listed():
+    from jupyter_gpumem.collectors.nvml import _ComputeProcesses
+
+    procs = [(1000 + i, i << 20) for i in range(40)]  # more than the kept array holds
+    b = _Binding(procs)
+    read = _ComputeProcesses(b)
+    assert read(0) == procs
+    assert b.calls == 2  # asked once, told the count, asked again with room
+    assert read(0) == procs and b.calls == 3  # the larger array is kept
+
+
+def test_compute_processes_raise_nvml_errors():
+    from jupyter_gpumem.collectors.nvml import _ComputeProcesses
+
+    read = _ComputeProcesses(_Binding([], fail=_Binding._real.NVML_ERROR_GPU_IS_LOST))
+    with pytest.raises(_Binding.NVMLError) as e:
+        read(0)
+    assert e.value.value == _Binding._real.NVML_ERROR_GPU_IS_LOST
+
+
+def test_process_figures_without_pynvml_internals(fake_pynvml):
+    """Another NVML implementation (the fake module has only the public calls): the
+    public call is used, and the figures are the same."""
+    nv = Nvml(pid=4242)
+    assert nv.process_used(2) == 1 << 30
+    assert nv.listed_processes(2) == [(4242, 1 << 30)]
+    assert nv.compute_processes(0) == []

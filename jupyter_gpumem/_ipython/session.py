@@ -303,7 +303,7 @@ def first_code_line(raw: str) -> str:
         if end < 0:
             end = n
         s = raw[start:end].strip()
-        if s and not CELL_LINE.match(s):
+        if s and not (s.startswith("%%gpumem") and CELL_LINE.match(s)):
             return s
         start = end + 1
     return ""

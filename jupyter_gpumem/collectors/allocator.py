@@ -123,7 +123,7 @@ def make_device_sample(
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Reading:
     """What a backend reads; the collector adds the clock and host figures."""
 
@@ -213,41 +213,59 @@ class TorchBackend:
     def _read_cuda(self, t: Any, b: _Bound, with_process: bool, full: bool) -> Reading:
         """CUDA is up in this process: the allocator of each device with a context."""
         backend = b.backend
+        nvml = self.nvml
+        per_device_nvml = full and backend == "cuda"
         devices: list[DeviceSample] = []
         for i in range(b.count):
-            nvml_index = self.nvml.nvml_index(i) if backend == "cuda" and full else None
-            if b.has_ctx is not None and not b.has_ctx(i):
-                # No context here: only NVML can say anything, and only full readings ask.
-                nv = self.nvml.read(nvml_index, with_process) if nvml_index is not None else None
-                devices.append(
-                    make_device_sample(
-                        index=i,
-                        name=nv.name if nv else self._names.get(i, ""),
-                        backend=backend,
-                        initialized=False,
-                        stats=None,
-                        nvml=nv,
-                        mem_get_info=None,
-                        fraction=None,
-                        error=None if nv or not full else "no CUDA context on this device yet",
+            nvml_index = nvml.nvml_index(i) if per_device_nvml else None
+            if i not in b.contexts:
+                if b.has_ctx is None or b.has_ctx(i):
+                    b.contexts.add(i)  # a primary context stays for the process's life
+                else:
+                    # No context here: only NVML can say anything, and only full readings
+                    # ask.
+                    nv = nvml.read(nvml_index, with_process) if nvml_index is not None else None
+                    devices.append(
+                        make_device_sample(
+                            index=i,
+                            name=nv.name if nv else self._names.get(i, ""),
+                            backend=backend,
+                            initialized=False,
+                            stats=None,
+                            nvml=nv,
+                            mem_get_info=None,
+                            fraction=None,
+                            error=None if nv or not full else "no CUDA context on this device yet",
+                        )
                     )
-                )
-                continue
+                    continue
             try:
                 stats = stats_from_nested(b.memory_stats(i))
                 mgi = b.mem_get_info(i)
                 fraction = float(b.get_fraction(i)) if b.get_fraction is not None else None
                 nv = None
-                if full and nvml_index is not None:
-                    nv = self.nvml.read(nvml_index, with_process)
+                if nvml_index is not None:
+                    nv = nvml.read(nvml_index, with_process)
                 elif with_process and backend == "cuda":
-                    idx = self.nvml.nvml_index(i)
-                    used = self.nvml.process_used(idx) if idx is not None else None
+                    idx = nvml.nvml_index(i)
+                    used = nvml.process_used(idx) if idx is not None else None
                     nv = NvmlDevice("", 0, 0, used) if used is not None else None
                 name = self._names.get(i) or (nv.name if nv and nv.name else "")
                 if not name:
                     name = t.cuda.get_device_name(i)
                     self._names[i] = name
+                if nv is None and not full:
+                    # The bracket of a cell: the sample without NVML, built directly.
+                    free, total = mgi
+                    limit = None
+                    if fraction is not None and fraction < 1.0:
+                        limit = Limit(fraction=fraction, bytes=int(fraction * total))
+                    devices.append(
+                        DeviceSample(
+                            i, name, backend, True, stats, total, total - free, limit=limit
+                        )
+                    )
+                    continue
                 devices.append(
                     make_device_sample(
                         index=i,
@@ -258,9 +276,7 @@ class TorchBackend:
                         nvml=nv,
                         mem_get_info=mgi,
                         fraction=fraction,
-                        error=self.nvml.error
-                        if full and nv is None and backend == "cuda"
-                        else None,
+                        error=nvml.error if full and nv is None and backend == "cuda" else None,
                     )
                 )
             except Exception as e:  # a reading must never break the user's cell
@@ -379,6 +395,9 @@ class _Bound:
         self.caching_fn = getattr(t._C, "_cuda_cudaCachingAllocator_is_enabled", None)
         self.caching_env = os.environ.get(_NO_CACHING_ENV) != "1"
         self.has_ctx = getattr(t._C, "_cuda_hasPrimaryContext", None)
+        # Devices seen with a primary context: PyTorch keeps it until the process ends,
+        # so the driver is asked only until it has one.
+        self.contexts: set[int] = set()
         self.get_fraction = getattr(t._C, "_cuda_getMemoryFraction", None)
         self.memory_stats = t._C._cuda_memoryStats
         self.count = int(t.cuda.device_count())

@@ -5,18 +5,33 @@ from __future__ import annotations
 import os
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-_STATM: tuple[int, int] | None = None  # (pid, fd): kept open, read with pread
+_STATM: int | None = None  # /proc/self/statm, kept open and read with pread
+
+
+def _forget_statm() -> None:
+    """In a forked child: the inherited descriptor reads the parent's figures (a /proc
+    file stays the process that opened it), so the child closes it and opens its own."""
+    global _STATM
+    fd, _STATM = _STATM, None
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_statm)
 
 
 def host_rss() -> int | None:
     """Resident set size in bytes. Reads /proc/self/statm through a file descriptor kept
     open (1-2 us; opening it each time costs 5-15 us), else psutil."""
     global _STATM
-    pid = os.getpid()
     try:
-        if _STATM is None or _STATM[0] != pid:  # first call, or a forked child
-            _STATM = (pid, os.open(f"/proc/{pid}/statm", os.O_RDONLY))
-        return int(os.pread(_STATM[1], 128, 0).split()[1]) * _PAGE
+        if _STATM is None:  # first call, or a forked child
+            _STATM = os.open(f"/proc/{os.getpid()}/statm", os.O_RDONLY)
+        return int(os.pread(_STATM, 128, 0).split(None, 2)[1]) * _PAGE
     except (OSError, AttributeError, IndexError, ValueError):
         _STATM = None
     try:

@@ -149,5 +149,5 @@ def with_hints(r: CellReport) -> CellReport:
     """Set the report's hints, which are derived from the report itself. Set in place, once,
     while the report is being made: a copy (dataclasses.replace) would cost more than the
     readings of a cell."""
-    object.__setattr__(r, "hints", hints_for(r))
+    r.hints = hints_for(r)
     return r

@@ -14,7 +14,7 @@ from .trace import CellTrace
 from .workers import WorkerReport
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DeviceCellReport:
     """What one cell did to one device."""
 
@@ -109,7 +109,7 @@ class DeviceCellReport:
         return used - (self.reserved_delta or 0)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CellReport(ShowsItself):
     """What one cell did to GPU memory: the difference of two measurements plus peaks."""
 

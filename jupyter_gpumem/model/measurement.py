@@ -12,7 +12,7 @@ State = Literal["ok", "no_torch", "cpu_only", "not_initialized", "no_gpu"]
 BackendName = Literal["cuda", "rocm", "xpu", "mps", "nvml"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AllocatorStats:
     """What PyTorch's caching allocator says about one device (``memory_stats``)."""
 
@@ -50,7 +50,7 @@ class Limit:
     bytes: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DeviceSample:
     """One device, one instant."""
 
@@ -87,7 +87,7 @@ class DeviceSample:
         return self.process_used is not None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Measurement(ShowsItself):
     """The whole process at one instant."""
 

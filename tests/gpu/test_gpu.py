@@ -242,3 +242,24 @@ def test_context_created_inside_cell_counts_outside_torch(tmp_path):
     assert r["alloc"] == 4 * MiB  # 1M floats
     assert r["init"] == [False, True]
     assert r["outside"] > 100 * MiB  # the CUDA context itself
+
+
+def test_nvml_process_list_is_pynvmls(gip):
+    """The process list read in one driver call into a kept array (collectors/nvml.py)
+    equals pynvml's public call, entry for entry, and this process's figure is in it."""
+    pynvml = pytest.importorskip("pynvml")
+    from jupyter_gpumem.collectors.nvml import Nvml, _ComputeProcesses
+
+    nv = Nvml()
+    idx = nv.nvml_index(0)
+    assert idx is not None and isinstance(nv._processes, _ComputeProcesses)
+    x = torch.empty(96 * MiB, dtype=torch.uint8, device="cuda:0")
+    h = pynvml.nvmlDeviceGetHandleByIndex(idx)
+    for _ in range(3):  # another process may start or stop between the two calls
+        public = [(p.pid, p.usedGpuMemory) for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)]
+        ours = nv.compute_processes(idx)
+        if ours == public:
+            break
+    assert ours == public
+    assert nv.process_used(idx) == dict(public)[os.getpid()] >= torch.cuda.memory_reserved(0)
+    del x
