@@ -320,6 +320,7 @@ def test_long_lists_of_plain_tensors_give_what_the_walk_one_by_one_gives(monkeyp
         "mixed": [*plain[:20], {"k": torch.empty(2)}],
         "shared": [shared] * 3 + plain[:20],
         "short": plain[:15],
+        "empty ones": [*plain[:10], torch.empty(0), *plain[10:20], torch.empty(0, 3)],
     }
     ns = {**cases, "shared_again": shared}
 
@@ -338,10 +339,11 @@ def test_long_lists_of_plain_tensors_give_what_the_walk_one_by_one_gives(monkeyp
 
     monkeypatch.setattr(namespace.NamespaceWalker, "_plain_tensors", spy)
     bulk = walk()
-    # in bulk: plain, tuple, repeats and views, shared; handed back: graph, gradient,
-    # sparse, mixed; short lists are not offered
+    # in bulk: plain, tuple, repeats and views, shared, empty ones (tensors without
+    # memory give no reference); handed back: graph, gradient, sparse, mixed; short lists
+    # are not offered
     assert sorted(taken) == sorted(
-        [(40, True), (20, True), (23, True), (23, True)] + 4 * [(21, False)]
+        [(40, True), (20, True), (23, True), (23, True), (22, True)] + 4 * [(21, False)]
     )
     monkeypatch.setattr(namespace, "_BULK", 10**9)  # every list one tensor at a time
     one_by_one = walk()
@@ -394,3 +396,38 @@ def test_sites_of_blocks_that_share_frame_dicts_are_those_of_each_block():
         "In[3] line 5",
     ]
     assert together == alone
+
+
+def test_collection_paused_restores_the_collector_as_it_found_it():
+    from jupyter_gpumem.collectors.namespace import collection_paused
+
+    assert gc.isenabled()
+    with collection_paused():
+        assert not gc.isenabled()
+        with collection_paused():  # nested: the inner one leaves it off
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(KeyError), collection_paused():
+        raise KeyError("a failing read")
+    assert gc.isenabled()  # back on after an error too
+    gc.disable()  # the user's own choice stays
+    try:
+        with collection_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_a_walk_leaves_the_collector_as_it_was():
+    w = walker()
+    roots = [Root("x", [[torch.zeros(3)], {"a": (torch.ones(2), 4)}])]
+    assert len(w.walk(roots).refs) == 2
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        w.walk(roots)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -27,7 +27,13 @@ from ..analysis.sites import SiteResolver
 from ..analysis.timeline import build_timeline
 from ..analysis.who import DeviceHoldings, holdings
 from ..collectors.host import process_name
-from ..collectors.namespace import Limits, NamespaceWalker, Root, TorchTensors
+from ..collectors.namespace import (
+    Limits,
+    NamespaceWalker,
+    Root,
+    TorchTensors,
+    collection_paused,
+)
 from ..collectors.snapshot import Recording, Trace, cuda_ready, read_snapshot
 from ..collectors.step import StepRecorder
 from ..errors import ActionRefused
@@ -252,10 +258,11 @@ class Attributor:
     def who(
         self, device: int | None = None, by: By = "variable", n: int | None = 20
     ) -> list[WhoReport]:
-        held = self.read(None if device is None else [device])
-        if device is not None and device not in held:
-            held[device] = holdings(_empty_snapshot(), device, [], self.resolver)
-        return [h.report(by, n) for _, h in sorted(held.items())]
+        with collection_paused():  # snapshot, walk and views: ~10 ms of collections
+            held = self.read(None if device is None else [device])
+            if device is not None and device not in held:
+                held[device] = holdings(_empty_snapshot(), device, [], self.resolver)
+            return [h.report(by, n) for _, h in sorted(held.items())]
 
     # -- after a failure -------------------------------------------------------------------
     def traceback_holdings(
