@@ -204,60 +204,20 @@ class Session:
     ) -> CellReport | None:
         shown = _shown(opts)
         step = self._stop_step()
+        failure = error if isinstance(error, BaseException) else None
         try:
+            # execution_count, first_line, error, device, with_process, hints
             report = self.tracker.end(
-                execution_count=execution_count,
-                first_line=first_code_line(raw),
-                error=error if isinstance(error, BaseException) else None,
-                device=opts.device,
-                with_process=shown,
-                hints=shown,
+                execution_count, first_code_line(raw), failure, opts.device, shown, shown
             )
         except Exception as e:
             self.tracker.cancel()
             warn(f"could not take the reading after the cell: {e!r}")
             return None
-        snapshot: dict[str, Any] | None = None
-        ms, note = 0.0, "the trace did not start"
-        trace, self._trace = self._trace, None
-
-        def stop_trace() -> None:
-            nonlocal snapshot, ms, note
-            try:
-                snapshot, ms, note = self.attributor.stop_trace(trace)
-            except Exception as e:
-                warn(f"could not read the cell's trace: {e!r}")
-
-        if opts.breakdown and not opts.trace:
-            # Stopped before the attribution below: a breakdown's trace has no stacks, and
-            # the attribution must not take it for allocation tracking. (A --trace has
-            # stacks: the attribution reads them first.)
-            stop_trace()
-        try:
-            self.attributor.collector = self.collector
-            report = self.attributor.enrich(
-                report,
-                error if isinstance(error, BaseException) else None,
-                hints=shown,
-                code=raw,
-            )
-        except Exception as e:  # attribution must never cost the user the report
-            warn(f"could not attribute the cell's memory: {e!r}")
-        if opts.trace:
-            stop_trace()
         if opts.trace or opts.breakdown:
-            if opts.breakdown:
-                try:
-                    report = self.attributor.finish_breakdown(step, snapshot, note, report)
-                except Exception as e:
-                    warn(f"could not break the peak down: {e!r}")
-            if opts.trace:
-                try:
-                    report = self.attributor.trace_report(
-                        snapshot, ms, note, report, opts.save, trace
-                    )
-                except Exception as e:
-                    warn(f"could not read the cell's trace: {e!r}")
+            report = self._traced(opts, step, report, failure, shown, raw)
+        else:
+            report = self._enrich(report, failure, shown, raw)
         self.history.add(report)
         self.last_report = report
         if report.breakdowns:
@@ -274,6 +234,59 @@ class Session:
             # full report: its explanation is what the line can't say.
             explain = bool(report.postmortems) or bool(report.traceback and report.traceback.bytes)
             show_report(report, compact=opts.compact and not explain, shell=self.shell)
+        return report
+
+    def _enrich(
+        self, report: CellReport, error: BaseException | None, shown: bool, raw: str
+    ) -> CellReport:
+        """The analyses every measured cell may get (attribution, post-mortem)."""
+        try:
+            self.attributor.collector = self.collector
+            return self.attributor.enrich(report, error, hints=shown, code=raw)
+        except Exception as e:  # attribution must never cost the user the report
+            warn(f"could not attribute the cell's memory: {e!r}")
+            return report
+
+    def _traced(
+        self,
+        opts: CellOptions,
+        step: Any,
+        report: CellReport,
+        error: BaseException | None,
+        shown: bool,
+        raw: str,
+    ) -> CellReport:
+        """A ``--trace`` or ``--breakdown`` cell: its trace stopped and read, then the
+        analyses, the breakdown and the trace's report."""
+        snapshot: dict[str, Any] | None = None
+        ms, note = 0.0, "the trace did not start"
+        trace, self._trace = self._trace, None
+
+        def stop_trace() -> None:
+            nonlocal snapshot, ms, note
+            try:
+                snapshot, ms, note = self.attributor.stop_trace(trace)
+            except Exception as e:
+                warn(f"could not read the cell's trace: {e!r}")
+
+        if not opts.trace:
+            # Stopped before the attribution below: a breakdown's trace has no stacks, and
+            # the attribution must not take it for allocation tracking. (A --trace has
+            # stacks: the attribution reads them first.)
+            stop_trace()
+        report = self._enrich(report, error, shown, raw)
+        if opts.trace:
+            stop_trace()
+        if opts.breakdown:
+            try:
+                report = self.attributor.finish_breakdown(step, snapshot, note, report)
+            except Exception as e:
+                warn(f"could not break the peak down: {e!r}")
+        if opts.trace:
+            try:
+                report = self.attributor.trace_report(snapshot, ms, note, report, opts.save, trace)
+            except Exception as e:
+                warn(f"could not read the cell's trace: {e!r}")
         return report
 
 

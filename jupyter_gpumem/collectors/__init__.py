@@ -79,18 +79,20 @@ class Collector:
 
     def measure(self, with_process: bool = True, full: bool = True) -> Measurement:
         """``full=False`` is the cheap reading that brackets a cell (see TorchBackend.read)."""
+        backend = self.backend
         with self._lock:
-            self.backend.attach_oom_observer(self._on_oom)
+            backend.attach_oom_observer(self._on_oom)
             t, clock = time.time(), time.perf_counter()
-            r = self.backend.read(with_process, full)
+            r = backend.read(with_process, full)
+            # positional, in the record's field order: this runs twice a measured cell
             return Measurement(
-                workers=workers.live() if full else (),
-                time=t,
-                clock=clock,
-                state=r.state,
-                message=r.message,
-                torch_version=r.torch_version,
-                host_rss=host_rss(),
-                caching=r.caching,
-                devices=r.devices,
+                t,  # time
+                clock,
+                r.state,
+                r.message,
+                r.torch_version,
+                host_rss(),
+                r.caching,
+                r.devices,
+                workers.live() if full else (),
             )

@@ -31,21 +31,22 @@ def stats_from_nested(s: Mapping[str, Any]) -> AllocatorStats:
     ab, rb = s["allocated_bytes"]["all"], s["reserved_bytes"]["all"]
     isb = s["inactive_split_bytes"]["all"]
     get = s.get
+    # positional, in the record's field order (keywords cost a third more here)
     return AllocatorStats(
-        allocated=ab["current"],
-        reserved=rb["current"],
-        active=s["active_bytes"]["all"]["current"],
-        requested=s["requested_bytes"]["all"]["current"],
-        inactive_split=isb["current"],
-        peak_allocated=ab["peak"],
-        peak_reserved=rb["peak"],
-        device_allocs=get("num_device_alloc", 0),
-        device_frees=get("num_device_free", 0),
-        alloc_retries=get("num_alloc_retries", 0),
-        ooms=get("num_ooms", 0),
-        segments=s["segment"]["all"]["current"],
-        blocks=s["allocation"]["all"]["current"],
-        peak_inactive_split=isb["peak"],
+        ab["current"],  # allocated
+        rb["current"],  # reserved
+        s["active_bytes"]["all"]["current"],  # active
+        s["requested_bytes"]["all"]["current"],  # requested
+        isb["current"],  # inactive_split
+        ab["peak"],  # peak_allocated
+        rb["peak"],  # peak_reserved
+        get("num_device_alloc", 0),  # device_allocs
+        get("num_device_free", 0),  # device_frees
+        get("num_alloc_retries", 0),  # alloc_retries
+        get("num_ooms", 0),  # ooms
+        s["segment"]["all"]["current"],  # segments
+        s["allocation"]["all"]["current"],  # blocks
+        isb["peak"],  # peak_inactive_split
     )
 
 
@@ -174,9 +175,11 @@ class TorchBackend:
         """``full``: NVML figures for every device (``%gpumem``, the panel). Otherwise only
         what a cell's before/after needs, from the allocator and ``cudaMemGetInfo``
         (~10 us a device), plus NVML's per-process figure when ``with_process``."""
-        t = self.torch()
+        t = sys.modules.get("torch")
         b = self._bound
-        if b is not None and b.torch is t and t.cuda.is_initialized():
+        if b is not None and b.torch is t and b.is_initialized():
+            if not (full or with_process):
+                return self._bracket(b)
             return self._read_cuda(t, b, with_process, full)
         if t is None:
             seen = self._nvml_devices(with_process) if full else ()
@@ -210,6 +213,60 @@ class TorchBackend:
         b = self._bound = _Bound(t)
         return self._read_cuda(t, b, with_process, full)
 
+    def _bracket(self, b: _Bound) -> Reading:
+        """The reading before and after a ``-q`` or auto-mode cell: each device's allocator
+        and ``cudaMemGetInfo``, nothing from NVML (what :meth:`_read_cuda` reads with
+        neither ``full`` nor ``with_process``, by the shortest path: it runs twice a cell).
+        """
+        devices: list[DeviceSample] = []
+        backend, contexts, names = b.backend, b.contexts, self._names
+        for i in range(b.count):
+            if i not in contexts and not b.has_context(i):
+                devices.append(self._no_context(i, b, None, False))
+                continue
+            try:
+                stats = stats_from_nested(b.memory_stats(i))
+                free, total = b.mem_get_info(i)
+                limit = None
+                if b.get_fraction is not None:
+                    fraction = float(b.get_fraction(i))
+                    if fraction < 1.0:
+                        limit = Limit(fraction=fraction, bytes=int(fraction * total))
+                name = names.get(i) or self._device_name(b.torch, i)
+                devices.append(
+                    DeviceSample(i, name, backend, True, stats, total, total - free, None, limit)
+                )
+            except Exception as e:  # a reading must never break the user's cell
+                devices.append(DeviceSample(i, names.get(i, ""), backend, True, error=repr(e)))
+        return Reading("ok", "", b.version, self._caching(b), tuple(devices))
+
+    def _device_name(self, t: Any, i: int) -> str:
+        name = self._names[i] = str(t.cuda.get_device_name(i))
+        return name
+
+    def _caching(self, b: _Bound) -> bool | None:
+        if b.caching_fn is not None:
+            return bool(b.caching_fn())
+        return self._caching_set if self._caching_set is not None else b.caching_env
+
+    def _no_context(
+        self, i: int, b: _Bound, nvml_index: int | None, full: bool, with_process: bool = False
+    ) -> DeviceSample:
+        """A device where this process has no CUDA context: only NVML can say anything,
+        and only full readings ask."""
+        nv = self.nvml.read(nvml_index, with_process) if nvml_index is not None else None
+        return make_device_sample(
+            index=i,
+            name=nv.name if nv else self._names.get(i, ""),
+            backend=b.backend,
+            initialized=False,
+            stats=None,
+            nvml=nv,
+            mem_get_info=None,
+            fraction=None,
+            error=None if nv or not full else "no CUDA context on this device yet",
+        )
+
     def _read_cuda(self, t: Any, b: _Bound, with_process: bool, full: bool) -> Reading:
         """CUDA is up in this process: the allocator of each device with a context."""
         backend = b.backend
@@ -218,27 +275,9 @@ class TorchBackend:
         devices: list[DeviceSample] = []
         for i in range(b.count):
             nvml_index = nvml.nvml_index(i) if per_device_nvml else None
-            if i not in b.contexts:
-                if b.has_ctx is None or b.has_ctx(i):
-                    b.contexts.add(i)  # a primary context stays for the process's life
-                else:
-                    # No context here: only NVML can say anything, and only full readings
-                    # ask.
-                    nv = nvml.read(nvml_index, with_process) if nvml_index is not None else None
-                    devices.append(
-                        make_device_sample(
-                            index=i,
-                            name=nv.name if nv else self._names.get(i, ""),
-                            backend=backend,
-                            initialized=False,
-                            stats=None,
-                            nvml=nv,
-                            mem_get_info=None,
-                            fraction=None,
-                            error=None if nv or not full else "no CUDA context on this device yet",
-                        )
-                    )
-                    continue
+            if i not in b.contexts and not b.has_context(i):
+                devices.append(self._no_context(i, b, nvml_index, full, with_process))
+                continue
             try:
                 stats = stats_from_nested(b.memory_stats(i))
                 mgi = b.mem_get_info(i)
@@ -250,22 +289,9 @@ class TorchBackend:
                     idx = nvml.nvml_index(i)
                     used = nvml.process_used(idx) if idx is not None else None
                     nv = NvmlDevice("", 0, 0, used) if used is not None else None
-                name = self._names.get(i) or (nv.name if nv and nv.name else "")
-                if not name:
-                    name = t.cuda.get_device_name(i)
-                    self._names[i] = name
-                if nv is None and not full:
-                    # The bracket of a cell: the sample without NVML, built directly.
-                    free, total = mgi
-                    limit = None
-                    if fraction is not None and fraction < 1.0:
-                        limit = Limit(fraction=fraction, bytes=int(fraction * total))
-                    devices.append(
-                        DeviceSample(
-                            i, name, backend, True, stats, total, total - free, limit=limit
-                        )
-                    )
-                    continue
+                name = (
+                    self._names.get(i) or (nv.name if nv and nv.name else "")
+                ) or self._device_name(t, i)
                 devices.append(
                     make_device_sample(
                         index=i,
@@ -283,11 +309,7 @@ class TorchBackend:
                 devices.append(
                     DeviceSample(i, self._names.get(i, ""), backend, True, error=repr(e))
                 )
-        if b.caching_fn is not None:
-            caching: bool | None = bool(b.caching_fn())
-        else:
-            caching = self._caching_set if self._caching_set is not None else b.caching_env
-        return Reading("ok", "", b.version, caching, tuple(devices))
+        return Reading("ok", "", b.version, self._caching(b), tuple(devices))
 
     def _no_torch_message(self, devices: tuple[DeviceSample, ...]) -> str:
         msg = "torch is not imported in this kernel"
@@ -398,6 +420,7 @@ class _Bound:
         # Devices seen with a primary context: PyTorch keeps it until the process ends,
         # so the driver is asked only until it has one.
         self.contexts: set[int] = set()
+        self.is_initialized = t.cuda.is_initialized
         self.get_fraction = getattr(t._C, "_cuda_getMemoryFraction", None)
         self.memory_stats = t._C._cuda_memoryStats
         self.count = int(t.cuda.device_count())
@@ -405,6 +428,14 @@ class _Bound:
         raw = getattr(cudart(), "cudaMemGetInfo", None) if cudart is not None else None
         # The binding switches to the device itself (torch.cuda.mem_get_info's own path).
         self.mem_get_info = raw if raw is not None else t.cuda.mem_get_info
+
+    def has_context(self, i: int) -> bool:
+        """Whether this process has a context on device ``i`` (asked without creating one;
+        remembered once it has). Without the binding (old torch), every device counts."""
+        if self.has_ctx is None or self.has_ctx(i):
+            self.contexts.add(i)
+            return True
+        return False
 
 
 def _is_cuda_build(t: Any) -> bool:

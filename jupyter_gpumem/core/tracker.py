@@ -89,16 +89,16 @@ class CellTracker:
                 devices.append(d)
         new_ooms = self.collector.oom_count - opened.oom_mark
         ooms = tuple(list(self.collector.ooms)[-new_ooms:]) if new_ooms else ()
-        report = CellReport(
-            execution_count=execution_count,
-            first_line=first_line,
-            before=opened.before,
-            after=after,
-            devices=tuple(devices),
-            wall_time=after.clock - opened.before.clock,
-            failed=error is not None,
-            error=_describe(error),
-            ooms=ooms,
+        report = CellReport(  # positional, in the record's field order: once a cell
+            execution_count,
+            first_line,
+            opened.before,
+            after,
+            tuple(devices),
+            after.clock - opened.before.clock,  # wall_time
+            error is not None,  # failed
+            _describe(error),
+            ooms,
             workers=workers,
         )
         return with_hints(report) if hints else report
