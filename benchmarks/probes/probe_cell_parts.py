@@ -32,7 +32,9 @@ mode = sys.argv[1] if len(sys.argv) > 1 else "q"
 raw = {"q": "%%gpumem -q\na = 1", "auto": "a = 1", "full": "%%gpumem\na = 1"}[mode]
 s.auto = mode == "auto"
 info = types.SimpleNamespace(raw_cell=raw)
-res = types.SimpleNamespace(info=info, execution_count=5, error_in_exec=None, error_before_exec=None)
+res = types.SimpleNamespace(
+    info=info, execution_count=5, error_in_exec=None, error_before_exec=None
+)
 
 
 def cycle() -> None:

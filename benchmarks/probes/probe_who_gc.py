@@ -16,6 +16,8 @@ import time
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
+from jupyter_gpumem._ipython import current
+
 ip = InteractiveShell.instance()
 with capture_output():
     ip.run_cell("import torch\ntorch.empty(0, device='cuda')")
@@ -23,7 +25,6 @@ with capture_output():
     ip.run_cell("%gpumem track on")
     ip.run_cell("acts = [torch.empty(4096, device='cuda') for _ in range(10_000)]")
     ip.run_cell("junk = [{'i': i, 'v': [i, str(i)]} for i in range(50_000)]")
-from jupyter_gpumem._ipython import current
 
 attributor = current().attributor
 events: list[tuple[int, float]] = []
