@@ -253,3 +253,29 @@ def test_actions_refused_without_torch(ip, monkeypatch):
     ):
         res, _, _ = run(ip, cmd)
         assert "torch is not imported in this kernel" in str(res.error_in_exec), cmd
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "%%gpumem\nx = 1",
+        "%%gpumem -q\nx = 1",
+        "%%gpumem\t-o r\n\n  y = 2  \n",
+        "\n\n%%gpumem --breakdown\n# note\nz = 3",
+        "%%gpumemx = 1\nw = 2",  # not the magic: a line of code
+        "%%gpumem   \nv = 4",
+        "  %%gpumem -c  \n\n",
+        "a = 1",
+        "",
+    ],
+)
+def test_first_code_line_skips_the_magic_line_only(raw):
+    """The report names a cell by its first line of code: the ``%%gpumem`` line (the
+    CELL_LINE pattern) and blank lines are skipped, anything else is the line."""
+    from jupyter_gpumem._ipython.session import CELL_LINE, first_code_line
+
+    expected = next(
+        (s for s in (line.strip() for line in raw.split("\n")) if s and not CELL_LINE.match(s)),
+        "",
+    )
+    assert first_code_line(raw) == expected

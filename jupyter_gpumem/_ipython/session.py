@@ -316,7 +316,8 @@ def first_code_line(raw: str) -> str:
         if end < 0:
             end = n
         s = raw[start:end].strip()
-        if s and not (s.startswith("%%gpumem") and CELL_LINE.match(s)):
+        # the %%gpumem line (CELL_LINE on a stripped line: the name alone, or with blanks)
+        if s and not (s.startswith("%%gpumem") and s[8:9] in ("", " ", "\t")):
             return s
         start = end + 1
     return ""

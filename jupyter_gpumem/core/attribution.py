@@ -438,6 +438,8 @@ class Attributor:
     ) -> CellReport:
         """Add per-cell attribution (tracking on and memory kept), the OOM post-mortem and
         the traceback's holdings (the cell failed). Costs nothing for other cells."""
+        if not (report.devices or report.failed):
+            return report  # nothing changed on any device: nothing to attribute
         t = _torch()
         grew = [d.index for d in report.devices if (d.allocated_delta or 0) > 0]
         oom = report.failed and (_is_oom(error) or bool(report.ooms))

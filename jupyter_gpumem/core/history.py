@@ -55,14 +55,9 @@ def _worker_rows(r: CellReport) -> tuple[DeviceRow, ...]:
 
 
 def row_from_report(r: CellReport) -> HistoryRow:
-    return HistoryRow(
-        r.execution_count,
-        r.after.time,
-        r.first_line[:FIRST_LINE_CHARS],
-        r.wall_time,
-        r.failed,
-        r.host_rss_delta,
-        tuple(
+    devices: tuple[DeviceRow, ...] = ()
+    if r.devices:  # most cells touch no device: no rows to make
+        devices = tuple(
             DeviceRow(
                 d.index,
                 d.after.allocator.allocated if d.after.allocator else None,
@@ -77,7 +72,16 @@ def row_from_report(r: CellReport) -> HistoryRow:
             )
             for d in r.devices
         )
-        + (_worker_rows(r) if r.workers else ()),
+    if r.workers:
+        devices += _worker_rows(r)
+    return HistoryRow(
+        r.execution_count,
+        r.after.time,
+        r.first_line[:FIRST_LINE_CHARS],
+        r.wall_time,
+        r.failed,
+        r.host_rss_delta,
+        devices,
     )
 
 

@@ -118,13 +118,14 @@ def _device_report(b: DeviceSample, a: DeviceSample, keep_peak: bool) -> DeviceC
 def _touched(d: DeviceCellReport) -> bool:
     if d.before.initialized != d.after.initialized:
         return True
-    if d.after.allocator is not None:
-        a, b = d.after.allocator, d.before.allocator
-        if b is None or (a.allocated, a.reserved, a.device_allocs, a.ooms) != (
-            b.allocated,
-            b.reserved,
-            b.device_allocs,
-            b.ooms,
+    a, b = d.after.allocator, d.before.allocator
+    if a is not None:
+        if (
+            b is None
+            or a.allocated != b.allocated
+            or a.reserved != b.reserved
+            or a.device_allocs != b.device_allocs
+            or a.ooms != b.ooms
         ):
             return True
         if (d.peak_above_start or 0) > 0:
