@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -202,13 +203,28 @@ def ours(cell: str, n: int, has_gpu: bool, path: str | None) -> dict:
     return child(OURS_CHILD, [SETUP_TORCH, cell, n, configs, has_gpu], path)
 
 
+FLOOR = "reads alone (floor)"
+
+
 def median_round(runs: list[dict]) -> dict:
-    """Per configuration, the round with the median added time, and every round's."""
+    """Per configuration, the round with the median added time, and every round's; with
+    the floor measured, also each round's time above the floor *of the same process*
+    (``above_floor_ms``, in round order, and its median): processes differ by tens of
+    microseconds in what every configuration costs (the floor's rounds too), a difference
+    within one process cancels that."""
     names = [k for k in OURS if any(k in r for r in runs)]
     out: dict = {}
     for name in names:
         ok = sorted((r[name] for r in runs if name in r), key=lambda r: r["added_ms"])
         out[name] = {**ok[len(ok) // 2], "rounds_added_ms": [r["added_ms"] for r in ok]}
+        paired = [
+            r[name]["added_ms"] - r[FLOOR]["added_ms"]
+            for r in runs
+            if name in r and FLOOR in r and name != FLOOR
+        ]
+        if paired:
+            out[name]["above_floor_ms"] = paired
+            out[name]["above_floor_median_ms"] = statistics.median(paired)
     if not names:
         out["error"] = next((r["error"] for r in runs if "error" in r), "no result")
     return out
@@ -272,6 +288,20 @@ def main() -> None:
             if "added_ms" in b:
                 row += f" (base {b['added_ms']:+.3f})"
         print(row)
+    if any("above_floor_median_ms" in r for c in cells for r in results[c].values()):
+        print("above the floor of the same process (median of the rounds' differences)")
+        for cfg in OURS:
+            row = f"{cfg:<28}"
+            for cell_name in cells:
+                r = results[cell_name].get(cfg, {})
+                if "above_floor_median_ms" not in r:
+                    continue
+                row += f"{r['above_floor_median_ms']:>+20.3f}"
+                b = base.get(cell_name, {}).get(cfg, {})
+                if "above_floor_median_ms" in b:
+                    row += f" (base {b['above_floor_median_ms']:+.3f})"
+            if row.strip() != cfg:
+                print(row)
     for cell_name in cells:
         for cfg, r in results[cell_name].items():
             if "error" in r:

@@ -1,0 +1,73 @@
+"""Where ``%gpumem who``'s time goes, stage by stage (GPU machine).
+
+    python3 benchmarks/probes/probe_who_stages.py
+
+Issue 13's case (10k tracked tensors; then also 100k other objects): the median of 15
+calls of each stage on its own: PyTorch's snapshot call, our snapshot reading, the
+namespace roots, the walk, the matching of references with blocks, each report.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+from jupyter_gpumem._ipython import current
+
+ip = InteractiveShell.instance()
+with capture_output():
+    ip.run_cell("import torch\ntorch.empty(0, device='cuda')")
+    ip.run_line_magic("load_ext", "jupyter_gpumem")
+    ip.run_cell("%gpumem track on")
+    ip.run_cell("acts = [torch.empty(4096, device='cuda') for _ in range(10_000)]")
+
+import torch  # noqa: E402
+
+from jupyter_gpumem.analysis.who import holdings  # noqa: E402
+from jupyter_gpumem.collectors.snapshot import read_snapshot  # noqa: E402
+
+a = current().attributor
+
+
+def timed(f, n=15):
+    out = []
+    for _ in range(n):
+        gc.disable()
+        t0 = time.perf_counter()
+        r = f()
+        out.append((time.perf_counter() - t0) * 1e3)
+        gc.enable()
+    return statistics.median(out), r
+
+
+def stages() -> None:
+    ms, _ = timed(lambda: torch._C._cuda_memorySnapshot((0, 0, False)))
+    print(f"  torch snapshot call       {ms:7.2f} ms")
+    ms, snap = timed(lambda: read_snapshot(torch))
+    print(f"  read_snapshot             {ms:7.2f} ms")
+    ws = a.workspace
+    ms, roots = timed(lambda: ws.roots(torch.optim.Optimizer) + ws.traceback_roots())
+    print(f"  roots ({len(roots)})                 {ms:7.2f} ms")
+    w = a._walker(torch)
+    ms, walk = timed(lambda: w.walk(roots))
+    print(f"  walk ({len(walk.refs)} refs, {walk.visited} visited) {ms:7.2f} ms")
+    before = a.recording.before
+    ms, _ = timed(lambda: holdings(snap, 0, walk.refs, a.resolver, before))
+    print(f"  holdings                  {ms:7.2f} ms")
+    for by in ("variable", "line", "cell"):
+        ms, _ = timed(lambda by=by: holdings(snap, 0, walk.refs, a.resolver, before).report(by))
+        print(f"  holdings+report {by:8s}  {ms:7.2f} ms")
+        ms, _ = timed(lambda by=by: a.who(0, by, 20))
+        print(f"  who {by:8s}              {ms:7.2f} ms")
+
+
+print("== 10k tensors")
+stages()
+with capture_output():
+    ip.run_cell("junk = [{'i': i, 'v': [i, str(i)]} for i in range(50_000)]")
+print("== 10k tensors + 100k objects")
+stages()
