@@ -40,8 +40,8 @@ class ScriptedBackend:
     def reset_peaks(self, devices: list[int] | None = None) -> None:
         self.resets.append(devices)
 
-    def attach_oom_observer(self, callback: Any) -> None:
-        return None
+    def attach_oom_observer(self, callback: Any) -> bool:
+        return False
 
     def cuda_ready(self) -> bool:
         return True

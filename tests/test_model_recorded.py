@@ -221,3 +221,37 @@ def test_replay_peak_is_never_below_the_start_of_the_cell():
         for d in tracker.end().devices:
             if d.peak_allocated is not None and d.before.allocator is not None:
                 assert d.peak_allocated >= d.before.allocator.allocated
+
+
+class _Observed(ScriptedBackend):
+    """Attaches the OOM observer on the second reading (CUDA started in between)."""
+
+    def __init__(self, *raws, attach_at: int = 2) -> None:
+        super().__init__(*raws)
+        self.asked = 0
+        self.attach_at = attach_at
+        self.callbacks: list = []
+
+    def attach_oom_observer(self, callback) -> bool:
+        self.asked += 1
+        if self.asked < self.attach_at:
+            return False
+        self.callbacks.append(callback)
+        return True
+
+
+def test_oom_observer_asked_until_attached_then_never_again_and_again_for_a_new_backend():
+    before, after, _ = scenario("keep_n_bytes")
+    first = _Observed(before, after)
+    c = Collector(first)
+    for _ in range(5):
+        c.measure(with_process=False, full=False)
+    # asked at the first reading (not attachable yet) and the second (attached); then not
+    assert (first.asked, len(first.callbacks)) == (2, 1)
+    second = _Observed(before, after, attach_at=1)
+    c.backend = second  # tests and the replay swap backends: the new one is asked
+    c.measure(with_process=False, full=False)
+    c.measure(with_process=False, full=False)
+    assert (second.asked, len(second.callbacks)) == (1, 1)
+    second.callbacks[0](0, 2 * MiB, 0, 0)  # the allocator calls it before raising
+    assert c.oom_count == 1 and c.ooms[-1].requested == 2 * MiB

@@ -97,8 +97,8 @@ class SimulatedGPU:
     def reset_peaks(self, devices=None) -> None:
         self.peak_allocated, self.peak_reserved, self.peak_frag = (self.allocated, self.reserved, 0)
 
-    def attach_oom_observer(self, callback) -> None:
-        return None
+    def attach_oom_observer(self, callback) -> bool:
+        return False
 
     def cuda_ready(self) -> bool:
         return True

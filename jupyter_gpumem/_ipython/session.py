@@ -203,7 +203,7 @@ class Session:
         self, opts: CellOptions, execution_count: int | None, raw: str, error: Any
     ) -> CellReport | None:
         shown = _shown(opts)
-        step = self._stop_step()
+        step = self._stop_step() if self._step is not None else None
         failure = error if isinstance(error, BaseException) else None
         try:
             # execution_count, first_line, error, device, with_process, hints
@@ -216,7 +216,7 @@ class Session:
             return None
         if opts.trace or opts.breakdown:
             report = self._traced(opts, step, report, failure, shown, raw)
-        else:
+        elif report.devices or report.failed:  # (enrich has nothing to add otherwise)
             report = self._enrich(report, failure, shown, raw)
         self.history.add(report)
         self.last_report = report

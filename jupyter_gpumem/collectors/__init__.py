@@ -28,7 +28,11 @@ class Backend(Protocol):
     def initialized_devices(self) -> list[int]: ...
     def device_count(self) -> int: ...
     def reset_peaks(self, devices: list[int] | None = None) -> None: ...
-    def attach_oom_observer(self, callback: Callable[[int, int, int, int], None]) -> None: ...
+    def attach_oom_observer(self, callback: Callable[[int, int, int, int], None]) -> bool:
+        """Attach ``callback`` if it can be; True once it is for good (the collector then
+        stops asking), False to be asked again at the next reading."""
+        ...
+
     def cuda_ready(self) -> bool: ...
     def empty_cache(self) -> None: ...
     def caching_supported(self) -> str | None: ...
@@ -71,6 +75,7 @@ class Collector:
         self.ooms: deque[OomEvent] = deque(maxlen=max_ooms)
         self.oom_count = 0  # total seen, also past maxlen
         self._lock = threading.Lock()  # the panel's thread and the cell hooks both measure
+        self._observed: Backend | None = None  # the backend our OOM observer is attached to
 
     def _on_oom(self, device: int, requested: int, allowed: int, free: int) -> None:
         # Called by the allocator just before it raises OutOfMemoryError: keep it tiny.
@@ -81,7 +86,8 @@ class Collector:
         """``full=False`` is the cheap reading that brackets a cell (see TorchBackend.read)."""
         backend = self.backend
         with self._lock:
-            backend.attach_oom_observer(self._on_oom)
+            if self._observed is not backend and backend.attach_oom_observer(self._on_oom):
+                self._observed = backend
             t, clock = time.time(), time.perf_counter()
             r = backend.read(with_process, full)
             # positional, in the record's field order: this runs twice a measured cell

@@ -238,7 +238,8 @@ class TorchBackend:
                 )
             except Exception as e:  # a reading must never break the user's cell
                 devices.append(DeviceSample(i, names.get(i, ""), backend, True, error=repr(e)))
-        return Reading("ok", "", b.version, self._caching(b), tuple(devices))
+        caching = bool(b.caching_fn()) if b.caching_fn is not None else self._caching(b)
+        return Reading("ok", "", b.version, caching, tuple(devices))
 
     def _device_name(self, t: Any, i: int) -> str:
         name = self._names[i] = str(t.cuda.get_device_name(i))
@@ -344,14 +345,15 @@ class TorchBackend:
         for i in self.initialized_devices() if devices is None else devices:
             t._C._cuda_resetPeakMemoryStats(i)
 
-    def attach_oom_observer(self, callback: Callable[[int, int, int, int], None]) -> None:
+    def attach_oom_observer(self, callback: Callable[[int, int, int, int], None]) -> bool:
         """Attach once CUDA is up: before, the allocator has no devices to attach to."""
         if self._oom_attached or not self.cuda_ready():
-            return
+            return self._oom_attached
         attach = getattr(self.torch()._C, "_cuda_attach_out_of_memory_observer", None)
         if attach is not None:
             attach(callback)
         self._oom_attached = True
+        return True
 
     # -- actions (explicitly asked for by the user) --------------------------------
     def empty_cache(self) -> None:

@@ -97,7 +97,7 @@ class CellTracker:
             tuple(devices),
             after.clock - opened.before.clock,  # wall_time
             error is not None,  # failed
-            _describe(error),
+            _describe(error) if error is not None else None,
             ooms,
             workers=workers,
         )

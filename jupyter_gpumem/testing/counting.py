@@ -120,9 +120,10 @@ class CountingBackend:
             if devices is None or i in devices:
                 d.peak_allocated, d.peak_reserved = d.allocated, d.reserved
 
-    def attach_oom_observer(self, callback: Callable[[int, int, int, int], None]) -> None:
+    def attach_oom_observer(self, callback: Callable[[int, int, int, int], None]) -> bool:
         if callback not in _mine().observers:
             _state.observers.append(callback)
+        return False  # its state may be reset (forked workers, tests): asked every time
 
     def cuda_ready(self) -> bool:
         return bool(_mine().devices)

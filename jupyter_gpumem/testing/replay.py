@@ -167,8 +167,8 @@ class ReplayBackend:
                     max(d.allocator.reserved, lr),
                 )
 
-    def attach_oom_observer(self, callback: Any) -> None:
-        return None
+    def attach_oom_observer(self, callback: Any) -> bool:
+        return False  # recorded readings raise no OOM of their own
 
     def cuda_ready(self) -> bool:
         return True
