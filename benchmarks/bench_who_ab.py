@@ -22,23 +22,15 @@ import sys
 
 CHILD = r"""
 import sys, time
-from IPython.core.interactiveshell import InteractiveShell
-from IPython.utils.capture import capture_output
-ip = InteractiveShell.instance()
-with capture_output():
-    ip.run_cell("import torch\ntorch.empty(0, device='cuda')")
-    ip.run_line_magic("load_ext", "jupyter_gpumem")
-    ip.run_cell("%gpumem track on")
-    ip.run_cell("acts = [torch.empty(4096, device='cuda') for _ in range(10_000)]")
-from jupyter_gpumem._ipython import current
+sys.path.insert(0, sys.argv[1])  # this tree's benchmarks/probes: the case, for both versions
+from who_case import add_junk, who_shell
+ip, attributor = who_shell()
 import jupyter_gpumem
-attributor = current().attributor
 print("ready", jupyter_gpumem.__file__, flush=True)
 for line in sys.stdin:
     cmd = line.split()
     if cmd[0] == "junk":
-        with capture_output():
-            ip.run_cell("junk = [{'i': i, 'v': [i, str(i)]} for i in range(50_000)]")
+        add_junk(ip)
         print("ok", flush=True)
         continue
     t0 = time.perf_counter()
@@ -48,12 +40,15 @@ for line in sys.stdin:
 """
 
 
+PROBES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probes")
+
+
 class Kernel:
     def __init__(self, path: str) -> None:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([path, *filter(None, [env.get("PYTHONPATH")])])
         self.p = subprocess.Popen(
-            [sys.executable, "-c", CHILD],
+            [sys.executable, "-c", CHILD, PROBES],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

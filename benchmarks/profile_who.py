@@ -14,24 +14,14 @@ import pstats
 import statistics
 import time
 
-from IPython.core.interactiveshell import InteractiveShell
-from IPython.utils.capture import capture_output
+from probes.who_case import who_shell
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--top", type=int, default=30)
     a = ap.parse_args()
-    ip = InteractiveShell.instance()
-    with capture_output():
-        ip.run_cell("import torch\ntorch.empty(0, device='cuda')")
-        ip.run_line_magic("load_ext", "jupyter_gpumem")
-        ip.run_cell("%gpumem track on")
-        ip.run_cell("acts = [torch.empty(4096, device='cuda') for _ in range(10_000)]")
-        ip.run_cell("junk = [{'i': i, 'v': [i, str(i)]} for i in range(50_000)]")
-    from jupyter_gpumem._ipython import current
-
-    attributor = current().attributor
+    _, attributor = who_shell(junk=True)
     for by in ("variable", "line"):
         times = []
         for _ in range(7):

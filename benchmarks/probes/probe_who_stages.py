@@ -13,24 +13,13 @@ import gc
 import statistics
 import time
 
-from IPython.core.interactiveshell import InteractiveShell
-from IPython.utils.capture import capture_output
+import torch
+from who_case import add_junk, who_shell
 
-from jupyter_gpumem._ipython import current
+from jupyter_gpumem.analysis.who import holdings
+from jupyter_gpumem.collectors.snapshot import read_snapshot
 
-ip = InteractiveShell.instance()
-with capture_output():
-    ip.run_cell("import torch\ntorch.empty(0, device='cuda')")
-    ip.run_line_magic("load_ext", "jupyter_gpumem")
-    ip.run_cell("%gpumem track on")
-    ip.run_cell("acts = [torch.empty(4096, device='cuda') for _ in range(10_000)]")
-
-import torch  # noqa: E402
-
-from jupyter_gpumem.analysis.who import holdings  # noqa: E402
-from jupyter_gpumem.collectors.snapshot import read_snapshot  # noqa: E402
-
-a = current().attributor
+ip, a = who_shell()
 
 
 def timed(f, n=15):
@@ -67,7 +56,6 @@ def stages() -> None:
 
 print("== 10k tensors")
 stages()
-with capture_output():
-    ip.run_cell("junk = [{'i': i, 'v': [i, str(i)]} for i in range(50_000)]")
+add_junk(ip)
 print("== 10k tensors + 100k objects")
 stages()
