@@ -199,3 +199,17 @@ def test_trace_timeline_peak_and_lines_of_a_recorded_cell():
     incomplete = build_timeline(rec["device_traces"][0], 0, truth["start"], resolver, files, 6)
     assert not incomplete.complete
     assert "earlier events of this cell are lost" in timeline_text(incomplete)
+
+
+def test_bytes_per_site_one_site_and_many_sites_alike():
+    """The one-site shortcut (10k tensors from one line) gives what the general grouping
+    gives: sites told apart by identity, in first-seen order, bytes summed."""
+    from jupyter_gpumem.analysis.who import _bytes_per_site
+    from jupyter_gpumem.model import Site
+
+    a = Site("cell", "<ipython-input-7>", 3, "<module>", 7, "x = f()")
+    b = Site("cell", "<ipython-input-7>", 3, "<module>", 7, "x = f()")  # equal, not the same
+    assert _bytes_per_site([a, a, a], [512, 1024, 2048]) == [[a, 3584]]
+    rows = _bytes_per_site(iter([a, b, a]), [512, 1024, 2048])
+    assert [(s is a, n) for s, n in rows] == [(True, 2560), (False, 1024)]
+    assert _bytes_per_site([], []) == []

@@ -456,11 +456,12 @@ class NamespaceWalker:
         if devices and min(devices) < 0:  # CPU tensors that count (tests): device 0
             devices = [max(0, d) for d in devices]
         # Reference records made by C loops (one Python step per tensor costs twice as
-        # much), in the walk's order: it pops the last item first.
+        # much; Reference._make is one too), in the walk's order: it pops the last first.
         paths = [f"{parent}[{i}]" for i in reversed(indices)]
         out.refs.extend(
             map(
-                Reference._make,
+                tuple.__new__,
+                repeat(Reference),
                 zip(
                     reversed(devices),
                     reversed(addresses),
