@@ -86,17 +86,22 @@ def main() -> None:
         if case.endswith("objects"):
             for k in kernels.values():
                 assert k.ask("junk") == "ok"
-        for by in ("variable", "line"):
-            times: dict[str, list[float]] = {n: [] for n in kernels}
+        views = ("variable", "line")
+        times: dict[str, dict[str, list[float]]] = {by: {n: [] for n in kernels} for by in views}
+        for by in views:
             for k in kernels.values():  # warm
                 k.who(by)
-            for _ in range(a.rounds):
+        # Round by round, each view of each version in turn: a host's speed drifts within
+        # minutes, and both views and both versions then see the same drift.
+        for _ in range(a.rounds):
+            for by in views:
                 for name, k in kernels.items():
                     ms, blocks = k.who(by)
                     assert blocks == 10_000, (name, blocks)
-                    times[name].append(ms)
+                    times[by][name].append(ms)
+        for by in views:
             row = {}
-            for name, ts in times.items():
+            for name, ts in times[by].items():
                 q = statistics.quantiles(ts, n=4)
                 row[name] = {"median_ms": statistics.median(ts), "q1_ms": q[0], "q3_ms": q[2]}
             out.setdefault(case, {})[by] = row
