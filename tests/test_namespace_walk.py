@@ -299,8 +299,8 @@ def test_slotted_objects_are_walked_as_before():
 
 def test_long_lists_of_plain_tensors_give_what_the_walk_one_by_one_gives(monkeypatch):
     """Lists of 16 or more tensors are read with C loops (``_plain_tensors``); the
-    references, their order, the objects counted and what is marked seen must be exactly
-    those of the walk that takes each tensor in turn, for plain tensors and for every case
+    references, their order and the objects counted must be exactly those of the walk
+    that takes each tensor in turn, for plain tensors and for every case
     the bulk path hands back (a graph, a gradient, a view, a sparse tensor, a repeat, a
     tensor also reachable elsewhere, other objects in the list)."""
     from jupyter_gpumem.collectors import namespace

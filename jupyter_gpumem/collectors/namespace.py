@@ -377,9 +377,7 @@ class NamespaceWalker:
                             how == "[]"
                             and len(obj) >= _BULK
                             and visited + len(obj) < self.limits.max_objects
-                            and self._plain_tensors(
-                                obj, path, child_via, root.owner, order, out, seen
-                            )
+                            and self._plain_tensors(obj, path, child_via, root.owner, order, out)
                         ):
                             visited += len(obj)
                             out.visited = visited
@@ -418,13 +416,14 @@ class NamespaceWalker:
         owner: str,
         order: int,
         out: Walk,
-        seen: set[int],
     ) -> bool:
         """A list of plain tensors (no gradient, no autograd graph: stored activations, a
         cache) recorded at once, with C loops (map, compress) in place of a Python step per
         tensor: the same references, in the order the walk would record them (it pops the
-        last item first), and the same tensors marked seen. Returns False, having recorded
-        nothing, for anything else: the walk then takes the items one by one."""
+        last item first). Returns False, having recorded nothing, for anything else: the
+        walk then takes the items one by one. The tensors are not marked seen: for a
+        tensor, seen only spares a second look at its gradient and graph, which a plain
+        tensor has not (every path to it is recorded either way)."""
         kinds = self._kinds
         for tp in set(map(type, items)):
             if kinds.get(tp) is None:
@@ -473,7 +472,6 @@ class NamespaceWalker:
                 ),
             )
         )
-        seen.update(map(id, items))
         return True
 
     def _module(self, m: Any, path: Path, d: int, fixed: str | None, stack: list) -> None:
