@@ -213,3 +213,53 @@ def test_bytes_per_site_one_site_and_many_sites_alike():
     rows = _bytes_per_site(iter([a, b, a]), [512, 1024, 2048])
     assert [(s is a, n) for s, n in rows] == [(True, 2560), (False, 1024)]
     assert _bytes_per_site([], []) == []
+
+
+def test_matching_gives_the_owners_of_the_one_reference_a_block_loop():
+    """``holdings`` matches references to blocks in C when every one starts a block of its
+    own; otherwise one at a time (the strongest owner, then the first; views inside a
+    block; storages outside every block; other devices). Both give what the rule says,
+    checked against the rule written out here."""
+    from jupyter_gpumem.model import ACTIVE, AllocatorSnapshot
+    from jupyter_gpumem.model.attribution import VIA_RANK
+
+    blocks = [
+        {"address": a, "size": 1024, "requested_size": 1000, "state": ACTIVE, "frames": []}
+        for a in range(1 << 20, (1 << 20) + 64 * 1024, 1024)
+    ]
+    snap = AllocatorSnapshot(0.0, [{"device": 0, "address": 1 << 20, "blocks": blocks}], False)
+
+    def ref(device, address, owner, via="tensor", order=0):
+        return Reference(device, address, 1000, owner, via, owner, order)
+
+    unique = [ref(0, b["address"], f"t{i}", order=i) for i, b in enumerate(blocks)]
+    cases = {
+        "unique": unique,
+        "repeated": [*unique, ref(0, blocks[3]["address"], "opt", "optimizer state", 99)],
+        "stronger later": [*unique[:5], ref(0, blocks[1]["address"], "m", "parameters", 7)],
+        "inside a block": [*unique[:5], ref(0, blocks[2]["address"] + 512, "view")],
+        "outside": [*unique[:5], ref(0, 5, "far"), ref(0, 5, "far2")],
+        "other device": [*unique[:5], ref(1, blocks[9]["address"], "elsewhere")],
+        "none": [],
+    }
+
+    def by_the_rule(refs):
+        starts = sorted(b["address"] for b in blocks)
+        owners, outside = {}, {}
+        for r in refs:
+            if r.device != 0:
+                continue
+            a = next((s for s in starts if s <= r.address < s + 1024), None)
+            if a is None:
+                outside[r.address] = max(outside.get(r.address, 0), r.nbytes)
+                continue
+            rank = (VIA_RANK.get(r.via, 9), r.order)
+            if a not in owners or rank < (VIA_RANK.get(owners[a].via, 9), owners[a].order):
+                owners[a] = r
+        return owners, sum(outside.values())
+
+    for name, refs in cases.items():
+        h = holdings(snap, 0, refs, SiteResolver(library_dirs=()))
+        owners, outside = by_the_rule(refs)
+        assert (h.owners, h.outside) == (owners, outside), name
+        assert list(h.owners) == list(owners), name  # the same order: views list by it

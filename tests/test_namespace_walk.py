@@ -54,8 +54,9 @@ def snapshot_of(tensors):
 def report(ns, tensors, by="variable", **limits):
     roots = [Root(k, v) for k, v in ns.items()]
     roots.sort(key=lambda r: issubclass(type(r.obj), torch.optim.Optimizer))
-    w = walker(**limits).walk(roots)
-    h = holdings(snapshot_of(tensors), 0, w.refs, SiteResolver(library_dirs=()), notes=w.truncated)
+    snap = snapshot_of(tensors)
+    w = walker(**limits).walk(roots, [(0, snap.live_blocks(0))])  # as Attributor.read does
+    h = holdings(snap, 0, w.refs, SiteResolver(library_dirs=()), notes=w.truncated)
     return h.report(by, n=50), w
 
 
@@ -351,6 +352,64 @@ def test_long_lists_of_plain_tensors_give_what_the_walk_one_by_one_gives(monkeyp
     refs = bulk[0]
     assert len([r for r in refs if r[3] == "plain"]) == 40
     assert ("plain", "container", "plain[39]") == refs[0][3:6]  # the walk pops the last first
+
+
+def test_known_blocks_give_the_references_torch_gives_without_asking_it(monkeypatch):
+    """With the snapshot's blocks, a storage that starts a block takes its device and size
+    from the block: the same references as asking torch, and torch is not asked for them
+    (``nbytes``, ``get_device``); storages outside the blocks, a list across two devices
+    and a snapshot without ``requested_size`` fall back to torch, with the same result."""
+    plain = [torch.empty(16) for _ in range(40)]
+    w = torch.randn(8, requires_grad=True)
+    w.grad = torch.ones(8)
+    outside = torch.empty(32)
+    ns = {
+        "plain": plain,
+        "w": w,
+        "model": torch.nn.Linear(4, 3),
+        "views": [plain[0][2:], *plain[:20]],
+        "some_outside": [*plain[:20], outside],
+        "one": outside,
+        "empty": [torch.empty(0)] * 20,
+        "sparse": torch.eye(3).to_sparse(),
+    }
+    tensors = [*plain, w, w.grad, *ns["model"].parameters()]
+    snap = snapshot_of(tensors)
+    blocks = snap.live_blocks(0)
+
+    def walk(known):
+        roots = [Root(k, v) for k, v in ns.items()]
+        out = walker().walk(roots, known)
+        return [tuple(r) for r in out.refs], out.visited, out.errors
+
+    asked = {"nbytes": 0, "get_device": 0}
+    for cls, name in ((torch.UntypedStorage, "nbytes"), (torch.Tensor, "get_device")):
+        real = getattr(cls, name)
+
+        def counted(self, *a, _real=real, _name=name):
+            asked[_name] += 1
+            return _real(self, *a)
+
+        monkeypatch.setattr(cls, name, counted)
+    plain_refs = walk(())
+    asked_without = dict(asked)
+    asked.update(nbytes=0, get_device=0)
+    assert walk([(0, blocks)]) == plain_refs
+    # 40 + 20 + 1 + 2 + 3 storages start a block and are not asked (the outside one,
+    # its list, the view's base list: asked as before)
+    assert 0 < asked["nbytes"] < asked_without["nbytes"] - 40
+    assert asked["get_device"] < asked_without["get_device"] - 40
+    # a second device whose blocks hold none of them; blocks split across two devices
+    half = dict(list(blocks.items())[:20])
+    rest = {k: v for k, v in blocks.items() if k not in half}
+    assert walk([(1, {}), (0, blocks)]) == plain_refs
+    mixed, _, _ = walk([(0, half), (0, rest)])
+    assert mixed == plain_refs[0]
+    # recorded snapshots without requested_size: torch is asked
+    bare = {k: {**v, "requested_size": None} for k, v in blocks.items()}
+    for v in bare.values():
+        del v["requested_size"]
+    assert walk([(0, bare)]) == plain_refs
 
 
 def test_sites_of_blocks_that_share_frame_dicts_are_those_of_each_block():

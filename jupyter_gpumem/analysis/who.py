@@ -13,11 +13,11 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import filterfalse
+from itertools import compress, filterfalse
 from operator import itemgetter
 from typing import Literal
 
-from ..model import ACTIVE, AllocatorSnapshot, Block, Reference, Site, WhoReport, WhoRow, WhoRowKind
+from ..model import AllocatorSnapshot, Block, Reference, Site, WhoReport, WhoRow, WhoRowKind
 from ..units import format_bytes as fb
 from .sites import SiteResolver
 
@@ -38,6 +38,7 @@ VIA_WORDS = {
 }
 
 UNREACHABLE = "not reachable from the namespace"
+_DEVICE, _ADDRESS = itemgetter(0), itemgetter(1)  # Reference.device, Reference.address
 
 
 @dataclass
@@ -293,12 +294,7 @@ def _top(rows: list[WhoRow], n: int | None, what: str) -> list[WhoRow]:
 
 
 def live_blocks(snapshot: AllocatorSnapshot, device: int) -> dict[int, Block]:
-    return {
-        b["address"]: b
-        for s in snapshot.device_segments(device)
-        for b in s.get("blocks", ())
-        if b["state"] == ACTIVE
-    }
+    return snapshot.live_blocks(device)
 
 
 def holdings(
@@ -313,12 +309,17 @@ def holdings(
     """Match references with the live blocks of ``device``. ``refs=None``: the namespace
     was not read (every block is then unreachable)."""
     blocks = live_blocks(snapshot, device)
-    starts = sorted(blocks)
     owners: dict[int, Reference] = {}
     outside: dict[int, int] = {}
-    for ref in refs or ():
-        if ref.device != device:
-            continue
+    here = list(compress(refs, map(device.__eq__, map(_DEVICE, refs)))) if refs else []
+    addresses = list(map(_ADDRESS, here))
+    if all(map(blocks.__contains__, addresses)) and len(set(addresses)) == len(here):
+        # Every storage starts a block and no two share one (tensors made one by one):
+        # each block's only reference owns it, what the loop below gives, in C.
+        owners = dict(zip(addresses, here, strict=True))
+        here = []
+    starts = sorted(blocks) if here else []
+    for ref in here:
         address = ref.address if ref.address in blocks else _containing(starts, blocks, ref.address)
         if address is None:
             outside[ref.address] = max(outside.get(ref.address, 0), ref.nbytes)

@@ -21,11 +21,11 @@ import gc
 import time
 import types
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import attrgetter, methodcaller
+from operator import attrgetter, itemgetter, methodcaller
 from typing import Any
 
 from ..model import Reference, Via
@@ -192,6 +192,7 @@ _BULK = 16
 _GRAD_FN, _GRAD = attrgetter("grad_fn"), attrgetter("grad")
 _UNTYPED_STORAGE, _GET_DEVICE = methodcaller("untyped_storage"), methodcaller("get_device")
 _DATA_PTR, _NBYTES = methodcaller("data_ptr"), methodcaller("nbytes")
+_REQUESTED = itemgetter("requested_size")
 
 
 def _sparse_parts(t: Any) -> list[Any]:
@@ -213,6 +214,7 @@ class NamespaceWalker:
         self.limits = limits or Limits()
         self._kinds: dict[type, int] = {}
         self._saved_names: dict[type, tuple[str, ...]] = {}
+        self._blocks: Sequence[tuple[int, Mapping[int, Mapping[str, Any]]]] = ()
 
     # -- classification -----------------------------------------------------------------
     def kind(self, tp: type) -> int:
@@ -244,21 +246,50 @@ class NamespaceWalker:
         return _SKIP
 
     # -- the walk -----------------------------------------------------------------------
-    def walk(self, roots: Iterable[Root]) -> Walk:
+    def walk(
+        self,
+        roots: Iterable[Root],
+        blocks: Sequence[tuple[int, Mapping[int, Mapping[str, Any]]]] = (),
+    ) -> Walk:
+        """The references from ``roots``. ``blocks``: per device, the allocator's live
+        blocks by address (from a snapshot taken just before): a storage that starts a
+        block takes its device and size from it (the block's ``requested_size``, which
+        is the storage's size) instead of asking torch (two calls a tensor); any other
+        storage is asked as without them. The references are the same either way."""
         out = Walk()
         start = time.perf_counter()
         deadline = start + self.limits.time_budget
         seen: set[int] = set()
         keep: list[Any] = []  # holds autograd node wrappers so their ids stay unique
-        with collection_paused():  # ~1 small tuple per object
-            for order, root in enumerate(roots):
-                if self._out_of_budget(out, deadline):
-                    break
-                if self._tensor_free(root.obj, out):
-                    continue
-                self._walk_root(root, order, out, seen, keep, deadline)
+        self._blocks = blocks
+        try:
+            with collection_paused():  # ~1 small tuple per object
+                for order, root in enumerate(roots):
+                    if self._out_of_budget(out, deadline):
+                        break
+                    if self._tensor_free(root.obj, out):
+                        continue
+                    self._walk_root(root, order, out, seen, keep, deadline)
+        finally:
+            self._blocks = ()
         out.elapsed = time.perf_counter() - start
         return out
+
+    def _known(self, addresses: list[int]) -> tuple[list[int], list[int]] | None:
+        """Devices and sizes of storages that all start a known block of one device (a
+        list of tensors made on one device, the common case), or None: then torch is
+        asked."""
+        for device, blocks in self._blocks:
+            found: list[Any] = list(map(blocks.get, addresses))
+            misses = found.count(None)
+            if misses == 0:
+                try:
+                    return [device] * len(found), list(map(_REQUESTED, found))
+                except (KeyError, TypeError):  # a recorded snapshot without the sizes
+                    return None
+            if misses < len(found):
+                return None  # on several devices, or some not in a block: ask torch
+        return None
 
     def _tensor_free(self, obj: Any, out: Walk) -> bool:
         """True when no tensor is reachable from ``obj`` within the walk's depth: then the
@@ -441,8 +472,12 @@ class NamespaceWalker:
             kept = list(compress(items, include))
             storages = list(map(_UNTYPED_STORAGE, kept))  # raises for sparse tensors
             addresses = list(map(_DATA_PTR, storages))
-            sizes = list(map(_NBYTES, storages))
-            devices = list(map(_GET_DEVICE, kept))
+            known = self._known(addresses) if self._blocks else None
+            if known is not None:
+                devices, sizes = known
+            else:
+                sizes = list(map(_NBYTES, storages))
+                devices = list(map(_GET_DEVICE, kept))
         except Exception:
             return False
         parent = spell(path)
@@ -526,9 +561,19 @@ class NamespaceWalker:
             if tensors.include(t):
                 try:  # a dense tensor, inline (10k tensors cost one call each less)
                     st = t.untyped_storage()
-                    address, nbytes = st.data_ptr(), st.nbytes()
+                    address = st.data_ptr()
+                    hit = None
+                    for known, blocks in self._blocks:
+                        b = blocks.get(address)
+                        if b is not None and "requested_size" in b:
+                            hit = known, b["requested_size"]
+                            break
+                    if hit is not None:
+                        device, nbytes = hit
+                    else:
+                        nbytes = st.nbytes()
+                        device = t.get_device() if address and nbytes else -1
                     if address and nbytes:
-                        device = t.get_device()
                         out.refs.append(
                             Reference(
                                 max(0, device),

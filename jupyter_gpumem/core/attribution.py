@@ -222,14 +222,16 @@ class Attributor:
             raise ActionRefused("CUDA is not initialised in this kernel")
         refs = None
         notes: list[str] = []
+        if devices is None:
+            devices = snap.devices()
         if walk:
             ws = self.workspace
             roots = ws.roots(t.optim.Optimizer) + ws.traceback_roots()
-            w = self._walker(t).walk(roots)
+            # the blocks the matching below reads anyway, made once, spare the walk two
+            # torch calls a tensor
+            w = self._walker(t).walk(roots, [(d, snap.live_blocks(d)) for d in devices])
             refs = w.refs
             notes += [f"namespace walk {r}: some owners may be missing" for r in w.truncated]
-        if devices is None:
-            devices = sorted({s.get("device", 0) for s in snap.segments})
         elapsed = time.perf_counter() - start
         before = self.recording.before
         return {d: holdings(snap, d, refs, self.resolver, before, notes, elapsed) for d in devices}
@@ -250,7 +252,7 @@ class Attributor:
         if snap is None:
             raise ActionRefused("CUDA is not initialised in this kernel")
         resolver = self.resolver
-        devices = sorted({s.get("device", 0) for s in snap.segments})
+        devices = snap.devices()
         if device is not None:
             devices = [device]
         return [segment_map(snap, d, resolver, max_segments) for d in devices]
@@ -277,7 +279,7 @@ class Attributor:
         snap = snapshot if snapshot is not None else read_snapshot(t)
         if snap is None:
             return None
-        w = self._walker(t).walk(roots)
+        w = self._walker(t).walk(roots, [(d, snap.live_blocks(d)) for d in snap.devices()])
         found: dict[tuple[str, str], list[int]] = {}
         sizes: dict[int, int] = {}
         devices = sorted({r.device for r in w.refs})

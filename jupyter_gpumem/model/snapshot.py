@@ -49,9 +49,30 @@ class AllocatorSnapshot:
     segments: Sequence[Segment]
     tracking: bool  # allocation sites were being recorded (blocks may carry frames)
     settings: dict[str, Any] = field(default_factory=dict)  # allocator_settings
+    # live_blocks' answers, made once per device (the namespace walk and the matching
+    # both look blocks up by address)
+    _live: dict[int, dict[int, Block]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def device_segments(self, device: int) -> list[Segment]:
         return [s for s in self.segments if s.get("device", 0) == device]
+
+    def devices(self) -> list[int]:
+        return sorted({s.get("device", 0) for s in self.segments})
+
+    def live_blocks(self, device: int) -> dict[int, Block]:
+        """The allocated blocks of ``device`` by address (made once: do not modify)."""
+        blocks = self._live.get(device)
+        if blocks is None:
+            blocks = self._live[device] = {
+                b["address"]: b
+                for s in self.segments
+                if s.get("device", 0) == device
+                for b in s.get("blocks", ())
+                if b["state"] == ACTIVE
+            }
+        return blocks
 
 
 ACTIVE = "active_allocated"
