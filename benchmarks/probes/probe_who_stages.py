@@ -17,7 +17,7 @@ import torch
 from who_case import add_junk, who_shell
 
 from jupyter_gpumem.analysis.who import holdings
-from jupyter_gpumem.collectors.snapshot import read_snapshot
+from jupyter_gpumem.collectors.snapshot import read_snapshot, snapshot_from_dict
 
 ip, a = who_shell()
 
@@ -36,6 +36,7 @@ def timed(f, n=15):
 def stages() -> None:
     ms, _ = timed(lambda: torch._C._cuda_memorySnapshot((0, 0, False)))
     print(f"  torch snapshot call       {ms:7.2f} ms")
+    snap_raw = torch._C._cuda_memorySnapshot((0, 0, False))
     ms, snap = timed(lambda: read_snapshot(torch))
     print(f"  read_snapshot             {ms:7.2f} ms")
     ws = a.workspace
@@ -44,9 +45,14 @@ def stages() -> None:
     w = a._walker(torch)
     ms, walk = timed(lambda: w.walk(roots))
     print(f"  walk ({len(walk.refs)} refs, {walk.visited} visited) {ms:7.2f} ms")
+    ms, _ = timed(lambda: snapshot_from_dict(snap_raw).live_blocks(0))
+    print(f"  live blocks               {ms:7.2f} ms")
+    blocks = [(0, snap.live_blocks(0))]
+    ms, walk = timed(lambda: w.walk(roots, blocks))
+    print(f"  walk with the blocks      {ms:7.2f} ms")
     before = a.recording.before
     ms, _ = timed(lambda: holdings(snap, 0, walk.refs, a.resolver, before))
-    print(f"  holdings                  {ms:7.2f} ms")
+    print(f"  holdings (blocks made)    {ms:7.2f} ms")
     for by in ("variable", "line", "cell"):
         ms, _ = timed(lambda by=by: holdings(snap, 0, walk.refs, a.resolver, before).report(by))
         print(f"  holdings+report {by:8s}  {ms:7.2f} ms")
