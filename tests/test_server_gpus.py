@@ -347,6 +347,78 @@ def test_foreign_pids_name_notebooks_by_what_their_kernels_report(served):
     assert all(d["reported"] == [] for d in reply["devices"])
 
 
+PID_MAX = 1 << 22  # Linux's largest pid_max: no PID here is at or above it
+
+
+def test_recorded_host_pids_are_foreign_and_the_unseen_is_exact(tmp_path):
+    """NVML's answer recorded on an H100 (driver 580) on the host while the server and its
+    kernels ran in their own PID namespace (``tests/gpu/test_server_gpu.py`` writes it):
+    the kernels under their host PIDs, as older drivers and other runtimes report them
+    inside a container. Served from the start by a server of its own (a real one never
+    sees a GPU change its name), no process is matched with a notebook (each stays
+    ``other`` under NVML's name), the memory no listed process holds is the recorded used
+    minus the driver's reservation minus the listed processes, and the kernel with the
+    extension loaded is named by what it reports, on its own GPU only."""
+    record = json.loads((FIXTURES.parent / "nvml_host_pids.json").read_text())
+    answer = record["nvml"]
+    (device,) = answer["devices"]
+    for p in device["processes"]:
+        # The recorded PIDs are small numbers a process here may have; PIDs that exist
+        # here are moved past pid_max (none can exist there): a PID that runs another
+        # program here is foreign too, but that is test_pids_of_another_namespace's case.
+        if psutil.pid_exists(p["pid"]):
+            p["pid"] += PID_MAX
+    nvml = tmp_path / "nvml.json"
+    nvml.write_text(json.dumps(answer))
+    server = Server(tmp_path, nvml)
+    try:
+        kernels = {}
+        for name in ("a.ipynb", "b.ipynb"):
+            body = {"path": name, "type": "notebook", "kernel": {"name": "python3"}}
+            _, text = server.request("api/sessions", "POST", body)
+            kernels[name] = json.loads(text)["kernel"]["id"]
+        kc = server.client(kernels["a.ipynb"])
+        try:
+            env = replay_env(str(FIXTURES))  # kernel a's figures: replayed H200 readings
+            reply = kc.execute_interactive(
+                f"import os; os.environ.update({env!r})\n%load_ext jupyter_gpumem", timeout=60
+            )
+            assert reply["content"]["status"] == "ok"
+        finally:
+            kc.stop_channels()
+        deadline = time.monotonic() + 20
+        while True:
+            time.sleep(1.1)  # past the server's 1 s cache; the kernels are asked in between
+            reply = server.get("api/gpumem/devices")
+            by_id = {k["id"]: k for k in reply["kernels"]}
+            if by_id[kernels["a.ipynb"]]["reported"] or time.monotonic() > deadline:
+                break
+    finally:
+        server.stop()
+    assert reply["pid_namespace"] == "foreign"
+    (d0,) = reply["devices"]
+    assert (d0["name"], d0["used"], d0["driver_reserved"]) == (
+        "NVIDIA H100 80GB HBM3",
+        13_964_935_168,
+        503_316_480,
+    )
+    listed = sum(p["used"] for p in device["processes"])
+    assert listed == 4_838_129_664 + 2_690_646_016 + 5_911_871_488
+    assert d0["unseen"] == device["used"] - device["reserved"] - listed == 20 * (1 << 20)
+    assert [(p["pid"], p["used"], p["role"], p["kernel_id"]) for p in d0["processes"]] == [
+        (p["pid"], p["used"], "other", None)
+        for p in sorted(device["processes"], key=lambda p: -p["used"])
+    ]
+    assert {p["name"] for p in d0["processes"]} == {"/opt/torch/.venv/bin/python3"}
+    a, b = by_id[kernels["a.ipynb"]], by_id[kernels["b.ipynb"]]
+    assert a["gpu_used"] == 0 and b["gpu_used"] == 0  # nothing matched by PID
+    assert b["reported"] is None  # no extension: never answers, never named
+    # kernel a reports its own (replayed H200) figures: named at the kernel, but not put
+    # on this H100, which is not the GPU it reports
+    assert [d["name"] for d in a["reported"]["devices"]] == ["NVIDIA H200"]
+    assert d0["reported"] == []
+
+
 def test_pids_of_another_namespace_are_not_matched(served):
     server, nvml = served.server, served.nvml
     # NVML names a PID that runs another program here (the server), as in a container

@@ -124,6 +124,7 @@ def test_server_in_its_own_pid_namespace_names_notebooks_and_the_unseen(tmp_path
         # tests left a context and cached blocks.
         outside_used = _used_outside_namespace(device["uuid"])
         print(json.dumps({"unseen": device["unseen"], "outside_used": outside_used}))
+        _record_host_answer(device["uuid"], reply, kernels)
         assert device["unseen"] >= 4 * GiB, device
         assert abs(device["unseen"] - outside_used) <= 256 * MiB, (outside_used, device)
         _, metrics = server.request("metrics")
@@ -160,6 +161,61 @@ def _used_outside_namespace(uuid: str) -> int:
         return total
     finally:
         pynvml.nvmlShutdown()
+
+
+def _record_host_answer(uuid: str, reply: dict, kernels: dict[str, str]) -> None:
+    """With GPUMEM_RECORD_DIR set: NVML's answer as the host sees it (the kernels under
+    their host PIDs, which are foreign to the server's namespace: what older drivers and
+    other runtimes report inside a container), in the fake NVML's format, beside what the
+    kernels said they hold. ``tests/test_server_gpus.py`` replays it."""
+    out = os.environ.get("GPUMEM_RECORD_DIR")
+    if not out:
+        return
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        (h,) = [h for h in handles if _text(pynvml.nvmlDeviceGetUUID(h)) == uuid]
+        mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+        device = {
+            "name": _text(pynvml.nvmlDeviceGetName(h)),
+            "uuid": uuid,
+            "total": int(mem.total),
+            "used": int(mem.used),
+            "processes": [],
+        }
+        try:
+            v2 = pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
+            device["reserved"] = int(v2.reserved)
+        except Exception:
+            pass
+        for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
+            try:
+                name = _text(pynvml.nvmlSystemGetProcessName(p.pid))
+            except Exception:
+                name = ""
+            device["processes"].append(
+                {"pid": p.pid, "used": int(p.usedGpuMemory or 0), "name": name}
+            )
+        driver = _text(pynvml.nvmlSystemGetDriverVersion())
+    finally:
+        pynvml.nvmlShutdown()
+    by_id = {k["id"]: k for k in reply["kernels"]}
+    record = {
+        "what": "NVML's answer on the host while a jupyter_server ran in its own PID namespace "
+        "(unshare --pid --fork --mount-proc) with two kernels holding 2 and 5 GiB and a process "
+        "outside holding 4 GiB; the PIDs are the host's",
+        "nvml": {"driver": driver, "devices": [device]},
+        "kernels": {name: by_id[kid].get("reported") for name, kid in kernels.items()},
+        "server_saw": {
+            "pid_namespace": reply["pid_namespace"],
+            "unseen": [d["unseen"] for d in reply["devices"] if d["uuid"] == uuid],
+        },
+    }
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "nvml_host_pids.json"), "w") as f:
+        json.dump(record, f, indent=1)
 
 
 def _text(v: str | bytes) -> str:
