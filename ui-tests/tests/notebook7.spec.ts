@@ -61,7 +61,8 @@ test('Notebook 7: the panel opens in the right sidebar and follows the kernel', 
   await page.evaluate(() =>
     (window as any).jupyterapp.commands.execute('jupyter-gpumem:open')
   );
-  await expect(page.locator(PANEL)).toBeVisible();
+  // in Notebook 7's right sidebar, not in some other area
+  await expect(page.locator(`#jp-right-stack ${PANEL}`)).toBeVisible();
   // The kernel has not loaded the extension yet: the panel says so.
   await expect(page.locator(BODY)).toHaveAttribute('data-state', 'not_loaded', {
     timeout: 30_000
@@ -83,7 +84,44 @@ test('Notebook 7: the panel opens in the right sidebar and follows the kernel', 
     .click();
   await expect(statusLine(page)).toHaveText(/Peak reset/, { timeout: 15_000 });
   await screenshot(page, 'notebook7-panel');
+  // It follows the notebook's kernel: a restarted kernel is a new process that has not
+  // loaded the extension; loading it there brings the figures back.
+  const before = await kernelPid(page);
+  await page.evaluate(() =>
+    (
+      window as any
+    ).jupyterapp.shell.currentWidget.sessionContext.session.kernel.restart()
+  );
+  await expect(page.locator(BODY)).toHaveAttribute('data-state', 'not_loaded', {
+    timeout: 30_000
+  });
+  await runCellAndWait(page, '%load_ext jupyter_gpumem\nimport os');
+  await expect(page.locator(BODY)).toHaveAttribute('data-state', 'ok', {
+    timeout: 30_000
+  });
+  expect(await kernelPid(page)).not.toBe(before);
 });
+
+/** The PID of the current notebook's kernel, asked through a cell's output. */
+async function kernelPid(page: Page): Promise<string> {
+  return page.evaluate(async () => {
+    const kernel = (window as any).jupyterapp.shell.currentWidget.sessionContext
+      .session.kernel;
+    let out = '';
+    const future = kernel.requestExecute({
+      code: 'import os; print(os.getpid())',
+      silent: false,
+      store_history: false
+    });
+    future.onIOPub = (msg: any) => {
+      if (msg.header.msg_type === 'stream') {
+        out += msg.content.text;
+      }
+    };
+    await future.done;
+    return out.trim();
+  });
+}
 
 test('the ipywidgets panel renders and its buttons answer', async ({
   page
@@ -108,6 +146,26 @@ test('the ipywidgets panel renders and its buttons answer', async ({
   await cap.fill('12XB');
   await widget.getByRole('button', { name: 'Set cap' }).click();
   await expect(widget).toContainText("not a size: '12XB'", { timeout: 15_000 });
+  await cap.fill('12GiB');
+  await widget.getByRole('button', { name: 'Set cap' }).click();
+  await expect(widget).toContainText('cap on cuda:0: 12.00 GiB', {
+    timeout: 15_000
+  });
+  await widget.getByRole('button', { name: 'Clear cap' }).click();
+  await expect(widget).toContainText('cap removed on cuda:0', {
+    timeout: 15_000
+  });
+  await widget.getByRole('button', { name: 'Caching on' }).click();
+  await expect(widget).toContainText('caching allocator is now off', {
+    timeout: 15_000
+  });
+  await expect(
+    widget.getByRole('button', { name: 'Caching off' })
+  ).toBeVisible();
+  await widget.getByRole('button', { name: 'Caching off' }).click();
+  await expect(widget).toContainText('caching allocator is now on', {
+    timeout: 15_000
+  });
   await waitForKernelIdle(page);
   fs.mkdirSync(SCREENSHOTS, { recursive: true });
   await widget.screenshot({ path: path.join(SCREENSHOTS, 'widget-panel.png') });
