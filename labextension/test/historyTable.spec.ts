@@ -3,11 +3,12 @@
  * the notebook to their cell; the trend chart's `[N]` markers; finding the
  * cell of an execution count.
  */
+import { readFileSync } from 'fs';
 import * as React from 'react';
 import { describe, expect, it, vi } from 'vitest';
 
 import { findCell } from '../src/lab/cellScroller';
-import { ICellMarker, IHistoryCell } from '../src/protocol';
+import { ICellMarker, IHistoryCell, PROTOCOL_REVISION } from '../src/protocol';
 import { GpuMemEvent, initialState, reduce } from '../src/state';
 import { plainTrans } from '../src/lab/trans';
 import {
@@ -205,6 +206,34 @@ describe('the table of measured cells', () => {
     expect(findAll(nodes, n => n.type === 'script')).toHaveLength(0);
     byClass(tables[0], 'jp-GpuMem-historyRow')[0].props.onClick();
     expect(model.scrollToCell).toHaveBeenCalledWith(9);
+  });
+
+  it('names the protocol revision a too-old kernel lacks, from the schema', () => {
+    const hello = helloResult();
+    hello.actions = hello.actions.filter(a => a !== 'history');
+    const events: GpuMemEvent[] = [
+      { type: 'follow', kernelId: 'k1', source: 'a.ipynb' },
+      { type: 'reply', action: 'hello', reply: okReply('hello', hello) }
+    ];
+    const nodes = render(
+      React.createElement(HistoryView, {
+        model: { settings: { units: 'binary' } } as any,
+        state: events.reduce(reduce, initialState()),
+        trans,
+        sort: DEFAULT_SORT,
+        onSort: vi.fn()
+      })
+    );
+    expect(text(byClass(nodes, 'jp-GpuMem-messageDetail'))).toBe(
+      `History needs jupyter_gpumem with protocol revision ${PROTOCOL_REVISION} in the kernel (it has 0.1.0). Upgrade it where the kernel runs and restart the kernel.`
+    );
+    // The kernel's schema says the same revision (its `protocol_revision`).
+    expect(PROTOCOL_REVISION).toBe(
+      JSON.parse(
+        readFileSync('../jupyter_gpumem/protocol/schema.json', 'utf-8')
+      ).protocol_revision
+    );
+    expect(findAll(nodes, n => n.type === 'table')).toHaveLength(0);
   });
 
   it('says how to get cells when none was measured', () => {

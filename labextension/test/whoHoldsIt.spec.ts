@@ -4,7 +4,7 @@
 import * as React from 'react';
 import { describe, expect, it, vi } from 'vitest';
 
-import { IWhoResult } from '../src/protocol';
+import { IWhoResult, PROTOCOL_REVISION } from '../src/protocol';
 import { GpuMemEvent, IGpuMemState, initialState, reduce } from '../src/state';
 import { plainTrans } from '../src/lab/trans';
 import { TABS } from '../src/views/tabs';
@@ -312,7 +312,9 @@ describe('the Who holds it tab', () => {
     expect(text(byClass(nodes, 'jp-GpuMem-messageTitle'))).toBe(
       "This kernel's jupyter_gpumem is too old for this view"
     );
-    expect(text(nodes)).toContain('(it has 0.1.0)');
+    expect(text(nodes)).toContain(
+      `Who holds it needs jupyter_gpumem with protocol revision ${PROTOCOL_REVISION} in the kernel (it has 0.1.0)`
+    );
     expect(findAll(nodes, n => n.type === 'button')).toHaveLength(0);
   });
 

@@ -6,6 +6,8 @@
  * and, for `who` after a `busy` reply, once the cell ends or a few times
  * shortly after. No DOM.
  */
+import { Poll } from '@lumino/polling';
+
 import { READING_VIEWS, ReadingView } from '../state';
 import { IClientContext } from './context';
 import { RequestOutcome } from './request';
@@ -22,10 +24,11 @@ export const READING_ARGS: Record<ReadingView, Record<string, unknown>> = {
 
 /**
  * After a `busy` reply while the panel has not seen the cell (its busy status
- * still on the way, or a cell too short to see): ask again this many times, 1,
- * 2, 4 s later. The end of a cell the panel sees asks again anyway.
+ * still on the way, or a cell too short to see): ask again after each of these
+ * delays in turn (ms), while the replies stay `busy`. The end of a cell the
+ * panel sees asks again anyway.
  */
-const WHO_BUSY_RETRIES = 3;
+export const WHO_BUSY_DELAYS_MS: readonly number[] = [1000, 2000, 4000];
 
 export class OnDemandReadings {
   constructor(
@@ -35,7 +38,9 @@ export class OnDemandReadings {
   ) {}
 
   dispose(): void {
+    // Stopped first: a disposed Poll leaves its pending timer to run empty.
     this._clearWhoRetry();
+    this._whoRetry.dispose();
   }
 
   /** The Who tab is shown or not. */
@@ -301,30 +306,32 @@ export class OnDemandReadings {
   /**
    * The kernel answered `busy`: read again when the cell ends. The end of a
    * cell the panel has seen start does that (`cellEnded`); otherwise look
-   * again shortly, a few times (1, 2, 4 s).
+   * again shortly, a few times (`WHO_BUSY_DELAYS_MS`: 1, 2, 4 s).
    */
   private _whoBusy(): void {
     const ctx = this._ctx;
     this._whoDue = true;
-    if (ctx.state.busy || this._whoBusyRetries >= WHO_BUSY_RETRIES) {
+    if (
+      ctx.state.busy ||
+      this._whoBusyRetries >= WHO_BUSY_DELAYS_MS.length ||
+      this._whoRetry.isDisposed
+    ) {
       return;
     }
-    const delay = 1000 * 2 ** this._whoBusyRetries;
+    const delay = WHO_BUSY_DELAYS_MS[this._whoBusyRetries];
     this._whoBusyRetries += 1;
-    const generation = ctx.generation;
-    this._clearWhoRetry();
-    this._whoRetry = setTimeout(() => {
-      this._whoRetry = null;
-      if (generation === ctx.generation) {
-        this.maybeFetchWho();
-      }
-    }, delay);
+    this._whoRetryGeneration = ctx.generation;
+    void this._whoRetry.schedule({ interval: delay, phase: 'started' });
   }
 
   private _clearWhoRetry(): void {
-    if (this._whoRetry !== null) {
-      clearTimeout(this._whoRetry);
-      this._whoRetry = null;
+    void this._whoRetry.stop();
+  }
+
+  /** The look after a busy reply, when `_whoBusy` schedules it. */
+  private _whoRetryTick(): void {
+    if (this._whoRetryGeneration === this._ctx.generation) {
+      this.maybeFetchWho();
     }
   }
 
@@ -334,8 +341,20 @@ export class OnDemandReadings {
   private _whoDue = true;
   /** Generation whose `who` awaits its reply. */
   private _whoInFlight: number | null = null;
-  /** Looks again after a `busy` the panel saw no cell for. */
-  private _whoRetry: ReturnType<typeof setTimeout> | null = null;
+  /**
+   * Looks again after a `busy` the panel saw no cell for: a poll that ticks
+   * only when `_whoBusy` schedules it (its own frequency never comes round);
+   * stopped when the tab is left, the panel hides or the kernel changes.
+   */
+  private readonly _whoRetry = new Poll({
+    name: 'jupyter-gpumem:who-busy',
+    auto: false,
+    factory: async () => this._whoRetryTick(),
+    frequency: { interval: Poll.NEVER, backoff: false },
+    // The panel stops it when hidden (`hidden`), as `every` does.
+    standby: 'never'
+  });
+  private _whoRetryGeneration: number | null = null;
   private _whoBusyRetries = 0;
   /** Reading views whose tab is shown. */
   private _readingShown = new Set<ReadingView>();

@@ -13,6 +13,7 @@ import {
   ISegmentsResult,
   IStreamState,
   IWhoResult,
+  IWorker,
   Reply,
   SampleState
 } from '../protocol';
@@ -191,6 +192,12 @@ export interface IGpuMemState {
    * (the kernel keeps those of the last cell that ran out of memory).
    */
   postmortems: readonly IPostMortem[];
+  /**
+   * The workers an earlier sample listed and the newest no longer does (a
+   * measured cell ended and the kernel reported them for good), as last
+   * seen: the Overview keeps them, marked ended, until others end.
+   */
+  endedWorkers: readonly IWorker[];
 }
 
 export type GpuMemEvent =
@@ -258,6 +265,7 @@ export function initialState(trendMinutes = 5): IGpuMemState {
     tracking: null,
     trackingWanted: false,
     readings: NO_READINGS,
-    postmortems: []
+    postmortems: [],
+    endedWorkers: []
   };
 }

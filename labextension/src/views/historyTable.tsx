@@ -1,7 +1,8 @@
 /**
  * The History tab: the table of measured cells (execution count, first line,
  * kept, peak above start, time), sortable by any column; a row scrolls the
- * notebook to its cell.
+ * notebook to its cell. A cell's worker processes get a row each under it
+ * (historyWorkers.tsx).
  */
 import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
@@ -9,6 +10,11 @@ import * as React from 'react';
 import { formatBytes, formatDelta, Units } from '../present/format';
 import { deviceLabel } from '../present/messages';
 import { IHistoryCell, IHistoryResult } from '../protocol';
+import {
+  HistoryWorkerRows,
+  IHistoryWorkerDevice,
+  workerDevices
+} from './historyWorkers';
 import { IViewProps } from './props';
 import { ReadingFrame, useReading } from './readingFrame';
 
@@ -23,6 +29,12 @@ export interface IHistoryRow {
   wallTime: number;
   failed: boolean;
   keptAt: string | null;
+  /**
+   * The cell's worker processes' device rows, shown under this row: in the
+   * table of the cell's first kernel device, or in the table of cells that
+   * changed none of the kernel's devices; empty in the cell's other tables.
+   */
+  workers: IHistoryWorkerDevice[];
 }
 
 export type HistoryColumn =
@@ -38,7 +50,7 @@ export const DEFAULT_SORT: IHistorySort = { column: 'cell', descending: true };
 
 /**
  * The kernel's own device rows of a cell (rows with `worker` are its worker
- * processes' devices: the Overview's workers section shows those).
+ * processes' devices: shown under the cell's row, see `historyRows`).
  */
 export function kernelDevices(cell: IHistoryCell): IHistoryCell['devices'] {
   return cell.devices.filter(d => !d.worker);
@@ -66,8 +78,9 @@ export function historyRows(
 ): IHistoryRow[] {
   const rows: IHistoryRow[] = [];
   for (const cell of cells) {
+    const own = kernelDevices(cell);
     if (device === null) {
-      if (kernelDevices(cell).length === 0) {
+      if (own.length === 0) {
         rows.push({
           cell,
           executionCount: cell.execution_count,
@@ -77,15 +90,17 @@ export function historyRows(
           reservedDelta: null,
           wallTime: cell.wall_time,
           failed: cell.failed,
-          keptAt: null
+          keptAt: null,
+          workers: workerDevices(cell)
         });
       }
       continue;
     }
-    const d = kernelDevices(cell).find(x => x.index === device);
+    const d = own.find(x => x.index === device);
     if (!d) {
       continue;
     }
+    const first = Math.min(...own.map(x => x.index));
     rows.push({
       cell,
       executionCount: cell.execution_count,
@@ -95,7 +110,8 @@ export function historyRows(
       reservedDelta: d.reserved_delta,
       wallTime: cell.wall_time,
       failed: cell.failed,
-      keptAt: d.kept_at
+      keptAt: d.kept_at,
+      workers: device === first ? workerDevices(cell) : []
     });
   }
   return rows;
@@ -228,7 +244,11 @@ export function HistoryTable(props: {
       data-device={props.device ?? 'none'}
       aria-label={
         props.device === null
-          ? trans.__('Measured cells that changed no GPU memory')
+          ? rows.some(r => r.workers.length > 0)
+            ? trans.__(
+                "Measured cells that changed none of the kernel's GPU memory"
+              )
+            : trans.__('Measured cells that changed no GPU memory')
           : trans.__('Measured cells on %1', deviceLabel(props.device, trans))
       }
     >
@@ -281,60 +301,74 @@ export function HistoryTable(props: {
             }
           };
           return (
-            <tr
-              key={`${row.cell.time}-${i}`}
-              className={
-                row.failed
-                  ? 'jp-GpuMem-historyRow jp-mod-failed'
-                  : 'jp-GpuMem-historyRow'
-              }
-              data-cell={n ?? ''}
-              tabIndex={n === null ? undefined : 0}
-              title={
-                n === null
-                  ? undefined
-                  : trans.__('Go to cell [%1] in the notebook', n)
-              }
-              onClick={go}
-              onKeyDown={event => {
-                if (event.key === 'Enter' || event.key === ' ') {
-                  event.preventDefault();
-                  go();
+            <React.Fragment key={`${row.cell.time}-${i}`}>
+              <tr
+                className={
+                  row.failed
+                    ? 'jp-GpuMem-historyRow jp-mod-failed'
+                    : 'jp-GpuMem-historyRow'
                 }
-              }}
-            >
-              <td className="jp-GpuMem-num">{n === null ? '[ ]' : `[${n}]`}</td>
-              <td className="jp-GpuMem-historyCode">
-                <code>{row.firstLine}</code>
-                {row.failed && (
-                  <span className="jp-GpuMem-historyFailed">
-                    {trans.__('failed')}
-                  </span>
-                )}
-                {row.keptAt && (
-                  <span className="jp-GpuMem-historyKeptAt">
-                    {trans.__('kept at %1', row.keptAt)}
-                  </span>
-                )}
-                <span className="jp-GpuMem-historyMeta">
-                  {trans.__('%1 s', row.wallTime.toFixed(2))}
-                  {row.reservedDelta !== null && row.reservedDelta !== 0 && (
-                    <span data-figure="reserved">
-                      {' · '}
-                      {trans.__('reserved %1', delta(row.reservedDelta, units))}
+                data-cell={n ?? ''}
+                tabIndex={n === null ? undefined : 0}
+                title={
+                  n === null
+                    ? undefined
+                    : trans.__('Go to cell [%1] in the notebook', n)
+                }
+                onClick={go}
+                onKeyDown={event => {
+                  if (event.key === 'Enter' || event.key === ' ') {
+                    event.preventDefault();
+                    go();
+                  }
+                }}
+              >
+                <td className="jp-GpuMem-num">
+                  {n === null ? '[ ]' : `[${n}]`}
+                </td>
+                <td className="jp-GpuMem-historyCode">
+                  <code>{row.firstLine}</code>
+                  {row.failed && (
+                    <span className="jp-GpuMem-historyFailed">
+                      {trans.__('failed')}
                     </span>
                   )}
-                </span>
-              </td>
-              <td className="jp-GpuMem-num" data-figure="kept">
-                {delta(row.kept, units)}
-              </td>
-              <td className="jp-GpuMem-num" data-figure="peak">
-                {row.peakAboveStart === null
-                  ? '–'
-                  : formatBytes(row.peakAboveStart, units)}
-              </td>
-            </tr>
+                  {row.keptAt && (
+                    <span className="jp-GpuMem-historyKeptAt">
+                      {trans.__('kept at %1', row.keptAt)}
+                    </span>
+                  )}
+                  <span className="jp-GpuMem-historyMeta">
+                    {trans.__('%1 s', row.wallTime.toFixed(2))}
+                    {row.reservedDelta !== null && row.reservedDelta !== 0 && (
+                      <span data-figure="reserved">
+                        {' · '}
+                        {trans.__(
+                          'reserved %1',
+                          delta(row.reservedDelta, units)
+                        )}
+                      </span>
+                    )}
+                  </span>
+                </td>
+                <td className="jp-GpuMem-num" data-figure="kept">
+                  {delta(row.kept, units)}
+                </td>
+                <td className="jp-GpuMem-num" data-figure="peak">
+                  {row.peakAboveStart === null
+                    ? '–'
+                    : formatBytes(row.peakAboveStart, units)}
+                </td>
+              </tr>
+              {row.workers.length > 0 && (
+                <HistoryWorkerRows
+                  devices={row.workers}
+                  executionCount={n}
+                  units={units}
+                  trans={trans}
+                />
+              )}
+            </React.Fragment>
           );
         })}
       </tbody>
@@ -379,7 +413,11 @@ export function HistoryView(
             <h3 className="jp-GpuMem-deviceTitle">
               <span>
                 {device === null
-                  ? trans.__('No GPU memory change')
+                  ? rows.some(r => r.workers.length > 0)
+                    ? trans.__(
+                        "No change in the kernel's GPU memory; its workers below"
+                      )
+                    : trans.__('No GPU memory change')
                   : deviceLabel(device, trans)}
               </span>
             </h3>

@@ -1,11 +1,12 @@
 /**
  * The boxed messages the panel shows instead of figures: no kernel, loading,
  * not loaded (with Attach), incompatible (with Check again), restarting, dead,
- * no device.
+ * no device, a kernel too old for a view.
  */
 import * as React from 'react';
 
 import { availability, statusText } from '../present/messages';
+import { PROTOCOL_REVISION } from '../protocol';
 import { ActionButton } from './actionButton';
 import { IViewProps } from './props';
 
@@ -68,4 +69,28 @@ export function StatusMessage(props: IViewProps): JSX.Element | null {
  */
 export function NoDeviceMessage(props: IViewProps): JSX.Element {
   return <Message title={props.trans.__('The kernel reports no device')} />;
+}
+
+/**
+ * The kernel's jupyter_gpumem does not answer a view's action: it needs the
+ * protocol revision this panel speaks (the schema's, one source).
+ */
+export function TooOldMessage(
+  props: Pick<IViewProps, 'state' | 'trans'> & {
+    /** What the view is called, in the user's words. */
+    title: string;
+  }
+): JSX.Element {
+  const { state, trans } = props;
+  return (
+    <Message
+      title={trans.__("This kernel's jupyter_gpumem is too old for this view")}
+      detail={trans.__(
+        '%1 needs jupyter_gpumem with protocol revision %2 in the kernel (it has %3). Upgrade it where the kernel runs and restart the kernel.',
+        props.title,
+        PROTOCOL_REVISION,
+        state.version ?? trans.__('an unknown version')
+      )}
+    />
+  );
 }

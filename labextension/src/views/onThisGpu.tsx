@@ -5,7 +5,8 @@
  *
  * Read from the server's REST API (server/gpuTable.ts), not from a kernel:
  * it works for kernels that never loaded the IPython extension. Read when the
- * tab is shown, on Refresh, and every 5 s while the panel is visible. Every
+ * tab is shown, on Refresh, and every 5 s while the panel is visible
+ * (server/gpuTablePoll.ts). Every
  * string from the server (notebook paths, process names) is rendered as text.
  */
 import { TranslationBundle } from '@jupyterlab/translation';
@@ -14,12 +15,12 @@ import * as React from 'react';
 import { formatBytes, Units } from '../present/format';
 import { activityText, IKernelRow } from '../server/gpuRows';
 import { fetchGpuTable } from '../server/gpuTable';
+import { pollGpuTable, stopPoll } from '../server/gpuTablePoll';
 import { IServerApi } from '../server/serverApi';
 import { GpuTableView, IGpuTableReading, IShutdownState } from './gpuTableView';
 import { IViewProps } from './props';
 
-/** How often the tab reads again while the panel is visible. */
-export const GPU_TABLE_POLL_MS = 5000;
+export { GPU_TABLE_POLL_MS } from '../server/gpuTablePoll';
 
 export const INITIAL_READING: IGpuTableReading = {
   table: null,
@@ -103,18 +104,13 @@ export function OnThisGpu(props: IViewProps): JSX.Element {
   React.useEffect(() => {
     mounted.current = true;
     void read();
-    const timer = setInterval(() => {
-      // A slow server is not asked again before it answered.
-      if (
-        inFlight.current === 0 &&
-        model.visible &&
-        document.visibilityState !== 'hidden'
-      ) {
-        void read();
-      }
-    }, GPU_TABLE_POLL_MS);
+    const poll = pollGpuTable({
+      read,
+      visible: () => model.visible,
+      inFlight: () => inFlight.current
+    });
     return () => {
-      clearInterval(timer);
+      stopPoll(poll);
       mounted.current = false;
     };
   }, [read, model]);

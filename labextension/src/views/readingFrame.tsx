@@ -8,7 +8,7 @@ import * as React from 'react';
 import { availability, errorText } from '../present/messages';
 import { IReading, ReadingView } from '../state';
 import { ActionButton } from './actionButton';
-import { Message, NoDeviceMessage } from './message';
+import { Message, NoDeviceMessage, TooOldMessage } from './message';
 import { IViewProps } from './props';
 
 /** Read the view while its tab is mounted. */
@@ -45,18 +45,7 @@ export function ReadingFrame<T>(
     return null;
   }
   if (state.actions.length > 0 && !state.actions.includes(view)) {
-    return (
-      <Message
-        title={trans.__(
-          "This kernel's jupyter_gpumem is too old for this view"
-        )}
-        detail={trans.__(
-          '%1 needs jupyter_gpumem with protocol revision 5 in the kernel (it has %2). Upgrade it where the kernel runs and restart the kernel.',
-          props.title,
-          state.version ?? trans.__('an unknown version')
-        )}
-      />
-    );
+    return <TooOldMessage state={state} trans={trans} title={props.title} />;
   }
   if (state.sample && state.sample.devices.length === 0) {
     return <NoDeviceMessage {...props} />;

@@ -16,7 +16,7 @@ import { IWhoReport } from '../protocol';
 import { IGpuMemState, IWhoState } from '../state';
 import { ActionButton } from './actionButton';
 import { OutOfMemory } from './outOfMemory';
-import { Message, NoDeviceMessage } from './message';
+import { Message, NoDeviceMessage, TooOldMessage } from './message';
 import { IViewProps } from './props';
 
 /** Prefix of the owners a kept traceback holds (`traceback: frame: name`). */
@@ -46,14 +46,10 @@ export function WhoView(props: IViewProps): JSX.Element | null {
   }
   if (!state.actions.includes('who')) {
     return (
-      <Message
-        title={trans.__(
-          "This kernel's jupyter_gpumem is too old for this view"
-        )}
-        detail={trans.__(
-          'Who holds it needs jupyter_gpumem with protocol revision 2 in the kernel (it has %1). Upgrade it where the kernel runs and restart the kernel.',
-          state.version ?? trans.__('an unknown version')
-        )}
+      <TooOldMessage
+        state={state}
+        trans={trans}
+        title={trans.__('Who holds it')}
       />
     );
   }
