@@ -1,15 +1,13 @@
 /**
  * The Overview's worker processes: each worker's own figures per device, its
- * status, nothing when the kernel reports no worker, the last cell's ended
- * workers marked so; the History tab keeps worker rows out of the kernel's
- * device tables.
+ * status, nothing when the kernel reports no worker; the History tab keeps
+ * worker rows out of the kernel's device tables.
  */
 import * as React from 'react';
 import { describe, expect, it } from 'vitest';
 
 import { plainTrans } from '../src/lab/trans';
-import { IHistoryCell, ISample, IWorker } from '../src/protocol';
-import { applySample, initialState, reduce } from '../src/state';
+import { IHistoryCell, IWorker } from '../src/protocol';
 import { historyDevices, historyRows } from '../src/views/historyTable';
 import { WorkersSection } from '../src/views/workersSection';
 import { GiB, MiB, sample } from './fixtures';
@@ -105,79 +103,6 @@ describe('WorkersSection', () => {
     expect(text(silent)).toContain('peak 4.00 GiB (since it started)');
     expect(text(running)).toContain('5.00 MiB');
     expect(text(running)).toContain('running; last report 12 s ago · 2 OOMs');
-  });
-});
-
-describe('workers a measured cell ended', () => {
-  // The kernel lists a notebook_launcher cell's ranks, exited, until the
-  // cell ends; the next sample lists none.
-  const at = (time: number, workers: IWorker[], base = sample()): ISample => ({
-    ...base,
-    time,
-    workers
-  });
-  const rank0 = worker({ rank: 0, pid: 10 });
-  const rank1 = worker();
-
-  it('are kept from the samples already received, until others end', () => {
-    let state = applySample(initialState(), at(1, [rank0, rank1]));
-    expect(state.endedWorkers).toEqual([]);
-    state = applySample(state, at(2, []));
-    expect(state.endedWorkers.map(w => w.pid)).toEqual([10, 4242]);
-    // Samples without workers keep them (the same array).
-    const kept = state.endedWorkers;
-    state = applySample(state, at(3, []));
-    expect(state.endedWorkers).toBe(kept);
-    // The next cell's worker ends: it replaces them.
-    const next = worker({ pid: 77, rank: null });
-    state = applySample(state, at(4, [next]));
-    expect(state.endedWorkers.map(w => w.pid)).toEqual([10, 4242]);
-    state = applySample(state, at(5, []));
-    expect(state.endedWorkers.map(w => w.pid)).toEqual([77]);
-  });
-
-  it('are shown after the live ones, marked ended, with their last figures', () => {
-    const model = { settings: { units: 'binary' } } as any;
-    const state = applySample(
-      applySample(
-        initialState(),
-        at(1, [rank0, worker({ status: 'running' })])
-      ),
-      at(2, [worker({ pid: 99, rank: 2, status: 'running', age: 0 })])
-    );
-    const nodes = render(
-      React.createElement(WorkersSection, {
-        model,
-        state,
-        trans,
-        sample: state.sample!
-      })
-    );
-    const [live, ended0, ended1] = rows(nodes);
-    expect(rows(nodes)).toHaveLength(3);
-    expect(live.props['data-ended']).toBeUndefined();
-    expect(text(live)).toContain('rank 2 (pid 99)');
-    expect(text(live)).toMatch(/running$/);
-    expect(ended0.props['data-ended']).toBe('true');
-    expect(text(ended0)).toBe(
-      'rank 0 (pid 10) · cuda:1 allocated 2.00 GiB · peak 4.00 GiB · reserved 4.00 GiB exited (ended)'
-    );
-    // Last seen running: ended without a last word in the panel.
-    expect(text(ended1)).toMatch(/rank 1 \(pid 4242\) .* \(ended\)$/);
-    expect(text(ended1)).not.toContain('running');
-  });
-
-  it('are forgotten with the kernel process', () => {
-    const state = applySample(
-      applySample(initialState(), at(1, [rank0])),
-      at(2, [])
-    );
-    expect(state.endedWorkers).toHaveLength(1);
-    const restarted = reduce(state, {
-      type: 'kernel_status',
-      status: 'restarting'
-    });
-    expect(restarted.endedWorkers).toEqual([]);
   });
 });
 

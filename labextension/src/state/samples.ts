@@ -2,7 +2,7 @@
  * The samples slice: the newest sample, the trend per device, the stream's
  * comm and its order, heartbeats and the measured cells' markers. Pure.
  */
-import { CommData, ISample, IStreamState, IWorker } from '../protocol';
+import { CommData, ISample, IStreamState } from '../protocol';
 import { acceptSeq, IBounds, pushBounded, trimBounded } from './ring';
 import {
   IGpuMemState,
@@ -49,51 +49,8 @@ export function forgetProcess(state: IGpuMemState): IGpuMemState {
     tracking: null,
     trackingWanted: false,
     readings: NO_READINGS,
-    postmortems: [],
-    endedWorkers: []
+    postmortems: []
   };
-}
-
-function workersOf(sample: ISample | null): readonly IWorker[] {
-  return sample && Array.isArray(sample.workers) ? sample.workers : [];
-}
-
-const workerKey = (w: IWorker) => `${w.host}:${w.pid}`;
-
-/**
- * The workers `before` listed that `after` does not: those a measured cell
- * reported for good (a rank that exited inside it).
- */
-export function endedWorkers(
-  before: ISample | null,
-  after: ISample
-): readonly IWorker[] {
-  const was = workersOf(before);
-  if (was.length === 0) {
-    return [];
-  }
-  const now = new Set(workersOf(after).map(workerKey));
-  return was.filter(w => !now.has(workerKey(w)));
-}
-
-/**
- * Newly ended workers replace the older ones; one listed again is live. The
- * same array when nothing changed (most samples: no workers at all).
- */
-function keptEnded(state: IGpuMemState, sample: ISample): readonly IWorker[] {
-  const ended = endedWorkers(state.sample, sample);
-  if (ended.length > 0) {
-    return ended;
-  }
-  const kept = state.endedWorkers;
-  const workers = workersOf(sample);
-  if (kept.length === 0 || workers.length === 0) {
-    return kept;
-  }
-  const live = new Set(workers.map(workerKey));
-  return kept.some(w => live.has(workerKey(w)))
-    ? kept.filter(w => !live.has(workerKey(w)))
-    : kept;
 }
 
 /**
@@ -139,8 +96,7 @@ export function applySample(
     sample,
     status: statusOf(sample),
     history,
-    lastHeard: Math.max(state.lastHeard ?? -Infinity, sample.time),
-    endedWorkers: keptEnded(state, sample)
+    lastHeard: Math.max(state.lastHeard ?? -Infinity, sample.time)
   };
 }
 

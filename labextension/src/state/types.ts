@@ -13,7 +13,6 @@ import {
   ISegmentsResult,
   IStreamState,
   IWhoResult,
-  IWorker,
   Reply,
   SampleState
 } from '../protocol';
@@ -192,12 +191,6 @@ export interface IGpuMemState {
    * (the kernel keeps those of the last cell that ran out of memory).
    */
   postmortems: readonly IPostMortem[];
-  /**
-   * The workers an earlier sample listed and the newest no longer does (a
-   * measured cell ended and the kernel reported them for good), as last
-   * seen: the Overview keeps them, marked ended, until others end.
-   */
-  endedWorkers: readonly IWorker[];
 }
 
 export type GpuMemEvent =
@@ -265,7 +258,6 @@ export function initialState(trendMinutes = 5): IGpuMemState {
     tracking: null,
     trackingWanted: false,
     readings: NO_READINGS,
-    postmortems: [],
-    endedWorkers: []
+    postmortems: []
   };
 }

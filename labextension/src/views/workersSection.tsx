@@ -2,9 +2,7 @@
  * The Overview's worker processes: each worker of the notebook (forked or
  * spawned by a measured cell, or a rank of the kernel's torch.distributed
  * group) with its own allocator's figures per device, as it last reported
- * them (docs/workers.md); after a measured cell, the workers it reported for
- * good stay, marked ended, until others end (the History tab keeps each
- * cell's figures).
+ * them (docs/workers.md).
  */
 import * as React from 'react';
 
@@ -37,15 +35,10 @@ export function WorkersSection(
   props: IViewProps & { sample: ISample }
 ): JSX.Element | null {
   const { model, trans, sample } = props;
-  const live = Array.isArray(sample.workers) ? sample.workers : [];
-  const ended = props.state.endedWorkers ?? [];
-  if (live.length === 0 && ended.length === 0) {
+  const workers = Array.isArray(sample.workers) ? sample.workers : [];
+  if (workers.length === 0) {
     return null;
   }
-  const workers = [
-    ...live.map(w => ({ w, ended: false })),
-    ...ended.map(w => ({ w, ended: true }))
-  ];
   const units = model.settings.units;
   // A list, not a table: the sidebar is narrow. One entry per worker device.
   return (
@@ -62,12 +55,11 @@ export function WorkersSection(
         {trans.__('Worker processes')}
       </h3>
       <ul className="jp-GpuMem-workerList">
-        {workers.flatMap(({ w, ended }) =>
+        {workers.flatMap(w =>
           (w.devices.length ? w.devices : [null]).map(d => (
             <li
               key={`${w.host}:${w.pid}:${d?.index ?? '-'}`}
               data-status={w.status}
-              data-ended={ended ? 'true' : undefined}
               data-pid={w.pid}
               title={w.host}
             >
@@ -93,12 +85,7 @@ export function WorkersSection(
                   : trans.__('no GPU memory')}
               </div>
               <div className="jp-GpuMem-workerStatus">
-                {!ended
-                  ? workerStatus(w, trans)
-                  : w.status === 'running'
-                    ? // Last seen running: the cell's end reported it ended.
-                      trans.__('(ended)')
-                    : trans.__('%1 (ended)', workerStatus(w, trans))}
+                {workerStatus(w, trans)}
                 {d && d.ooms > 0
                   ? ` · ${trans._n('%1 OOM', '%1 OOMs', d.ooms)}`
                   : ''}
