@@ -270,6 +270,33 @@ function figureTests(allocator: IAllocator): void {
     await expect(page.locator(`${PANEL} .jp-GpuMem-workers`)).toHaveCount(0, {
       timeout: 15_000
     });
+    // Gone from the live list, its figures stay in the History tab, under the
+    // measured cell that last heard from it (the killed worker's last figures
+    // came with the `pass` cell; it started too late in its own cell to report
+    // there).
+    const last = await executionCountOf('%%gpumem -q\npass');
+    expect(last).toBeGreaterThan(0);
+    const panel = page.locator(PANEL);
+    await panel.getByRole('tab', { name: 'History' }).click();
+    const workerRow = panel.locator(
+      `.jp-GpuMem-historyWorker[data-cell="${last}"]`
+    );
+    await expect(workerRow).toHaveCount(1, { timeout: 15_000 });
+    await expect(workerRow).toHaveAttribute(
+      'data-worker',
+      /^rank 1 \(pid \d+\)$/
+    );
+    await expect(workerRow).toHaveAttribute('data-index', '1');
+    await expect(workerRow.locator('[data-figure="allocated"]')).toHaveText(
+      'allocated 3.00 GiB → 3.00 GiB'
+    );
+    await expect(
+      workerRow.locator('[data-figure="peak-allocated"]')
+    ).toHaveText('peak 3.00 GiB');
+    await expect(workerRow.locator('[data-figure="reserved"]')).toHaveText(
+      'reserved 3.00 GiB'
+    );
+    await panel.getByRole('tab', { name: 'Overview' }).click();
   });
 
   test(`${mode}: the bars move while a long cell runs`, async () => {
