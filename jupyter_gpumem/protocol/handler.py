@@ -166,7 +166,7 @@ class Handler:
         return {"devices": [to_protocol(m) for m in maps]}
 
     def history(self, n: int = 200) -> dict[str, Any]:
-        return {"cells": self.services.history.cells(n)}
+        return {"cells": [to_protocol(row) for row in self.services.history.last(n)]}
 
     def _tracking(self) -> dict[str, bool]:
         """``active``: sites are being recorded; ``wanted``: asked for (recording starts
