@@ -21,17 +21,9 @@ from .validate import Invalid, Validator, shown
 
 PROTOCOL_VERSION = 1
 # Additions an older peer can ignore (new actions, new optional fields) raise the revision
-# and keep the protocol version; a frontend checks ``hello``'s ``actions`` before using one.
-# 2: who, track, release_traceback; CellMarker.kept_at and .postmortems; error code busy.
-# 3: segments, history.
-# 4: Device.children (the kernel's child processes on the device).
-# 5: hello.tracking; track's tracking as {active, wanted}; WhoRow.site and kind "rest";
-#    PostMortem.execution_count and .time.
-# 6: Fix.first_step and .shortfall; PostMortem.need, .need_full, .room and .hint (fixes are
-#    judged against what the failed cell needs).
-# 7: Sample.workers (worker processes' own allocators, live); HistoryCell device rows of
-#    workers (``worker``).
-PROTOCOL_REVISION = 7
+# (schema.json's ``protocol_revision``, the one place it is written: ``PROTOCOL_REVISION``
+# reads it when first asked for, see ``__getattr__``) and keep the protocol version; what
+# each revision added is listed in docs/protocol.md.
 REQUEST = "gpumem_request"
 REPLY = "gpumem_reply"
 COMM_TARGET = "jupyter_gpumem"
@@ -42,6 +34,12 @@ def schema() -> dict[str, Any]:
     # Beside this file (a path, not importlib.resources: that import alone cost 11 ms)
     text = Path(__file__).with_name("schema.json").read_text(encoding="utf-8")
     return dict(json.loads(text))
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PROTOCOL_REVISION":  # read when asked for: importing reads no file
+        return schema()["protocol_revision"]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @cache
