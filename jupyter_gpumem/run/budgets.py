@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import BudgetError
 from ..units import format_bytes, parse_size
@@ -32,7 +32,9 @@ METRICS: dict[str, tuple[str, str]] = {
     "allocated": ("allocated", "allocated after the cell"),
     "reserved": ("reserved", "reserved (cached by PyTorch) after the cell"),
 }
-OPS = ("<=", "<")
+Op = Literal["<=", "<"]
+Scope = Literal["global", "cell"]  # --budget, or a cell's tag
+OPS: tuple[Op, ...] = ("<=", "<")
 TAG_PREFIX = "gpumem:"
 
 FORM = (
@@ -48,10 +50,10 @@ _ZERO = re.compile(r"^\s*(?:0+(?:\.0*)?|\.0+)\s*([A-Za-z]*)\s*$")
 @dataclass(frozen=True, slots=True)
 class Budget:
     metric: str  # a key of METRICS
-    op: str  # "<=" or "<"
+    op: Op
     limit: int  # bytes
     text: str  # as written, normalised: "peak<=20GiB"
-    scope: str = "global"  # "global" (--budget) or "cell" (a tag)
+    scope: Scope = "global"
 
     def holds(self, value: int) -> bool:
         return value <= self.limit if self.op == "<=" else value < self.limit
@@ -87,6 +89,7 @@ class BudgetResult:
         b = self.budget
         if self.value is None:
             return f"{b.metric}: not measured, {b.text} not checked"
+        rel: str
         if self.ok:
             rel = b.op
         else:
@@ -113,12 +116,13 @@ def _size(text: str) -> int:
     return parse_size(text)
 
 
-def parse_budget(text: str, scope: str = "global") -> Budget:
+def parse_budget(text: str, scope: Scope = "global") -> Budget:
     """``'peak<=20GiB'`` -> :class:`Budget`; :class:`BudgetError` with the form otherwise."""
     m = _EXPR.match(text)
     if m is None:
         raise BudgetError(f"not a budget: {text!r}; expected {FORM}")
-    metric, op, size = m.group(1).lower(), m.group(2), m.group(3)
+    metric, size = m.group(1).lower(), m.group(3)
+    op: Op = "<=" if m.group(2) == "<=" else "<"  # the pattern allows these two
     if metric not in METRICS:
         raise BudgetError(f"unknown metric {m.group(1)!r} in budget {text!r}; expected {FORM}")
     if size.startswith("="):  # "peak<==4GiB"

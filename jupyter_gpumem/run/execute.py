@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import RunError
 from .budgets import Budget, BudgetResult
@@ -32,6 +32,8 @@ REQUEST_TIMEOUT_S = 10.0
 WHO_TIMEOUT_S = 20.0
 MIN_REVISION = 3  # the protocol revision that added the history action
 TIMEOUT = "CellTimeout"  # the error a cell past --timeout gets
+# "error": it raised; "skipped": tagged skip-execution
+CellStatus = Literal["ok", "error", "skipped", "not_run"]
 
 
 @dataclass
@@ -41,7 +43,7 @@ class CellRun:
     index: int  # position in the notebook, 0-based
     first_line: str
     budgets: list[Budget]  # what this cell must satisfy (its tags, then the global ones)
-    status: str = "not_run"  # "ok", "error" (raised), "skipped" (skip-execution), "not_run"
+    status: CellStatus = "not_run"
     execution_count: int | None = None
     error: tuple[str, str] | None = None  # (ename, evalue)
     expected_error: bool = False  # tagged raises-exception
