@@ -16,8 +16,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ..errors import ProtocolError
-from .validate import Invalid, Validator, shown
+from ..errors import Invalid, ProtocolError
+from .validate import Validator, shown
 
 PROTOCOL_VERSION = 1
 # Additions an older peer can ignore (new actions, new optional fields) raise the revision

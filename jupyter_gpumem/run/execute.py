@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..errors import RunError
+from ..errors import KernelLost, RunError
 from .budgets import Budget, BudgetResult
 
 OOM_NAMES = frozenset({"OutOfMemoryError"})  # torch.OutOfMemoryError, torch.cuda.OutOfMemoryError
@@ -216,7 +216,7 @@ class Runner:
         reply = await self.request("history", n=1)
         if reply is None:
             self._answering = False
-            raise _Lost()
+            raise KernelLost()
         if reply.get("status") != "ok":
             return
         rows = reply["result"]["cells"]
@@ -396,7 +396,7 @@ class Runner:
                 await self.measured(cell)
                 if cell.oom:
                     await self.postmortem_fix(cell)
-            except _Lost:
+            except KernelLost:
                 result.notes.append(
                     f"the kernel stopped answering jupyter-gpumem's requests after "
                     f"{cell.label} (did the notebook unload the extension?): later cells "
@@ -423,10 +423,6 @@ def is_oom(ename: str, evalue: str) -> bool:
     """torch's OutOfMemoryError, or an error that re-raised one as text (old torch raised
     a RuntimeError; some libraries wrap it)."""
     return ename in OOM_NAMES or "CUDA out of memory" in evalue
-
-
-class _Lost(Exception):
-    pass
 
 
 def _clip(text: str, n: int = 300) -> str:
