@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Invalid, ProtocolError
-from .validate import Validator, shown
+from ..units import shown
+from .validate import Validator
 
 PROTOCOL_VERSION = 1
 # Additions an older peer can ignore (new actions, new optional fields) raise the revision

@@ -20,15 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import Invalid
-
-ECHO = 60  # characters of a bad value an error message repeats
-
-
-def shown(value: Any) -> str:
-    """A bad value as an error message repeats it: short."""
-    text = repr(value)
-    return text if len(text) <= ECHO else text[: ECHO - 1] + "…"
-
+from ..units import shown
 
 _ARTICLE = {"integer": "an integer", "object": "an object", "array": "an array", "null": "null"}
 
