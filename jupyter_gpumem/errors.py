@@ -1,7 +1,9 @@
 """Every error jupyter-gpumem raises on purpose, in one place.
 
 Each carries a message in the user's words; front ends turn them into what their users
-see (IPython's ``UsageError``, a protocol error reply, a CLI exit code).
+see (IPython's ``UsageError``, a protocol error reply, a CLI exit code). Two never reach a
+user as they are: :class:`Invalid` becomes a ``bad_request`` reply, :class:`KernelLost` a
+note of ``jupyter-gpumem run``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,17 @@ class ProtocolError(GpuMemError):
         self.message = message
 
 
+class Invalid(GpuMemError, ValueError):
+    """Where and why a value does not match its schema (``protocol/validate.py``)."""
+
+    def __init__(self, where: str, why: str) -> None:
+        # "fraction must be <= 1, got 1.5"; "set_caching: missing argument 'enabled'"
+        joint = " " if why.startswith(("must ", "is ", "has ", "matches ")) else ": "
+        super().__init__(f"{where}{joint}{why}" if where else why)
+        self.where = where
+        self.why = why
+
+
 class ScanStopped(GpuMemError):
     """A scan could not go on: the runs so far, the exception a run raised, and why."""
 
@@ -49,3 +62,8 @@ class RunError(GpuMemError):
 
 class CliUsageError(GpuMemError):
     """Bad command-line arguments (``jupyter-gpumem run`` exits 2)."""
+
+
+class KernelLost(GpuMemError):
+    """The kernel stopped answering jupyter-gpumem's requests during a notebook run (the
+    notebook unloaded the extension?): later cells get no figures."""

@@ -1,9 +1,20 @@
-"""Byte sizes: format for people, parse what people type."""
+"""Byte sizes: format for people, parse what people type; a bad value as an error message
+repeats it (:func:`shown`)."""
 
 from __future__ import annotations
 
 import re
 from functools import lru_cache
+
+ECHO = 60  # characters of a bad value an error message repeats
+
+
+def shown(value: object) -> str:
+    """A bad value as an error message repeats it: its repr, at most ``ECHO`` characters
+    (a 10 MB argument gets a short message)."""
+    text = repr(value)
+    return text if len(text) <= ECHO else text[: ECHO - 1] + "…"
+
 
 _BINARY = (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 _DECIMAL = (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3))
@@ -61,15 +72,12 @@ def parse_size(text: str) -> int:
     unit = m.group(2).lower() if m else None
     if m is None or unit not in _UNITS:
         raise ValueError(
-            f"not a size: {text!r} (use a number with B, KB, MB, GB, TB, KiB, MiB, GiB or TiB, "
-            "e.g. 24GiB)"
+            f"not a size: {shown(text)} (use a number with B, KB, MB, GB, TB, KiB, MiB, GiB "
+            "or TiB, e.g. 24GiB)"
         )
     value = float(m.group(1)) * _UNITS[unit]
     if not value < 1 << 64:  # also inf, from a number too long for a float
-        raise ValueError(
-            f"size too large: {text[:40]!r}{'…' if len(text) > 40 else ''} "
-            "(at most 16 EiB; e.g. 24GiB)"
-        )
+        raise ValueError(f"size too large: {shown(text)} (at most 16 EiB; e.g. 24GiB)")
     if value < 1:
-        raise ValueError(f"size must be at least one byte: {text!r}")
+        raise ValueError(f"size must be at least one byte: {shown(text)}")
     return int(value)

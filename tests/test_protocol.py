@@ -15,7 +15,7 @@ from jupyter_gpumem.core.history import History
 from jupyter_gpumem.protocol import schema
 from jupyter_gpumem.protocol.handler import ACTIONS, Handler
 from jupyter_gpumem.protocol.stream import SampleStream
-from jupyter_gpumem.testing.replay import ReplayBackend
+from jupyter_gpumem.testing.replay import RecordedAttribution, ReplayBackend
 from tests.fakes import FIXTURES
 
 S = schema()
@@ -275,7 +275,7 @@ def session_handler(shell):
     from jupyter_gpumem._ipython.session import Session
 
     c = Collector(ReplayBackend(str(FIXTURES), clock=lambda: 0.0))
-    session = Session(shell, c)
+    session = Session(shell, c, RecordedAttribution.beside(str(FIXTURES)))
     stream = SampleStream(c, ListChannel())
     yield Handler(session, stream), session
     stream.stop()

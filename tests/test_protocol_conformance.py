@@ -86,7 +86,7 @@ def corpus() -> list[Any]:
         for args in args_corpus(action):
             requests.append({"protocol": 1, "action": action, "args": args})
         requests.append({"protocol": 1, "action": action})  # args left out
-    envelope_protocols = [1, 1.0, True, 2, 0, "1", None, [1]]
+    envelope_protocols = [1, 1.0, True, 2, 0, 2.0, 1.5, "1", None, [1]]
     envelope_actions = ["hello", "set_caching", "exec", "", 1, None, ["hello"], "HELLO"]
     for p, a in itertools.product(envelope_protocols, envelope_actions):
         requests.append({"protocol": p, "action": a, "args": {}})
@@ -95,6 +95,9 @@ def corpus() -> list[Any]:
         {"protocol": 1},  # action missing
         {"protocol": 1, "action": "hello", "args": {}, "id": 3},  # unknown top-level key
         {"protocol": 1, "action": "hello", "extra": None},
+        {"protocol": 2, "action": "hello", "extra": None},  # another version, a bad shape
+        {"protocol": 1, "action": "hello", "args": []},
+        {"protocol": 2, "action": "hello", "args": "x"},
         "hello",
         None,
         [],
@@ -111,13 +114,24 @@ def judged(request: Any) -> bool:
 
 
 def expected_code(request: Any) -> str:
+    """The envelope's shape first (an object of the schema's keys, a number as ``protocol``,
+    a string as ``action``, an object as ``args``): ``bad_request``; then another version
+    (a whole number): ``unsupported_protocol``; then the action: ``unknown_action``."""
     if not isinstance(request, dict):
         return "bad_request"
-    p = request.get("protocol")
-    if isinstance(p, bool) or p != 1:
-        return "unsupported_protocol"
-    a = request.get("action")
-    if a is not None and (not isinstance(a, str) or a not in ACTIONS):  # null: missing
+    p, a = request.get("protocol"), request.get("action")
+    number = isinstance(p, (int, float)) and not isinstance(p, bool)
+    shaped = (
+        {"protocol", "action"} <= set(request) <= {"protocol", "action", "args"}
+        and number
+        and isinstance(a, str)
+        and isinstance(request.get("args", {}), dict)
+    )
+    if not shaped:
+        return "bad_request"
+    if p != 1:
+        return "unsupported_protocol" if float(p).is_integer() else "bad_request"
+    if a not in ACTIONS:
         return "unknown_action"
     return "bad_request"
 
@@ -157,6 +171,39 @@ def _agree(request: Any) -> None:
         return
     assert valid, f"accepted a request the schema refuses: {request!r}"
     assert action == request["action"] and args == request.get("args", {})
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        {"protocol": True, "action": "hello"},
+        {"protocol": "1", "action": "hello"},
+        {"protocol": None, "action": "hello"},
+        {"protocol": [1], "action": "hello"},
+        {"protocol": 1.5, "action": "hello"},
+        {"action": "hello"},
+        {"protocol": 1},
+        {"protocol": 1, "action": 1},
+        {"protocol": 1, "action": None},
+        {"protocol": 1, "action": "hello", "args": []},
+        {"protocol": 1, "action": "hello", "id": 3},
+        {"protocol": 2, "action": "hello", "id": 3},
+    ],
+)
+def test_a_request_of_the_wrong_shape_is_a_bad_request(request_):
+    """What schema.json refuses for its shape is ``bad_request``, whatever its version."""
+    assert not judged(request_)
+    with pytest.raises(ProtocolError) as e:
+        check_request(request_)
+    assert e.value.code == "bad_request", e.value.message
+
+
+def test_a_well_formed_request_of_another_version_is_unsupported():
+    for p in (2, 0, 2.0):
+        with pytest.raises(ProtocolError) as e:
+            check_request({"protocol": p, "action": "hello", "args": {}})
+        assert e.value.code == "unsupported_protocol"
+        assert e.value.message == f"this kernel speaks protocol 1, got {p!r}"
 
 
 def test_a_long_bad_value_is_echoed_short():

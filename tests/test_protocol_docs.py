@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from jupyter_gpumem import protocol
 from jupyter_gpumem.protocol import PROTOCOL_REVISION, PROTOCOL_VERSION, schema
 from jupyter_gpumem.protocol.handler import ACTIONS as HANDLERS
 
@@ -66,6 +67,14 @@ def test_the_title_names_the_version_and_revision():
     first = DOC.splitlines()[0]
     assert f"version {PROTOCOL_VERSION}, revision {PROTOCOL_REVISION})" in first
     assert S["protocol_revision"] == PROTOCOL_REVISION
+
+
+def test_the_revision_is_written_once():
+    """schema.json holds the revision; the kernel reads it from there, its text names none."""
+    assert not re.search(r"revision \d", S["description"])
+    source = Path(protocol.__file__).read_text()
+    assert "PROTOCOL_REVISION =" not in source
+    assert protocol.PROTOCOL_REVISION == S["protocol_revision"]
 
 
 def test_every_action_has_a_row_and_only_those():

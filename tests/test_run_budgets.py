@@ -127,3 +127,33 @@ def test_check_per_device_and_boundaries():
         "value": 3 << 20,
         "ok": False,
     }
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "x" * 10_000,  # not a budget
+        "p" * 10_000 + "<=4GiB",  # an unknown metric
+        "peak<==" + "4" * 10_000,  # not a budget
+        "peak<=4" + "X" * 10_000,  # a bad size
+        "peak<=" + "9" * 10_000 + "GiB",  # a size too large
+        "peak<=0" + "X" * 10_000,  # a zero with a bad unit
+    ],
+)
+def test_a_long_argument_is_echoed_short(text):
+    """An error repeats at most 60 characters of what it was given, with an ellipsis."""
+    with pytest.raises(BudgetError) as e:
+        parse_budget(text)
+    message = str(e.value)
+    assert FORM in message
+    assert len(message) < len(FORM) + 250, message
+    assert "…" in message
+
+
+def test_a_long_tag_is_echoed_short():
+    with pytest.raises(BudgetError) as e:
+        tag_budgets(["gpumem: " + ";" * 10_000])
+    assert len(str(e.value)) < len(FORM) + 150 and "…" in str(e.value)
+    with pytest.raises(BudgetError) as e:
+        tag_budgets("t" * 10_000)
+    assert len(str(e.value)) < 200 and "…" in str(e.value)

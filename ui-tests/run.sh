@@ -110,8 +110,10 @@ if [ -z "${JUPYTER_GPUMEM_REPLAY:-}" ] && [ $HAS_GPU -eq 0 ] \
   export JUPYTER_GPUMEM_REPLAY="$ROOT/tests/fixtures/gpu_readings.json"
 fi
 if [ -n "${JUPYTER_GPUMEM_REPLAY:-}" ]; then
-  # the replay backend, plugged in by import path (jupyter_gpumem/testing/replay.py)
+  # the replay backend and the attribution recorded beside its fixture, plugged in by
+  # import path (jupyter_gpumem/testing/replay.py)
   export JUPYTER_GPUMEM_BACKEND="jupyter_gpumem.testing.replay:from_env"
+  export JUPYTER_GPUMEM_ATTRIBUTION="jupyter_gpumem.testing.replay:attribution_from_env"
 fi
 # The kernel (python3, the server's Python) must import the kernel side.
 if ! (cd "$WORK" && "$PYTHON" -c "

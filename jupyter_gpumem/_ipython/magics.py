@@ -483,7 +483,7 @@ class GpuMemMagics(Magics):
         if opts.output:
             self.shell.user_ns[opts.output] = result
         if not opts.quiet:
-            display(bundles.scan(result), raw=True)
+            display(result)  # the scan shows itself
 
     # -- line commands ----------------------------------------------------------------
     def _cmd_now(self, args: Any) -> None:
@@ -495,7 +495,7 @@ class GpuMemMagics(Magics):
             from dataclasses import replace
 
             m = replace(m, devices=tuple(d for d in m.devices if d.index == args.device))
-        display(bundles.measurement(m), raw=True)
+        display(m)  # the measurement shows itself
 
     def _cmd_auto(self, args: Any) -> None:
         self.session.auto = args.state == "on"
@@ -678,9 +678,6 @@ class GpuMemMagics(Magics):
         from IPython.display import display
 
         from ..collectors import distributed, workers
-        from ..reporters._rows import workers_section
-        from ..reporters.html import section_html
-        from ..reporters.text import section_lines
 
         if args.action == "watch":
             try:
@@ -706,11 +703,7 @@ class GpuMemMagics(Magics):
                 "jupyter_gpumem.report_to_store() (then `%gpumem workers watch` here)."
             )
             return
-        s = workers_section(live)
-        display(
-            {"text/plain": "\n".join(section_lines(s, "")), "text/html": section_html(s)},
-            raw=True,
-        )
+        display(bundles.workers(live), raw=True)
 
     def _cmd_panel(self, args: Any) -> Any:
         if args.interval < 100:

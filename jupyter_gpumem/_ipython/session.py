@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
     from IPython.core.interactiveshell import InteractiveShell
 
+    from ..core.attribution import AttributionSource
+
 CELL_LINE = re.compile(r"^%%gpumem(?:[ \t]+(?P<args>.*?))?[ \t]*\r?\n?$")
 
 
@@ -74,7 +76,15 @@ class CellOptions:
 class Session:
     """Everything the extension holds for one shell; removed whole on unload."""
 
-    def __init__(self, shell: InteractiveShell, collector: Collector | None = None) -> None:
+    def __init__(
+        self,
+        shell: InteractiveShell,
+        collector: Collector | None = None,
+        attribution: AttributionSource | None = None,
+    ) -> None:
+        """The session's sources are chosen here, once: the collector's backend and the
+        attribution source are those given, else those the environment names
+        (``collectors.plugged``), else the live ones."""
         self.shell = shell
         self.config = GpuMem(parent=shell)
         self.collector = collector or Collector()
@@ -94,11 +104,14 @@ class Session:
         self.report_listeners: list[Callable[[CellReport], None]] = []
         self.last_report: CellReport | None = None
         self.last_breakdown: CellReport | None = None  # the last cell with --breakdown
+        from ..collectors import ATTRIBUTION_ENV, plugged
         from ..core.attribution import Attributor
         from .cells import IPythonWorkspace
 
+        if attribution is None:
+            attribution = plugged(ATTRIBUTION_ENV)
         self.attributor = Attributor(
-            IPythonWorkspace(shell), self.collector, track=self.config.track
+            IPythonWorkspace(shell), self.collector, track=self.config.track, source=attribution
         )
         self.attributor.scans = lambda: self.scans
 

@@ -2,6 +2,13 @@
 
 ``Collector.measure()`` returns one :class:`~jupyter_gpumem.model.Measurement`; everything
 else in the package works from those records.
+
+Each source is the real one unless an environment variable names another of the same
+records by import path (``package.module:callable``, called without arguments; tests plug
+theirs in this way: ``jupyter_gpumem.testing``): ``JUPYTER_GPUMEM_BACKEND`` the allocator's
+and the driver's figures (a :class:`Backend`), ``JUPYTER_GPUMEM_NVML`` pynvml's calls,
+``JUPYTER_GPUMEM_ATTRIBUTION`` who holds the memory (an
+``AttributionSource``, which the session gives its ``Attributor`` when it is composed).
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from .allocator import Reading, TorchBackend
 from .host import host_rss
 
 BACKEND_ENV = "JUPYTER_GPUMEM_BACKEND"
+NVML_ENV = "JUPYTER_GPUMEM_NVML"
+ATTRIBUTION_ENV = "JUPYTER_GPUMEM_ATTRIBUTION"
 
 
 class Backend(Protocol):
@@ -45,14 +54,16 @@ class Backend(Protocol):
 
 
 def make_backend() -> Backend:
-    """The real backend (torch and NVML), or the one ``JUPYTER_GPUMEM_BACKEND`` names by
-    import path (``package.module:callable``, called without arguments): another source
-    of the same figures, such as the test-only replay of recorded readings."""
-    spec = os.environ.get(BACKEND_ENV)
-    if spec:
-        backend: Backend = load_plugin(spec, BACKEND_ENV)
-        return backend
-    return TorchBackend()
+    """The real backend (torch and NVML), or the one ``JUPYTER_GPUMEM_BACKEND`` names."""
+    backend: Backend | None = plugged(BACKEND_ENV)
+    return backend if backend is not None else TorchBackend()
+
+
+def plugged(variable: str) -> Any:
+    """What the ``package.module:callable`` named in environment variable ``variable``
+    makes; None when the variable is unset."""
+    spec = os.environ.get(variable)
+    return load_plugin(spec, variable) if spec else None
 
 
 def load_plugin(spec: str, variable: str) -> Any:

@@ -16,10 +16,6 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-# ``package.module:callable`` returning an object with pynvml's calls (the test-only
-# jupyter_gpumem.testing.fake_nvml:from_env describes GPUs in a file)
-NVML_ENV = "JUPYTER_GPUMEM_NVML"
-
 
 def _strtoul(s: str) -> int:
     """Leading unsigned integer of ``s`` as C's strtoul reads it, or -1."""
@@ -149,12 +145,10 @@ class Nvml:
             return self._nvml is not None
         self._started = True
         try:
-            spec = os.environ.get(NVML_ENV)
-            if spec:  # another implementation of the same calls, by import path
-                from . import load_plugin
+            from . import NVML_ENV, plugged
 
-                nvml: Any = load_plugin(spec, NVML_ENV)
-            else:
+            nvml: Any = plugged(NVML_ENV)  # another implementation of the same calls
+            if nvml is None:
                 nvml = importlib.import_module("pynvml")  # from nvidia-ml-py
             nvml.nvmlInit()
         except ImportError:

@@ -2,9 +2,10 @@
 the kept traceback, traces and breakdowns, for one front end's workspace.
 
 Front-end free: the user's names, cells and kept traceback come through a
-:class:`Workspace` (IPython's is ``_ipython/cells.py``). A backend may bring recorded
-attribution instead of the live allocator and namespace (``recorded_attribution()``,
-a :class:`RecordedAttribution`); the test-only replay backend does.
+:class:`Workspace` (IPython's is ``_ipython/cells.py``). Who holds the memory is read
+through an :class:`AttributionSource`: :class:`LiveAttribution` (torch's snapshot, the
+namespace walk, the cells' names) unless the front end that composes the session gives
+another.
 
 Reads the namespace: call only on the shell thread while no cell runs (the magics and the
 cell hooks do; the panel's requests are sent to the shell thread by the kernel front end).
@@ -94,15 +95,38 @@ class Workspace(Protocol):
         ...
 
 
-class RecordedAttribution(Protocol):
-    """Attribution recorded elsewhere, which a backend may bring instead of the live
-    allocator and namespace."""
+class AttributionSource(Protocol):
+    """Where the Attributor reads who holds the memory: whether allocation sites are
+    recorded, the live blocks matched with their owners, the segment maps."""
 
-    def holdings(self, devices: list[int] | None, tracking: bool) -> dict[int, DeviceHoldings]: ...
+    def tracking(self, recording: Recording) -> bool:
+        """Whether allocation sites are recorded now."""
+        ...
 
-    def segment_maps(self, device: int | None, max_segments: int | None) -> list[SegmentMap]: ...
+    def set_tracking(self, recording: Recording, on: bool) -> tuple[str, bool]:
+        """Switch allocation-site recording (``recording.wanted`` already says ``on``):
+        what happened, in words, and whether a recording started (the blocks alive now
+        were then made before it). Raises ActionRefused with a sentence."""
+        ...
 
-    def postmortems(self) -> tuple[PostMortem, ...]: ...
+    def holdings(
+        self,
+        recording: Recording,
+        devices: list[int] | None,
+        walk: bool,
+        snapshot: AllocatorSnapshot | None,
+    ) -> dict[int, DeviceHoldings]:
+        """The live blocks of each device (or those asked) matched with their owners
+        (``walk=False``: none looked for). Raises ActionRefused with a sentence."""
+        ...
+
+    def segment_maps(self, device: int | None, max_segments: int | None) -> list[SegmentMap]:
+        """The segment map of each device (or one). Raises ActionRefused with a sentence."""
+        ...
+
+    def known_postmortems(self) -> tuple[PostMortem, ...]:
+        """Post-mortems of failures the source knew of before the session saw any."""
+        ...
 
 
 def _torch() -> Any:
@@ -121,8 +145,111 @@ def why_nothing(t: Any) -> str | None:
     return None
 
 
+class LiveAttribution:
+    """Who holds the memory, read live: torch's snapshot, the walk of the user's namespace,
+    the cells' names (through the site resolver)."""
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        resolver: SiteResolver,
+        walker: Callable[[Any], NamespaceWalker],
+    ) -> None:
+        self.workspace = workspace
+        self.resolver = resolver
+        self.walker = walker
+
+    def tracking(self, recording: Recording) -> bool:
+        t = _torch()
+        return t is not None and cuda_build(t) and recording.active(t)
+
+    def set_tracking(self, recording: Recording, on: bool) -> tuple[str, bool]:
+        t = _torch()
+        if not on:
+            was_ours = recording.ours
+            recording.stop(t)
+            if t is not None and cuda_build(t) and recording.active(t):
+                return (
+                    "allocation tracking is off for gpumem, but your own code records "
+                    "allocation history (_record_memory_history): it stays on"
+                ), False
+            return (
+                "allocation tracking is off" if was_ours else "allocation tracking was off"
+            ), False
+        if t is None:
+            return (
+                "allocation tracking starts as soon as torch is imported (at the next cell "
+                "after the import)"
+            ), False
+        err = recording.start(t)
+        if err is not None:
+            recording.wanted = False
+            raise ActionRefused(err)
+        return (
+            "allocation tracking is on: blocks allocated from now on carry the line that "
+            "allocated them (`%gpumem who --by line`)"
+        ), True
+
+    def holdings(
+        self,
+        recording: Recording,
+        devices: list[int] | None,
+        walk: bool,
+        snapshot: AllocatorSnapshot | None,
+    ) -> dict[int, DeviceHoldings]:
+        """Snapshot + namespace walk, matched per device."""
+        t = _torch()
+        why = why_nothing(t)
+        if why is not None:
+            raise ActionRefused(why)
+        start = time.perf_counter()
+        snap = snapshot if snapshot is not None else read_snapshot(t)
+        if snap is None:
+            raise ActionRefused("CUDA is not initialised in this kernel")
+        refs = None
+        notes: list[str] = []
+        if devices is None:
+            devices = snap.devices()
+        if walk:
+            ws = self.workspace
+            roots = ws.roots(t.optim.Optimizer) + ws.traceback_roots()
+            # the blocks the matching below reads anyway, made once, spare the walk two
+            # torch calls a tensor
+            w = self.walker(t).walk(roots, [(d, snap.live_blocks(d)) for d in devices])
+            refs = w.refs
+            notes += [f"namespace walk {r}: some owners may be missing" for r in w.truncated]
+        elapsed = time.perf_counter() - start
+        before = recording.before
+        return {d: holdings(snap, d, refs, self.resolver, before, notes, elapsed) for d in devices}
+
+    def segment_maps(self, device: int | None, max_segments: int | None) -> list[SegmentMap]:
+        """Reads no namespace: safe beside a running cell (the cell names it reads are only
+        looked up)."""
+        t = _torch()
+        why = why_nothing(t)
+        if why is not None:
+            raise ActionRefused(why)
+        snap = read_snapshot(t)
+        if snap is None:
+            raise ActionRefused("CUDA is not initialised in this kernel")
+        resolver = self.resolver
+        devices = snap.devices()
+        if device is not None:
+            devices = [device]
+        return [segment_map(snap, d, resolver, max_segments) for d in devices]
+
+    def known_postmortems(self) -> tuple[PostMortem, ...]:
+        return ()  # a live session explains the failures it sees
+
+
 class Attributor:
-    def __init__(self, workspace: Workspace, collector: Collector, track: bool = False) -> None:
+    def __init__(
+        self,
+        workspace: Workspace,
+        collector: Collector,
+        track: bool = False,
+        source: AttributionSource | None = None,
+    ) -> None:
         self.workspace = workspace
         self.collector = collector
         self.cells = workspace.cells
@@ -131,6 +258,10 @@ class Attributor:
         self.recording.wanted = track
         self.limits = Limits()
         self._walkers: dict[int, NamespaceWalker] = {}
+        # who holds it: live unless the session was composed with another source
+        if source is None:
+            source = LiveAttribution(workspace, self.resolver, self._walker)
+        self.source: AttributionSource = source
         # Live blocks (device -> address -> size) at the last per-cell attribution: blocks a
         # cell "made" are those not in it (re-running a cell's code reuses its file name).
         self._known: dict[int, dict[int, int]] | None = None
@@ -140,47 +271,16 @@ class Attributor:
 
     # -- tracking ------------------------------------------------------------------------
     @property
-    def _recorded(self) -> RecordedAttribution | None:
-        """The attribution the backend recorded, when it brings one."""
-        recorded = getattr(self.collector.backend, "recorded_attribution", None)
-        return recorded() if callable(recorded) else None
-
-    @property
     def tracking(self) -> bool:
-        if self._recorded is not None:
-            return self.recording.wanted
-        t = _torch()
-        return t is not None and cuda_build(t) and self.recording.active(t)
+        return self.source.tracking(self.recording)
 
     def set_tracking(self, on: bool) -> str:
         """Switch allocation-site recording; returns what happened, in words."""
-        t = _torch()
         self.recording.wanted = on
-        if self._recorded is not None:
-            return f"allocation tracking is {'on' if on else 'off'} (recorded data)"
-        if not on:
-            was_ours = self.recording.ours
-            self.recording.stop(t)
-            if t is not None and cuda_build(t) and self.recording.active(t):
-                return (
-                    "allocation tracking is off for gpumem, but your own code records "
-                    "allocation history (_record_memory_history): it stays on"
-                )
-            return "allocation tracking is off" if was_ours else "allocation tracking was off"
-        if t is None:
-            return (
-                "allocation tracking starts as soon as torch is imported (at the next cell "
-                "after the import)"
-            )
-        err = self.recording.start(t)
-        if err is not None:
-            self.recording.wanted = False
-            raise ActionRefused(err)
-        self._known = _by_device(self.recording.before)
-        return (
-            "allocation tracking is on: blocks allocated from now on carry the line that "
-            "allocated them (`%gpumem who --by line`)"
-        )
+        message, started = self.source.set_tracking(self.recording, on)
+        if started:
+            self._known = _by_device(self.recording.before)
+        return message
 
     def before_cell(self) -> None:
         """Start a wished-for recording once torch is there (cheap when nothing is wished)."""
@@ -207,55 +307,16 @@ class Attributor:
     ) -> dict[int, DeviceHoldings]:
         """Snapshot + namespace walk, matched per device. Raises ActionRefused with a
         sentence when there is nothing to attribute."""
-        recorded = self._recorded
-        if recorded is not None:
-            if not self.last_postmortems:
-                self.last_postmortems = recorded.postmortems()
-            return recorded.holdings(devices, self.recording.wanted)
-        t = _torch()
-        why = why_nothing(t)
-        if why is not None:
-            raise ActionRefused(why)
-        start = time.perf_counter()
-        snap = snapshot if snapshot is not None else read_snapshot(t)
-        if snap is None:
-            raise ActionRefused("CUDA is not initialised in this kernel")
-        refs = None
-        notes: list[str] = []
-        if devices is None:
-            devices = snap.devices()
-        if walk:
-            ws = self.workspace
-            roots = ws.roots(t.optim.Optimizer) + ws.traceback_roots()
-            # the blocks the matching below reads anyway, made once, spare the walk two
-            # torch calls a tensor
-            w = self._walker(t).walk(roots, [(d, snap.live_blocks(d)) for d in devices])
-            refs = w.refs
-            notes += [f"namespace walk {r}: some owners may be missing" for r in w.truncated]
-        elapsed = time.perf_counter() - start
-        before = self.recording.before
-        return {d: holdings(snap, d, refs, self.resolver, before, notes, elapsed) for d in devices}
+        if not self.last_postmortems:
+            self.last_postmortems = self.source.known_postmortems()
+        return self.source.holdings(self.recording, devices, walk, snapshot)
 
     def segment_maps(
         self, device: int | None = None, max_segments: int | None = None
     ) -> list[SegmentMap]:
         """The segment map of each device (or one). Reads no namespace: safe beside a
-        running cell (the cell names it reads are only looked up)."""
-        recorded = self._recorded
-        if recorded is not None:
-            return recorded.segment_maps(device, max_segments)
-        t = _torch()
-        why = why_nothing(t)
-        if why is not None:
-            raise ActionRefused(why)
-        snap = read_snapshot(t)
-        if snap is None:
-            raise ActionRefused("CUDA is not initialised in this kernel")
-        resolver = self.resolver
-        devices = snap.devices()
-        if device is not None:
-            devices = [device]
-        return [segment_map(snap, d, resolver, max_segments) for d in devices]
+        running cell."""
+        return self.source.segment_maps(device, max_segments)
 
     def who(
         self, device: int | None = None, by: By = "variable", n: int | None = 20
@@ -549,8 +610,9 @@ def _empty_snapshot() -> AllocatorSnapshot:
 
 
 __all__ = [
+    "AttributionSource",
     "Attributor",
-    "RecordedAttribution",
+    "LiveAttribution",
     "ReleaseResult",
     "Root",
     "Workspace",

@@ -126,33 +126,6 @@ class History:
                 out.append(rec)
         return out
 
-    def cells(self, n: int | None = None) -> list[dict[str, Any]]:
-        """The protocol's ``HistoryCell`` records, oldest first."""
-        return [
-            {
-                "execution_count": row.execution_count,
-                "time": row.time,
-                "first_line": row.first_line,
-                "wall_time": row.wall_time,
-                "failed": row.failed,
-                "devices": [
-                    {
-                        "index": d.device,
-                        "allocated": d.allocated,
-                        "allocated_delta": d.allocated_delta,
-                        "reserved": d.reserved,
-                        "reserved_delta": d.reserved_delta,
-                        "peak_allocated": d.peak_allocated,
-                        "peak_above_start": d.peak_above_start,
-                        "kept_at": d.kept_at,
-                        **({"worker": d.worker} if d.worker is not None else {}),
-                    }
-                    for d in row.devices
-                ],
-            }
-            for row in self.last(n)
-        ]
-
     def write_csv(self, path: str, n: int | None = None) -> int:
         """Write the rows to a new file. Text that a spreadsheet would read as a formula
         (a cell's first line starting with = + - @, tab or carriage return) gets a leading

@@ -14,6 +14,13 @@ from .render import ShowsItself
 # memory_viz pickles) then feed the analyses unchanged.
 
 
+# A block's state: live, freed but still in use by a stream (torch's two spellings of
+# "pending"), or free in the cache.
+BlockState = Literal["active_allocated", "active_pending_free", "active_awaiting_free", "inactive"]
+# A segment's pool: "small" (2 MiB segments for blocks <= 1 MiB) or "large".
+Pool = Literal["small", "large"]
+
+
 class Frame(TypedDict):
     filename: str
     line: int
@@ -24,7 +31,7 @@ class Block(TypedDict):
     address: int
     size: int  # what the allocator counts (rounded)
     requested_size: int  # what the program asked for
-    state: str  # "active_allocated", "active_pending_free" / "active_awaiting_free", "inactive"
+    state: BlockState
     frames: list[Frame]  # innermost first; empty when nothing was recorded
 
 
@@ -36,7 +43,7 @@ class Segment(TypedDict, total=False):
     active_size: int
     requested_size: int
     stream: int
-    segment_type: str  # "small" (2 MiB segments for <= 1 MiB blocks) or "large"
+    segment_type: Pool
     is_expandable: bool
     blocks: list[Block]
 
@@ -122,7 +129,7 @@ class BlockView(NamedTuple):
 class SegmentView:
     address: int
     size: int
-    pool: str  # "small" or "large"
+    pool: Pool
     stream: int
     expandable: bool
     blocks: tuple[BlockView, ...]

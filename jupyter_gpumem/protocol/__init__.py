@@ -16,22 +16,15 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ..errors import ProtocolError
-from .validate import Invalid, Validator, shown
+from ..errors import Invalid, ProtocolError
+from ..units import shown
+from .validate import Validator
 
 PROTOCOL_VERSION = 1
 # Additions an older peer can ignore (new actions, new optional fields) raise the revision
-# and keep the protocol version; a frontend checks ``hello``'s ``actions`` before using one.
-# 2: who, track, release_traceback; CellMarker.kept_at and .postmortems; error code busy.
-# 3: segments, history.
-# 4: Device.children (the kernel's child processes on the device).
-# 5: hello.tracking; track's tracking as {active, wanted}; WhoRow.site and kind "rest";
-#    PostMortem.execution_count and .time.
-# 6: Fix.first_step and .shortfall; PostMortem.need, .need_full, .room and .hint (fixes are
-#    judged against what the failed cell needs).
-# 7: Sample.workers (worker processes' own allocators, live); HistoryCell device rows of
-#    workers (``worker``).
-PROTOCOL_REVISION = 7
+# (schema.json's ``protocol_revision``, the one place it is written: ``PROTOCOL_REVISION``
+# reads it when first asked for, see ``__getattr__``) and keep the protocol version; what
+# each revision added is listed in docs/protocol.md.
 REQUEST = "gpumem_request"
 REPLY = "gpumem_reply"
 COMM_TARGET = "jupyter_gpumem"
@@ -44,27 +37,54 @@ def schema() -> dict[str, Any]:
     return dict(json.loads(text))
 
 
+def __getattr__(name: str) -> Any:
+    if name == "PROTOCOL_REVISION":  # read when asked for: importing reads no file
+        return schema()["protocol_revision"]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 @cache
 def _validator(noun: str) -> Validator:
     return Validator(schema(), noun)
 
 
+@cache
+def _envelope() -> dict[str, Any]:
+    """schema.json's ``request`` with only the types of ``protocol`` and ``action``: its
+    shape. Which version and which action are checked after it, each with its own code."""
+    request = schema()["$defs"]["request"]
+    properties = dict(request["properties"])
+    properties["protocol"] = {"type": "number"}
+    properties["action"] = {"type": "string"}
+    return {**request, "properties": properties}
+
+
 def check_request(content: Any) -> tuple[str, dict[str, Any]]:
     """(action, args) of a request that schema.json accepts; :class:`ProtocolError`
-    with the error code it names otherwise."""
+    with the error code it names otherwise: ``bad_request`` for a request of the wrong
+    shape (not an object, a key missing or unknown, a value of the wrong type), then
+    ``unsupported_protocol`` for a well-formed request of another version, then
+    ``unknown_action``, then ``bad_request`` for the action's arguments."""
     if not isinstance(content, Mapping):
         raise ProtocolError("bad_request", "the request content must be an object")
-    protocol = content.get("protocol")
-    if isinstance(protocol, bool) or protocol != PROTOCOL_VERSION:
+    envelope = _envelope()
+    for name in envelope["required"]:
+        if name not in content:
+            raise ProtocolError("bad_request", f"missing {name}")
+    try:
+        _validator("key").check(content, envelope, "")
+    except Invalid as e:
+        raise ProtocolError("bad_request", str(e)) from None
+    protocol = content["protocol"]
+    if protocol != PROTOCOL_VERSION:
+        whole = isinstance(protocol, int) or (isinstance(protocol, float) and protocol.is_integer())
         raise ProtocolError(
-            "unsupported_protocol",
+            "unsupported_protocol" if whole else "bad_request",
             f"this kernel speaks protocol {PROTOCOL_VERSION}, got {shown(protocol)}",
         )
-    action = content.get("action")
-    if action is None:
-        raise ProtocolError("bad_request", "missing action")
+    action = content["action"]
     actions = schema()["actions"]
-    if not isinstance(action, str) or action not in actions:
+    if action not in actions:
         raise ProtocolError("unknown_action", f"unknown action {shown(action)}")
     try:
         _validator("key").check(content, schema()["$defs"]["request"], "")

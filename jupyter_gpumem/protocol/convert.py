@@ -18,6 +18,7 @@ from ..model import (
     CellReport,
     DeviceSample,
     Fix,
+    HistoryRow,
     LineShare,
     Measurement,
     PostMortem,
@@ -224,6 +225,33 @@ def _(p: PostMortem) -> dict[str, Any]:
         "need_full": p.need_full,
         "room": p.room,
         "hint": p.hint,
+    }
+
+
+@to_protocol.register
+def _(row: HistoryRow) -> dict[str, Any]:
+    """A ``HistoryCell``: the cell's row of ``%gpumem history`` (a worker's device names
+    its worker)."""
+    return {
+        "execution_count": row.execution_count,
+        "time": row.time,
+        "first_line": row.first_line,
+        "wall_time": row.wall_time,
+        "failed": row.failed,
+        "devices": [
+            {
+                "index": d.device,
+                "allocated": d.allocated,
+                "allocated_delta": d.allocated_delta,
+                "reserved": d.reserved,
+                "reserved_delta": d.reserved_delta,
+                "peak_allocated": d.peak_allocated,
+                "peak_above_start": d.peak_above_start,
+                "kept_at": d.kept_at,
+                **({"worker": d.worker} if d.worker is not None else {}),
+            }
+            for d in row.devices
+        ],
     }
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .._version import __version__
 from ..core import actions
 from ..errors import ActionRefused, ProtocolError
-from . import BUSY, PROTOCOL_REVISION, PROTOCOL_VERSION, check_request, error_reply
+from . import BUSY, PROTOCOL_VERSION, check_request, error_reply, schema
 from .convert import to_protocol
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ class Handler:
     def hello(self) -> dict[str, Any]:
         return {
             "protocol": PROTOCOL_VERSION,
-            "revision": PROTOCOL_REVISION,
+            "revision": schema()["protocol_revision"],
             "tracking": self._tracking(),
             "version": __version__,
             "actions": list(ACTIONS),
@@ -166,7 +166,7 @@ class Handler:
         return {"devices": [to_protocol(m) for m in maps]}
 
     def history(self, n: int = 200) -> dict[str, Any]:
-        return {"cells": self.services.history.cells(n)}
+        return {"cells": [to_protocol(row) for row in self.services.history.last(n)]}
 
     def _tracking(self) -> dict[str, bool]:
         """``active``: sites are being recorded; ``wanted``: asked for (recording starts

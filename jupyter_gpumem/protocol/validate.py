@@ -19,25 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-ECHO = 60  # characters of a bad value an error message repeats
-
-
-class Invalid(ValueError):
-    """Where and why a value does not match its schema."""
-
-    def __init__(self, where: str, why: str) -> None:
-        # "fraction must be <= 1, got 1.5"; "set_caching: missing argument 'enabled'"
-        joint = " " if why.startswith(("must ", "is ", "has ", "matches ")) else ": "
-        super().__init__(f"{where}{joint}{why}" if where else why)
-        self.where = where
-        self.why = why
-
-
-def shown(value: Any) -> str:
-    """A bad value as an error message repeats it: short."""
-    text = repr(value)
-    return text if len(text) <= ECHO else text[: ECHO - 1] + "…"
-
+from ..errors import Invalid
+from ..units import shown
 
 _ARTICLE = {"integer": "an integer", "object": "an object", "array": "an array", "null": "null"}
 

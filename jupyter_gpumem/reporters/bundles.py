@@ -22,6 +22,7 @@ from ..model import (
     ScanResult,
     SegmentMap,
     WhoReport,
+    WorkerReport,
 )
 from ..model.render import Bundle, register
 from ._rows import cell_sections, compact_line
@@ -86,6 +87,16 @@ def scan(result: ScanResult) -> Bundle:
     from .scan import scan_html, scan_text
 
     return {"text/plain": scan_text(result), "text/html": scan_html(result)}
+
+
+def workers(reports: Sequence[WorkerReport]) -> Bundle:
+    """Each worker process's own allocator (``%gpumem workers``)."""
+    from ._rows import workers_section
+    from .html import section_html
+    from .text import section_lines
+
+    s = workers_section(tuple(reports))
+    return {"text/plain": "\n".join(section_lines(s, "")), "text/html": section_html(s)}
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> Bundle:

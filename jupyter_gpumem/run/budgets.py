@@ -20,10 +20,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import BudgetError
-from ..units import format_bytes, parse_size
+from ..units import format_bytes, parse_size, shown
 
 # The figures of a HistoryCell device row that each metric reads.
 METRICS: dict[str, tuple[str, str]] = {
@@ -32,7 +32,9 @@ METRICS: dict[str, tuple[str, str]] = {
     "allocated": ("allocated", "allocated after the cell"),
     "reserved": ("reserved", "reserved (cached by PyTorch) after the cell"),
 }
-OPS = ("<=", "<")
+Op = Literal["<=", "<"]
+Scope = Literal["global", "cell"]  # --budget, or a cell's tag
+OPS: tuple[Op, ...] = ("<=", "<")
 TAG_PREFIX = "gpumem:"
 
 FORM = (
@@ -48,10 +50,10 @@ _ZERO = re.compile(r"^\s*(?:0+(?:\.0*)?|\.0+)\s*([A-Za-z]*)\s*$")
 @dataclass(frozen=True, slots=True)
 class Budget:
     metric: str  # a key of METRICS
-    op: str  # "<=" or "<"
+    op: Op
     limit: int  # bytes
     text: str  # as written, normalised: "peak<=20GiB"
-    scope: str = "global"  # "global" (--budget) or "cell" (a tag)
+    scope: Scope = "global"
 
     def holds(self, value: int) -> bool:
         return value <= self.limit if self.op == "<=" else value < self.limit
@@ -87,6 +89,7 @@ class BudgetResult:
         b = self.budget
         if self.value is None:
             return f"{b.metric}: not measured, {b.text} not checked"
+        rel: str
         if self.ok:
             rel = b.op
         else:
@@ -113,20 +116,23 @@ def _size(text: str) -> int:
     return parse_size(text)
 
 
-def parse_budget(text: str, scope: str = "global") -> Budget:
+def parse_budget(text: str, scope: Scope = "global") -> Budget:
     """``'peak<=20GiB'`` -> :class:`Budget`; :class:`BudgetError` with the form otherwise."""
     m = _EXPR.match(text)
     if m is None:
-        raise BudgetError(f"not a budget: {text!r}; expected {FORM}")
-    metric, op, size = m.group(1).lower(), m.group(2), m.group(3)
+        raise BudgetError(f"not a budget: {shown(text)}; expected {FORM}")
+    metric, size = m.group(1).lower(), m.group(3)
+    op: Op = "<=" if m.group(2) == "<=" else "<"  # the pattern allows these two
     if metric not in METRICS:
-        raise BudgetError(f"unknown metric {m.group(1)!r} in budget {text!r}; expected {FORM}")
+        raise BudgetError(
+            f"unknown metric {shown(m.group(1))} in budget {shown(text)}; expected {FORM}"
+        )
     if size.startswith("="):  # "peak<==4GiB"
-        raise BudgetError(f"not a budget: {text!r}; expected {FORM}")
+        raise BudgetError(f"not a budget: {shown(text)}; expected {FORM}")
     try:
         limit = _size(size)
     except ValueError as e:
-        raise BudgetError(f"bad size in budget {text!r}: {e}; expected {FORM}") from None
+        raise BudgetError(f"bad size in budget {shown(text)}: {e}; expected {FORM}") from None
     return Budget(metric, op, limit, f"{metric}{op}{size.replace(' ', '')}", scope)
 
 
@@ -135,7 +141,7 @@ def tag_budgets(tags: Iterable[Any]) -> list[Budget]:
     what the notebook's cell metadata holds: anything but a list of strings is an error."""
     if not isinstance(tags, (list, tuple)):
         raise BudgetError(
-            f"the cell's tags must be a list of strings, got {_shown(tags)}; "
+            f"the cell's tags must be a list of strings, got {shown(tags)}; "
             'e.g. "tags": ["gpumem: peak<=4GiB"]'
         )
     out: list[Budget] = []
@@ -148,15 +154,10 @@ def tag_budgets(tags: Iterable[Any]) -> list[Budget]:
         body = t[len(TAG_PREFIX) :]
         parts = [p for p in body.split(";") if p.strip()]
         if not parts:
-            raise BudgetError(f"empty budget tag {tag!r}; expected 'gpumem: {FORM}'")
+            raise BudgetError(f"empty budget tag {shown(tag)}; expected 'gpumem: {FORM}'")
         for part in parts:
             out.append(parse_budget(part.strip(), scope="cell"))
     return out
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:59] + "…"
 
 
 def effective(global_budgets: Sequence[Budget], cell_budgets: Sequence[Budget]) -> list[Budget]:

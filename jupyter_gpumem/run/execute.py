@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from ..errors import RunError
+from ..errors import KernelLost, RunError
 from .budgets import Budget, BudgetResult
 
 OOM_NAMES = frozenset({"OutOfMemoryError"})  # torch.OutOfMemoryError, torch.cuda.OutOfMemoryError
@@ -32,6 +32,8 @@ REQUEST_TIMEOUT_S = 10.0
 WHO_TIMEOUT_S = 20.0
 MIN_REVISION = 3  # the protocol revision that added the history action
 TIMEOUT = "CellTimeout"  # the error a cell past --timeout gets
+# "error": it raised; "skipped": tagged skip-execution
+CellStatus = Literal["ok", "error", "skipped", "not_run"]
 
 
 @dataclass
@@ -41,7 +43,7 @@ class CellRun:
     index: int  # position in the notebook, 0-based
     first_line: str
     budgets: list[Budget]  # what this cell must satisfy (its tags, then the global ones)
-    status: str = "not_run"  # "ok", "error" (raised), "skipped" (skip-execution), "not_run"
+    status: CellStatus = "not_run"
     execution_count: int | None = None
     error: tuple[str, str] | None = None  # (ename, evalue)
     expected_error: bool = False  # tagged raises-exception
@@ -214,7 +216,7 @@ class Runner:
         reply = await self.request("history", n=1)
         if reply is None:
             self._answering = False
-            raise _Lost()
+            raise KernelLost()
         if reply.get("status") != "ok":
             return
         rows = reply["result"]["cells"]
@@ -394,7 +396,7 @@ class Runner:
                 await self.measured(cell)
                 if cell.oom:
                     await self.postmortem_fix(cell)
-            except _Lost:
+            except KernelLost:
                 result.notes.append(
                     f"the kernel stopped answering jupyter-gpumem's requests after "
                     f"{cell.label} (did the notebook unload the extension?): later cells "
@@ -421,10 +423,6 @@ def is_oom(ename: str, evalue: str) -> bool:
     """torch's OutOfMemoryError, or an error that re-raised one as text (old torch raised
     a RuntimeError; some libraries wrap it)."""
     return ename in OOM_NAMES or "CUDA out of memory" in evalue
-
-
-class _Lost(Exception):
-    pass
 
 
 def _clip(text: str, n: int = 300) -> str:

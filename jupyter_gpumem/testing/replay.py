@@ -2,11 +2,13 @@
 
 Plugged in like any backend, by import path: ``JUPYTER_GPUMEM_BACKEND=
 jupyter_gpumem.testing.replay:from_env`` with ``JUPYTER_GPUMEM_REPLAY=<fixture.json>`` (the UI
-tests set both for the kernel on machines without a GPU); every sample then says it is a
-replay. Nothing in the package's production code names it. When an
-``attribution.json`` (``tests/gpu/record_attribution.py``) lies beside the fixture, ``who``
-answers from its recorded snapshot, namespace references and cell names, through the same
-analyses as live data, and the recorded OOM gives a post-mortem. The fixture is
+tests set both for the kernel on machines without a GPU, :func:`env` gives them); every
+sample then says it is a replay. Nothing in the package's production code names it. When
+an ``attribution.json`` (``tests/gpu/record_attribution.py``) lies beside the fixture,
+``JUPYTER_GPUMEM_ATTRIBUTION=jupyter_gpumem.testing.replay:attribution_from_env`` makes it
+the session's attribution source (:class:`RecordedAttribution`): ``who`` answers from its
+recorded snapshot, namespace references and cell names, through the same analyses as live
+data, and the recorded OOM gives a post-mortem. The fixture is
 written by ``tests/gpu/record_fixtures.py``; its raw readings go through the same
 :func:`make_device_sample` as live ones. Actions are simulated on top of the recording
 (empty_cache drops the cached surplus, reset_peak, caching switch, caps), so every panel
@@ -19,7 +21,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..analysis.postmortem import explain_oom
 from ..analysis.segments import segment_map
@@ -27,7 +29,7 @@ from ..analysis.sites import SiteResolver
 from ..analysis.who import DeviceHoldings, holdings
 from ..collectors.allocator import Reading, make_device_sample, stats_from_flat
 from ..collectors.nvml import NvmlDevice
-from ..collectors.snapshot import snapshot_from_dict
+from ..collectors.snapshot import Recording, snapshot_from_dict
 from ..model import (
     AllocatorSnapshot,
     AllocatorStats,
@@ -37,6 +39,9 @@ from ..model import (
     Reference,
     SegmentMap,
 )
+
+if TYPE_CHECKING:
+    from ..core.attribution import AttributionSource
 
 
 def device_from_raw(raw: Mapping[str, Any]) -> DeviceSample:
@@ -80,16 +85,28 @@ def from_env() -> ReplayBackend:
 REPLAY_ENV = "JUPYTER_GPUMEM_REPLAY"
 
 
+def attribution_from_env() -> AttributionSource | None:
+    """The attribution source ``JUPYTER_GPUMEM_ATTRIBUTION=jupyter_gpumem.testing.replay:
+    attribution_from_env`` makes: the one recorded beside the fixture named by
+    ``JUPYTER_GPUMEM_REPLAY`` (None, that is the live one, when there is none)."""
+    path = os.environ.get(REPLAY_ENV)
+    return RecordedAttribution.beside(path) if path else None
+
+
 def env(path: str) -> dict[str, str]:
-    """The environment that makes a kernel replay the readings recorded in ``path``."""
-    return {"JUPYTER_GPUMEM_BACKEND": "jupyter_gpumem.testing.replay:from_env", REPLAY_ENV: path}
+    """The environment that makes a kernel replay the readings recorded in ``path`` (and
+    the attribution recorded beside them)."""
+    return {
+        "JUPYTER_GPUMEM_BACKEND": "jupyter_gpumem.testing.replay:from_env",
+        "JUPYTER_GPUMEM_ATTRIBUTION": "jupyter_gpumem.testing.replay:attribution_from_env",
+        REPLAY_ENV: path,
+    }
 
 
 class ReplayBackend:
     def __init__(self, path: str, clock: Callable[[], float] = time.monotonic) -> None:
         with open(path) as f:
             data = json.load(f)
-        self.attribution = RecordedAttribution.beside(path)
         self.timeline: list[dict[str, Any]] = data["timeline"]
         self.period = float(data.get("period_s", 0.1))
         self._clock = clock
@@ -101,10 +118,6 @@ class ReplayBackend:
         self._last: dict[int, tuple[int, int]] = {}
         self._caching = True
         self._fraction: dict[int, float] = {}
-
-    def recorded_attribution(self) -> RecordedAttribution | None:
-        """Attribution recorded beside the fixture, instead of the live namespace."""
-        return self.attribution
 
     def actionable(self) -> str | None:
         return None  # every action is simulated on the recording
@@ -220,7 +233,9 @@ class RecordedCells:
 
 
 class RecordedAttribution:
-    """What ``who`` reads, as recorded on a GPU: one record of attribution.json."""
+    """What ``who`` reads, as recorded on a GPU (attribution.json): a
+    :class:`~jupyter_gpumem.core.attribution.AttributionSource`. Tracking is simulated:
+    sites are recorded when the user wants them."""
 
     def __init__(self, path: str) -> None:
         with open(path) as f:
@@ -234,8 +249,23 @@ class RecordedAttribution:
     def record(self, name: str = "cells") -> dict[str, Any]:
         return dict(self.data[name])
 
-    # -- core.attribution.RecordedAttribution --------------------------------------------
-    def holdings(self, devices: list[int] | None, tracking: bool) -> dict[int, DeviceHoldings]:
+    # -- core.attribution.AttributionSource ----------------------------------------------
+    def tracking(self, recording: Recording) -> bool:
+        return recording.wanted
+
+    def set_tracking(self, recording: Recording, on: bool) -> tuple[str, bool]:
+        return f"allocation tracking is {'on' if on else 'off'} (recorded data)", False
+
+    def holdings(
+        self,
+        recording: Recording,
+        devices: list[int] | None,
+        walk: bool,
+        snapshot: AllocatorSnapshot | None,
+    ) -> dict[int, DeviceHoldings]:
+        """The recorded snapshot matched with the recorded references (the namespace was
+        walked when it was recorded)."""
+        tracking = recording.wanted
         rec = self.record("cells")
         snap = snapshot_from_dict(rec, tracking=tracking)
         if not tracking:  # as if recorded without sites
@@ -258,7 +288,8 @@ class RecordedAttribution:
             devices = [device]
         return [segment_map(snap, d, resolver, max_segments) for d in devices]
 
-    def postmortems(self) -> tuple[PostMortem, ...]:
+    def known_postmortems(self) -> tuple[PostMortem, ...]:
+        """The recorded OOM's post-mortem."""
         rec = self.record("oom_fragmentation")
         snap = snapshot_from_dict(rec, tracking=True)
         resolver = SiteResolver(RecordedCells(rec), rec["library_dirs"])
