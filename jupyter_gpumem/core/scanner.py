@@ -12,8 +12,9 @@ outside PyTorch (CUDA context, libraries; measured here) is taken, or by default
 GPU has for PyTorch now. The prediction keeps the fragmentation margin the probes needed
 (peak reserved beyond peak allocated). Verification runs once at the prediction with
 PyTorch capped at the target (``set_per_process_memory_fraction``) and, when that runs out
-of memory, steps down (at most three more runs) from the fit corrected by what the failed
-run showed, then by bisection.
+of memory, steps down (at most two more runs: three verification runs in all) from the fit
+corrected by what the failed run showed, then by bisection aimed by the runs at both ends
+of the bracket.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from ..units import format_bytes as fb
 from .actions import fraction_for
 from .tracker import CellTracker
 
-MAX_STEP_DOWN = 3  # more runs after the one at the prediction
+MAX_VERIFY_RUNS = 3  # the run at the prediction and at most two step-downs
 KEPT_NOISE = 1 << 20  # a first run that keeps more changed what the others start from
 CLOSE_ENOUGH = 0.02  # stop stepping down when the bracket is this narrow (share of hi)
 
@@ -269,28 +270,29 @@ class Scanner:
         fits = [p.value for p in r.probes if p.ok and (p.peak_reserved or 0) <= r.cap]
         lo = max(fits) if fits else None
         lo_run = False
+        ran: ScanRun | None = None  # the verification run at lo
         hi: float | None = None
         candidate: float | None = r.predicted
-        steps = 0
+        made = 0  # verification runs so far
         failed: ScanRun | None = None
         try:
             backend.set_limit(device, fraction_for(min(r.cap, total), total))
             while candidate is not None:
                 run, error = self._one(candidate, "verify", r.cap, state)
+                made += 1
                 if error is not None:  # not an OOM: the user's code broke
                     raise ScanStopped(state.runs, error, f"the verification run raised {run.error}")
                 if run.ok:
                     if lo is None or candidate > lo:
-                        lo, lo_run = candidate, True
+                        lo, lo_run, ran = candidate, True, run
                     if hi is None:
                         break  # the prediction itself runs
                 else:
                     hi, failed = candidate, run
-                if steps >= MAX_STEP_DOWN or hi is None:
+                if made >= MAX_VERIFY_RUNS or hi is None:
                     break
-                steps += 1
                 assert failed is not None
-                candidate = _next_candidate(r, failed, lo, hi, integer, steps, not run.ok)
+                candidate = _next_candidate(r, failed, ran, lo, hi, integer, made, not run.ok)
         finally:
             backend.set_limit(device, previous)
             gc.collect()
@@ -323,9 +325,45 @@ def _available(d: DeviceSample) -> int:
     return total - used + reserved
 
 
+def _wasted(r: ScanResult, failed: ScanRun) -> int:
+    """The part of the cap a run that ran out of memory could not use: the cap minus what
+    it had allocated and the request that failed."""
+    if failed.peak_allocated is None:
+        return 0
+    return r.cap - failed.peak_allocated - (failed.request or 0)
+
+
+def _between(
+    r: ScanResult, ran: ScanRun, failed: ScanRun, lo: float, hi: float, integer: bool
+) -> float | None:
+    """Where the bracket's answer likely is: the largest v in (lo, hi) whose peak (the fit,
+    corrected by what the run at lo measured) plus a margin interpolated between the one
+    the run at lo needed and the one the failed run at hi could not use stays under the
+    cap. None when the runs lack the figures."""
+    fit = r.fit
+    if fit is None or ran.peak_allocated is None or ran.margin is None:
+        return None
+    error = ran.peak_allocated - fit(lo)
+    m_lo, m_hi = ran.margin, max(ran.margin, _wasted(r, failed))
+
+    def fits(v: float) -> bool:
+        margin = m_lo + (m_hi - m_lo) * (v - lo) / (hi - lo)
+        return fit(v) + error + margin <= r.cap
+
+    a, b = lo, hi  # fits(a) is taken as known (it ran); look for the last v that fits
+    for _ in range(60):
+        if (integer and b - a <= 1) or (not integer and b - a <= 1e-6 * hi):
+            break
+        mid = (a + b) / 2
+        mid = float(math.floor(mid)) if integer else mid
+        a, b = (mid, b) if fits(mid) else (a, mid)
+    return a if a > lo else None
+
+
 def _next_candidate(
     r: ScanResult,
     failed: ScanRun,
+    ran: ScanRun | None,
     lo: float | None,
     hi: float,
     integer: bool,
@@ -333,24 +371,27 @@ def _next_candidate(
     after_failure: bool,
 ) -> float | None:
     """The next value to try. After a failure: from the fit again, with the margin the
-    failed run showed (the part of the cap it could not use: cap minus what it had
-    allocated plus the request that failed) and a cut that grows (2, 6, 18 % of the
-    budget); after a success, or when that lands outside the bracket: its middle."""
+    failed run showed (:func:`_wasted`) and a cut that grows (2, 6 % of the budget). After
+    a success (or when that lands outside the bracket): bisection, the point moved toward
+    where the runs at both ends place the answer (:func:`_between`) but kept within the
+    bracket's middle half, so that each run still narrows it by a quarter at least."""
     low = lo if lo is not None else 0.0
     if integer and hi - low <= 1:
         return None
     if hi > 0 and (hi - low) / hi <= CLOSE_ENOUGH and lo is not None:
         return None
     if after_failure and r.fit is not None:
-        wasted = 0
-        if failed.peak_allocated is not None:
-            wasted = r.cap - failed.peak_allocated - (failed.request or 0)
-        margin = max(r.margin, wasted)
+        margin = max(r.margin, _wasted(r, failed))
         cut = 0.02 * 3 ** (step - 1) * r.budget
         candidate = largest_within(r.fit, r.cap - margin - cut, integer)
         if candidate is not None and low < candidate < hi:
             return candidate
     middle = (low + hi) / 2
+    if not after_failure and ran is not None and lo is not None:
+        estimate = _between(r, ran, failed, lo, hi, integer)
+        if estimate is not None:
+            quarter = (hi - lo) / 4
+            middle = min(max(estimate, lo + quarter), hi - quarter)
     middle = float(math.floor(middle)) if integer else middle
     return middle if low < middle < hi else None
 
