@@ -4,6 +4,8 @@ cell's runs in a real IPython namespace, and every bad input."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from jupyter_gpumem.collectors import Collector
@@ -205,6 +207,44 @@ def test_after_a_step_down_that_runs_the_last_run_aims_between_the_two():
     low = r.verifications[1].value
     assert low < 0.95 * truth  # the step down from the fit alone is not enough
     assert r.verified == truth
+
+
+def test_when_every_verification_runs_out_of_memory_nothing_is_called_a_fit():
+    # As recorded on an H100 (oom_need_after_scan): the probes run where the activations
+    # make the peak; at small batches the optimizer step's peak (3 GiB above the base, flat)
+    # makes it, which the fit can't see. Its prediction, and every value below it, runs out
+    # of memory under the cap, and no probe stayed under it.
+    gpu = SimulatedGPU(floor=3 * GiB)
+    r = scan(gpu, values=(1024, 1536, 2048), target=Target(4 * GiB, "4 GiB", "t", True))
+    assert true_largest(gpu, r.cap) == 0  # nothing fits
+    checks = r.verifications
+    assert r.predicted is not None and checks[0].value == r.predicted
+    assert 1 <= len(checks) <= 3 and all(c.oom and not c.ok for c in checks)
+    assert r.verified is None and r.verify_failed and r.largest is None
+    low = min(c.value for c in checks)
+    assert r.smallest_failed == low < r.predicted
+    assert not re.search(r"fits in 4 GiB: \d|\d+ fits", r.answer)
+    assert "largest batch" not in r.answer
+    assert r.answer.startswith(
+        f"no batch found that fits in 4 GiB: every value tried ran out of memory under the "
+        f"3.51 GiB cap, down to {int(low)} (the prediction was {int(r.predicted)}); "
+        "scan smaller values, e.g. --scan batch="
+    )
+    suggested = [int(v) for v in r.answer.rsplit("=", 1)[1].split(",")]
+    assert len(suggested) == 3 and max(suggested) < low
+    assert "verification found no value that fits" in r.verify_note
+    assert gpu.limit_calls[-1] == 1.0
+
+
+def test_smaller_values_to_scan_after_a_failure():
+    from jupyter_gpumem.analysis.fit import smaller_values
+
+    assert smaller_values(779, True) == [97, 194, 389]
+    assert smaller_values(5, True) == [1, 2]
+    assert smaller_values(3, True) == [1, 2]
+    assert smaller_values(2, True) == [1]
+    assert smaller_values(1, True) == []
+    assert smaller_values(0.5, False) == [0.0625, 0.125, 0.25]
 
 
 def test_a_first_run_that_keeps_state_is_measured_again():

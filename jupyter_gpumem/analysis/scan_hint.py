@@ -14,7 +14,7 @@ from typing import Any
 
 from ..model import ScanResult
 from ..units import format_bytes as fb
-from .fit import largest_within
+from .fit import largest_within, smaller_values
 from .postmortem import scan_suggestion, size_variables
 
 GiB, MiB = 1 << 30, 1 << 20
@@ -74,6 +74,19 @@ def scan_knowledge(
         where = f"In[{s.execution_count}]" if s.execution_count is not None else "scan()"
         said = f"`{s.name}` = {_show(value, s.integer)} needs about {fb(full)} (the fit of "
         said += f"the scan of {where})"
+        failed = s.smallest_failed
+        if s.verify_failed and failed is not None:
+            # its verification ran out of memory at every value tried: nothing fits that
+            # the scan knows of, and its fit is known to promise too much
+            said += (
+                f"; it found no {s.name} that fits in {s.target.label}: every value tried ran "
+                f"out of memory under its cap, down to {_show(failed, s.integer)}"
+            )
+            smaller = smaller_values(failed, s.integer)
+            if len(smaller) >= 2:
+                values = ",".join(_show(x, s.integer) for x in smaller)
+                said += f"; scan smaller values: `%%gpumem --scan {s.name}={values}`"
+            return full, said
         if s.largest is not None:
             how = "verified" if s.verified is not None else "predicted"
             said += f"; {_show(s.largest, s.integer)} fits in {s.target.label} ({how})"

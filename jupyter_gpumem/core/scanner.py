@@ -14,7 +14,8 @@ GPU has for PyTorch now. The prediction keeps the fragmentation margin the probe
 PyTorch capped at the target (``set_per_process_memory_fraction``) and, when that runs out
 of memory, steps down (at most two more runs: three verification runs in all) from the fit
 corrected by what the failed run showed, then by bisection aimed by the runs at both ends
-of the bracket.
+of the bracket. A value is called a fit only when a run showed it: when every value tried
+ran out of memory, the answer says that none was found (and ``largest`` is None).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..analysis.fit import fit_peaks, largest_within
+from ..analysis.fit import fit_peaks, largest_within, smaller_values
 from ..collectors import Collector
 from ..errors import ScanStopped
 from ..model import DeviceSample, ScanResult, ScanRun, Target
@@ -303,9 +304,11 @@ class Scanner:
             note = f"verified: {show_value(v, integer)} ran under the {fb(r.cap)} cap"
             return _with(r, runs=runs, verified=v, verify_note=note)
         if lo is None:
+            tried = sorted({x.value for x in runs if x.kind == "verify"}, reverse=True)
             note = (
-                f"{show_value(v, integer)} ran out of memory under the cap, and no smaller "
-                "value was found that runs"
+                f"verification found no value that fits: "
+                f"{', '.join(show_value(x, integer) for x in tried)} ran out of memory under "
+                f"the {fb(r.cap)} cap, and no probe stayed under it"
             )
             return _with(r, runs=runs, verify_note=note)
         how = "ran under the cap" if lo_run else "its probe run stayed under the cap"
@@ -411,6 +414,21 @@ def _answer(r: ScanResult, integer: bool) -> str:
             return f"the peak does not grow with {r.name}: any {r.name} the probes used fits"
         return f"no {r.name} fits in {where}: even the smallest needs more than {fb(r.budget)}"
     p = show_value(r.predicted, integer)
+    failed = r.smallest_failed
+    if r.verify_failed and failed is not None:
+        # Every value tried ran out of memory under the cap: nothing is called a fit.
+        said = (
+            f"no {r.name} found that fits in {where}: every value tried ran out of memory "
+            f"under the {fb(r.cap)} cap, down to {show_value(failed, integer)} (the "
+            f"prediction was {p})"
+        )
+        smaller = smaller_values(failed, integer)
+        if len(smaller) >= 2:
+            values = ",".join(show_value(x, integer) for x in smaller)
+            return said + f"; scan smaller values, e.g. --scan {r.name}={values}"
+        if smaller:
+            return said + f"; {r.name} = 1 is the only smaller value left to try"
+        return said + f"; not even {r.name} = 1 fits there"
     if r.verified is not None and r.verified == r.predicted:
         return f"largest {r.name} that fits in {where}: {p} (verified)"
     if r.verified is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -323,6 +324,23 @@ def test_oom_fixes_are_judged_against_what_the_step_needs(gip):
     assert del_opt.fits is False
     assert del_opt.shortfall == pm.need_full - pm.room - del_opt.frees
     assert f"the scan of In[{scan.execution_count}]" in pm.hint
+    # The scan's answer and the hint agree with its verification: a value is called a fit
+    # only when it ran under the cap; when every value tried ran out of memory, none is.
+    assert scan.verifications, scan.verify_note  # the cap is below what this GPU has
+    if scan.verify_failed:
+        assert scan.largest is None and all(v.oom for v in scan.verifications)
+        assert scan.answer.startswith(f"no batch found that fits in {scan.target.label}: ")
+        assert "found no batch that fits" in pm.hint
+        assert not re.search(r"\d+ fits in", pm.hint)
+    else:
+        v = int(scan.verified)
+        # it ran under the cap, or its probe (no cap) never reserved more than the cap
+        assert scan.largest == v and any(
+            x.ok and x.value == v and (x.kind == "verify" or (x.peak_reserved or 0) <= scan.cap)
+            for x in scan.runs
+        )
+        assert scan.answer.startswith(f"largest batch that fits in {scan.target.label}: {v} (")
+        assert f"; {v} fits in {scan.target.label} (verified)" in pm.hint
     # a fix that frees memory fits only when it frees what the whole step lacks (lifting the
     # cap or other processes' memory move the limit instead)
     assert all(
@@ -339,6 +357,7 @@ def test_oom_fixes_are_judged_against_what_the_step_needs(gip):
         del_opt=del_opt.text,
         hint=pm.hint,
         answer=scan.answer,
+        verify_runs=[[x.value, x.ok] for x in scan.verifications],
     )
 
 
