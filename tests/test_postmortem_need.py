@@ -167,6 +167,17 @@ def test_obvious_size_variables_and_the_scan_to_run():
     assert full is None
     assert hint.startswith("`%%gpumem --scan batch=16,32,48 --fit-in 12GiB` on this cell")
     assert "(move `batch = 64` out of it first)" in hint
+    assert hint.endswith(
+        "(--fit-in is a card's whole memory, from which the scan takes what this process "
+        "holds outside PyTorch, unknown here: add it to the current cap of 12.00 GiB)"
+    )
+    # known: the card is the cap plus it, so that the scan's budget is the cap
+    _, hint = scan_knowledge(code, 0, {}, [], 12 * GiB, outside=500 * MiB)
+    assert hint.startswith("`%%gpumem --scan batch=16,32,48 --fit-in 12788MiB` on this cell")
+    assert hint.endswith("the current cap of 12.00 GiB plus the 500.00 MiB held outside it here)")
+    # no cap: the scan's default target (what this GPU has free now) needs no --fit-in
+    _, hint = scan_knowledge(code, 0, {}, [], None, outside=500 * MiB)
+    assert hint.startswith("`%%gpumem --scan batch=16,32,48` on this cell (move")
     assert size_arg(12 * GiB) == "12GiB" and size_arg(1500 * MiB + 7) == "1500MiB"
 
 

@@ -247,6 +247,24 @@ def test_smaller_values_to_scan_after_a_failure():
     assert smaller_values(0.5, False) == [0.0625, 0.125, 0.25]
 
 
+@pytest.mark.parametrize("cap", [12 * GiB, 2757 * MiB + 12345])
+def test_the_scan_an_oom_suggests_has_the_cap_as_its_budget(cap):
+    # A cell capped with %gpumem limit (PyTorch's cap) fails; the post-mortem suggests a
+    # scan. --fit-in is a card's whole memory, from which the scan takes what this process
+    # holds outside PyTorch: the scan it suggests must leave PyTorch the current cap.
+    from jupyter_gpumem.analysis.scan_hint import scan_knowledge
+    from jupyter_gpumem.analysis.targets import parse_target
+
+    gpu = SimulatedGPU(context=812 * MiB)
+    code = "x = torch.randn(batch, 2048, device='cuda')"
+    _, hint = scan_knowledge(code, 0, {"batch": 64}, [], cap, outside=812 * MiB)
+    size = re.search(r"--fit-in (\S+)`", hint).group(1)
+    assert "the current cap of" in hint and "plus the 812.00 MiB held outside it" in hint
+    r = scan(gpu, target=parse_target(size))
+    assert r.outside_torch == 812 * MiB
+    assert cap - MiB < r.cap <= cap  # the same cap, rounded down to whole MiB
+
+
 def test_a_first_run_that_keeps_state_is_measured_again():
     gpu = SimulatedGPU(keeps=300 * MiB)  # the optimizer's state, made by the first step
     r = scan(gpu)

@@ -126,9 +126,11 @@ def _cell_parser() -> MagicArgumentParser:
         "--fit-in",
         metavar="SIZE|GPU",
         type=_target,
-        help="with --scan, the target: a size (24GiB, 16GB) or a card (T4, L4, A10G, "
-        "RTX3090, RTX4090, A100-40GB, A100-80GB, H100, H200), less what this process "
-        "holds outside PyTorch; default: what this GPU has free now",
+        help="with --scan, the target: a card's whole memory, as a size (24GiB, 16GB) or "
+        "a card (T4, L4, A10G, RTX3090, RTX4090, A100-40GB, A100-80GB, H100, H200). The "
+        "scan takes from it what this process holds outside PyTorch (CUDA context, "
+        "libraries), which leaves PyTorch's cap: to scan under a `%%gpumem limit` cap, "
+        "give the cap plus that. Default: what this GPU has free now",
     )
     p.add_argument(
         "--no-verify",

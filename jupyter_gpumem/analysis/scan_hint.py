@@ -61,8 +61,15 @@ def scan_knowledge(
     namespace: Mapping[str, Any],
     scans: Sequence[ScanResult],
     cap: int | None,
+    outside: int | None = None,
 ) -> tuple[int | None, str]:
-    """(the whole need above the cell's start, when a scan knows it; a hint)."""
+    """(the whole need above the cell's start, when a scan knows it; a hint).
+
+    ``cap``: what PyTorch may reserve here now (``set_per_process_memory_fraction``), None
+    when uncapped; ``outside``: what this process holds on the device beyond PyTorch (CUDA
+    context, libraries). ``--fit-in`` means a card's whole memory, from which the scan
+    takes ``outside``, so the scan it suggests for a capped cell fits in the cap plus
+    ``outside``: its budget is then the cap."""
     for s in reversed(scans):
         if s.device != device or s.fit is None:
             continue
@@ -101,9 +108,22 @@ def scan_knowledge(
     sizes = size_variables(code, dict(namespace))
     if sizes:
         name, value, inside = sizes[0]
-        fit_in = size_arg(cap) if cap is not None else ""
-        suggestion = scan_suggestion(name, value, inside, fit_in)
-        if not fit_in:
-            suggestion = suggestion.replace(" --fit-in ", "")
+        if cap is None:
+            suggestion = scan_suggestion(name, value, inside, "")
+            return None, suggestion.replace(" --fit-in ", "")  # the default: free now
+        whole = cap + max(0, outside or 0)
+        suggestion = scan_suggestion(name, value, inside, size_arg(whole))
+        if outside:
+            suggestion += (
+                f" (--fit-in is a card's whole memory, from which the scan takes what this "
+                f"process holds outside PyTorch: the current cap of {fb(cap)} plus the "
+                f"{fb(outside)} held outside it here)"
+            )
+        else:
+            suggestion += (
+                f" (--fit-in is a card's whole memory, from which the scan takes what this "
+                f"process holds outside PyTorch, unknown here: add it to the current cap of "
+                f"{fb(cap)})"
+            )
         return None, suggestion
     return None, ""

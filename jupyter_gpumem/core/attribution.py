@@ -506,8 +506,9 @@ class Attributor:
         so_far = max(0, above) + event.requested
         total = d.after.total if d is not None else None
         cap = event.allowed if total is not None and event.allowed < total else None
+        outside = d.after.outside_torch if d is not None else None
         ns = self.workspace.namespace()
-        full, hint = scan_knowledge(code, device, ns, self.scans(), cap)
+        full, hint = scan_knowledge(code, device, ns, self.scans(), cap, outside)
         if full is not None:
             full = max(full, so_far)
         return Need(so_far=so_far, full=full, bound=bound_names(code), hint=hint)
