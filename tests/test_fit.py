@@ -83,6 +83,8 @@ def test_gpu_names_and_sizes():
     assert parse_target("RTX 4090").bytes == 24564 * MiB
     assert parse_target("24GiB").bytes == 24 * GiB
     assert parse_target("24GB").bytes == 24 * 10**9
+    assert parse_target("1MiB").bytes == MiB  # the smallest taken
+    assert parse_target("25769803776").bytes == 24 * GiB  # bytes, when they are a card's
 
 
 @pytest.mark.parametrize(
@@ -92,6 +94,9 @@ def test_gpu_names_and_sizes():
         ("24 parsecs", "not a size"),
         ("9" * 400 + "GiB", "size too large"),
         ("0GiB", "at least one byte"),
+        # a bare number is bytes to parse_size (as %gpumem limit takes it); no card is 24 B
+        ("24", r"'24' is 24 B \(a number without a unit is bytes\).*e\.g\. 24GiB, 24GB or T4"),
+        ("1048575B", "at least 1 MiB"),
     ],
 )
 def test_bad_targets_say_what_is_accepted(text, message):

@@ -371,6 +371,7 @@ def test_an_error_in_a_run_names_the_cells_own_line(shell):
         ("--scan batch=16,32 --fit-in X100", "neither a size"),
         ("--scan batch=16,32 --fit-in 12parsec", "not a size"),
         ("--scan batch=16,32 --fit-in " + "9" * 400 + "GiB", "size too large"),
+        ("--scan batch=16,32 --fit-in 24", "a number without a unit is bytes"),
         ("--fit-in T4", "go with --scan"),
         ("--no-verify", "go with --scan"),
         ("--scan batch=16,32 --breakdown", "--breakdown measures one run"),
@@ -384,6 +385,54 @@ def test_bad_scan_arguments_are_usage_errors_and_the_cell_does_not_run(ip, args,
     assert message in str(res.error_in_exec) + cap.stderr
     assert "ran" not in ip.user_ns
     assert len(str(res.error_in_exec) + cap.stderr) < 600  # the bad value is not echoed whole
+
+
+@pytest.fixture
+def simulated(ip, monkeypatch):
+    """The session's GPU simulated (CUDA started, 500 MiB outside PyTorch): the magic's
+    scan runs on the CPU; the cell calls ``gpu.step(batch)``."""
+    from jupyter_gpumem._ipython import current, magics
+
+    gpu = SimulatedGPU()
+    monkeypatch.setattr(magics, "_no_gpu_for_scan", lambda: None)
+    current().collector = Collector(gpu)  # type: ignore[arg-type]
+    ip.user_ns["gpu"] = gpu
+    yield gpu
+    ip.user_ns.pop("gpu", None)
+
+
+def test_a_target_within_what_the_process_holds_outside_pytorch_is_refused(ip, simulated):
+    ip.user_ns.pop("ran", None)
+    res, _, cap = run(ip, "%%gpumem --scan batch=8,16,32 --fit-in 500MiB\nran = gpu.step(batch)\n")
+    said = str(res.error_in_exec) + cap.stderr
+    assert type(res.error_in_exec).__name__ == "UsageError" or "UsageError" in cap.stderr
+    assert (
+        "--fit-in 500.00 MiB is no more than the 500.00 MiB this process already holds on "
+        "cuda:0 outside PyTorch" in said
+    )
+    assert "e.g. 24GiB, 24GB or a card name" in said
+    assert "ran" not in ip.user_ns and simulated.runs == 0  # the cell did not run
+    # a little more leaves PyTorch something: the scan runs, through the magic
+    res, _, _ = run(
+        ip, "%%gpumem --scan batch=8,16,32 --fit-in 8GiB -o res\nran = gpu.step(batch)\n"
+    )
+    assert res.error_in_exec is None and simulated.runs >= 4
+    assert ip.user_ns["res"].verified == true_largest(simulated, 8 * GiB - 500 * MiB)
+    assert "ran" not in ip.user_ns and "batch" not in ip.user_ns
+    ip.user_ns.pop("res", None)
+
+
+def test_scan_function_refuses_a_target_within_what_the_process_holds(ip, simulated, monkeypatch):
+    import jupyter_gpumem
+
+    ip.run_cell("import torch")
+    # scan() wants a CUDA build of torch first; the simulated GPU is the one it measures
+    monkeypatch.setattr(ip.user_ns["torch"].version, "cuda", "12.8")
+    with pytest.raises(ValueError, match=r"no more than the 500\.00 MiB this process"):
+        jupyter_gpumem.scan(simulated.step, [8, 16], fit_in="400MiB")
+    assert simulated.runs == 0
+    r = jupyter_gpumem.scan(simulated.step, [8, 16, 32], fit_in="8GiB", name="batch")
+    assert r.verified == true_largest(simulated, 8 * GiB - 500 * MiB)
 
 
 def test_without_a_gpu_the_scan_says_so_in_one_line(ip):

@@ -451,7 +451,7 @@ class GpuMemMagics(Magics):
     def _scan(self, opts: CellOptions, body: str) -> None:
         from IPython.display import display
 
-        from ..core.scanner import Scanner
+        from ..core.scanner import Scanner, target_refusal
         from ..errors import ScanStopped
         from ..reporters.scan import stopped_text
         from .scan_runs import CellRuns
@@ -462,11 +462,14 @@ class GpuMemMagics(Magics):
         if why is not None:
             print(f"gpumem: --scan {why}; the cell did not run")
             return
+        s = self.session
+        refused = target_refusal(s.collector, opts.fit_in, opts.device)
+        if refused is not None:
+            raise UsageError(refused)
         try:
             runs = CellRuns(self.shell, name, body, integer)
         except SyntaxError as e:
             raise UsageError(f"--scan: the cell does not compile: {e}") from None
-        s = self.session
         scanner = Scanner(s.collector, runs.run, runs.cleanup, opts.device)
         try:
             result = scanner.scan(name, values, opts.fit_in, opts.verify, integer)

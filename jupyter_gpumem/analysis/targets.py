@@ -14,6 +14,7 @@ from ..model import Target
 from ..units import parse_size
 
 MiB = 1 << 20
+MIN_TARGET = MiB  # smaller is no card's memory: a size typed without its unit
 
 # name -> (MiB the driver reports, what it is, where the figure was read)
 GPUS: dict[str, tuple[int, str, str]] = {
@@ -79,4 +80,13 @@ def parse_target(text: str) -> Target:
         ) from None
     from ..units import format_bytes
 
+    if size < MIN_TARGET:
+        # parse_size takes a bare number as bytes (as %gpumem limit does); as a card's
+        # memory, "--fit-in 24" is surely not 24 bytes
+        shown = repr(text.strip()[:40])
+        raise ValueError(
+            f"--fit-in: {shown} is {format_bytes(size)} (a number without a unit is bytes); "
+            "a target is a card's memory, at least 1 MiB: give a unit or a card, e.g. "
+            "24GiB, 24GB or T4"
+        )
     return Target(size, format_bytes(size), f"--fit-in {text.strip()}", whole_card=True)

@@ -155,6 +155,9 @@ class Scanner:
     ) -> ScanResult:
         """Raises :class:`ScanStopped` when a probe run fails (it carries the result so
         far and the run's exception) or nothing can be predicted."""
+        refused = target_refusal(self.collector, target, self.device)
+        if refused is not None:
+            raise ScanStopped((), None, refused)
         gc.collect()
         self.collector.backend.empty_cache()
         state = _State([], self.device)
@@ -318,6 +321,30 @@ class Scanner:
             f"{show_value(lo, integer)} {how} (the prediction was {miss:.1f} % too high)"
         )
         return _with(r, runs=runs, verified=lo, verify_note=note)
+
+
+def target_refusal(collector: Collector, target: Target | None, device: int | None) -> str | None:
+    """Why a card-sized target can't be met before anything runs: it is no larger than
+    what this process already holds outside PyTorch (CUDA context, libraries), which the
+    scan takes from it. Known only once CUDA has started here (nothing is started to know
+    it): None otherwise, and when the target leaves PyTorch something on some device."""
+    if target is None or not target.whole_card or not collector.backend.cuda_ready():
+        return None
+    m = collector.measure(with_process=True, full=False)
+    held = [
+        (d.outside_torch, d.index)
+        for d in m.devices
+        if (device is None or d.index == device) and d.outside_torch is not None
+    ]
+    if not held or any(target.bytes > outside for outside, _ in held):
+        return None
+    outside, index = min(held)
+    return (
+        f"--fit-in {target.label} is no more than the {fb(outside)} this process already "
+        f"holds on cuda:{index} outside PyTorch (CUDA context, libraries), which the scan "
+        "takes from it: nothing would be left for PyTorch. --fit-in is a card's whole "
+        "memory, e.g. 24GiB, 24GB or a card name (T4, A100-80GB)"
+    )
 
 
 def _available(d: DeviceSample) -> int:
