@@ -181,7 +181,7 @@ class Scanner:
             run, error = self._one(values[0], "repeat", None, state)
             if not run.ok:
                 raise ScanStopped(state.runs, error, f"the repeated run raised {run.error}")
-            probes = [run, *probes[1:]]
+            probes = fit_probes(state.runs)
         sample = self._sample(device)
         result = self._predict(name, device, probes, state.runs, target, sample, integer)
         if verify and result.predicted is not None and result.cap <= _available(sample):
@@ -221,45 +221,7 @@ class Scanner:
             cap = available
         else:
             cap = target.bytes - outside
-        margin = max((r.margin or 0) for r in probes)
-        budget = cap - margin
-        xs = [r.value for r in probes]
-        ys = [r.peak_allocated or 0 for r in probes]
-        fit = fit_peaks(xs, ys) if len(set(xs)) >= 2 else None
-        predicted = largest_within(fit, budget, integer) if fit is not None else None
-        notes = []
-        base = max(r.base for r in probes)
-        above = max(ys) - base
-        if above > 0 and max(ys) - min(ys) < 0.1 * above:
-            notes.append(
-                f"the peak grows little over these values ({fb(max(ys) - min(ys))} from "
-                f"{show_value(min(xs), integer)} to {show_value(max(xs), integer)}, of "
-                f"{fb(above)} above the start): another part of the step (often the "
-                f"optimizer step) peaks there, and larger {name} peak elsewhere; scan values "
-                "where the peak grows"
-            )
-        if predicted is not None and predicted > 8 * max(xs):
-            notes.append(
-                f"the prediction is {predicted / max(xs):.0f}x the largest value run: scan "
-                "values closer to it for a better fit"
-            )
-        return ScanResult(
-            name=name,
-            device=device,
-            runs=tuple(runs),
-            target=target,
-            outside_torch=outside,
-            cap=cap,
-            margin=margin,
-            budget=budget,
-            fit=fit,
-            predicted=predicted,
-            verified=None,
-            verify_note="not verified (--no-verify)" if fit is not None else "",
-            answer="",
-            integer=integer,
-            notes=tuple(notes),
-        )
+        return predict(name, device, probes, runs, target, cap, outside, integer)
 
     def _verify(self, r: ScanResult, state: _State, integer: bool) -> ScanResult:
         device = r.device
@@ -344,6 +306,68 @@ def target_refusal(collector: Collector, target: Target | None, device: int | No
         f"holds on cuda:{index} outside PyTorch (CUDA context, libraries), which the scan "
         "takes from it: nothing would be left for PyTorch. --fit-in is a card's whole "
         "memory, e.g. 24GiB, 24GB or a card name (T4, A100-80GB)"
+    )
+
+
+def fit_probes(runs: Sequence[ScanRun]) -> list[ScanRun]:
+    """The probe runs the fit uses: the first one replaced by its repeat when there is one
+    (the first run built state that stays, which the others started with)."""
+    probes = [r for r in runs if r.kind == "probe"]
+    repeats = [r for r in runs if r.kind == "repeat"]
+    return [repeats[-1], *probes[1:]] if repeats and probes else probes
+
+
+def predict(
+    name: str,
+    device: int,
+    probes: Sequence[ScanRun],
+    runs: Sequence[ScanRun],
+    target: Target,
+    cap: int,
+    outside: int,
+    integer: bool,
+) -> ScanResult:
+    """The fit of the probes' peaks and the largest value whose fitted peak, with the
+    probes' fragmentation margin, stays within ``cap`` (what PyTorch may reserve).
+    Unverified: plain records in (a scan's, or runs recorded on a GPU), a result out."""
+    margin = max((r.margin or 0) for r in probes)
+    budget = cap - margin
+    xs = [r.value for r in probes]
+    ys = [r.peak_allocated or 0 for r in probes]
+    fit = fit_peaks(xs, ys) if len(set(xs)) >= 2 else None
+    predicted = largest_within(fit, budget, integer) if fit is not None else None
+    notes = []
+    base = max(r.base for r in probes)
+    above = max(ys) - base
+    if above > 0 and max(ys) - min(ys) < 0.1 * above:
+        notes.append(
+            f"the peak grows little over these values ({fb(max(ys) - min(ys))} from "
+            f"{show_value(min(xs), integer)} to {show_value(max(xs), integer)}, of "
+            f"{fb(above)} above the start): another part of the step (often the "
+            f"optimizer step) peaks there, and larger {name} peak elsewhere; scan values "
+            "where the peak grows"
+        )
+    if predicted is not None and predicted > 8 * max(xs):
+        notes.append(
+            f"the prediction is {predicted / max(xs):.0f}x the largest value run: scan "
+            "values closer to it for a better fit"
+        )
+    return ScanResult(
+        name=name,
+        device=device,
+        runs=tuple(runs),
+        target=target,
+        outside_torch=outside,
+        cap=cap,
+        margin=margin,
+        budget=budget,
+        fit=fit,
+        predicted=predicted,
+        verified=None,
+        verify_note="not verified (--no-verify)" if fit is not None else "",
+        answer="",
+        integer=integer,
+        notes=tuple(notes),
     )
 
 
