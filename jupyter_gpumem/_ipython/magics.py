@@ -460,7 +460,7 @@ class GpuMemMagics(Magics):
         name, values, integer = opts.scan
         why = _no_gpu_for_scan()
         if why is not None:
-            print(f"gpumem: --scan {why}; the cell did not run")
+            print(f"gpumem: {why}; the cell did not run")
             return
         s = self.session
         refused = target_refusal(s.collector, opts.fit_in, opts.device)
@@ -729,12 +729,14 @@ def _no_gpu_for_scan() -> str | None:
     """Why a scan can't run here (it runs the user's GPU code: CUDA may start), or None."""
     t = sys.modules.get("torch")
     if t is None:
-        return "needs torch and a CUDA GPU: torch is not imported in this kernel"
+        from ..core.attribution import no_torch_before
+
+        return no_torch_before("--scan", "the scan measures the GPU before each run of it")
     v = getattr(t, "version", None)
     if not (getattr(v, "cuda", None) or getattr(v, "hip", None)):
-        return f"needs a CUDA GPU: torch {t.__version__} is a CPU-only build"
+        return f"--scan needs a CUDA GPU: torch {t.__version__} is a CPU-only build"
     if not t.cuda.is_initialized() and not t.cuda.is_available():
-        return "needs a CUDA GPU: torch sees none"
+        return "--scan needs a CUDA GPU: torch sees none"
     return None
 
 
