@@ -181,6 +181,24 @@ def test_help_is_real(ip):
     ):
         assert text in doc
     assert ip.find_cell_magic("gpumem").__doc__ == doc
+    # the planning options, in the usage line and each with its own entry
+    usage = doc[doc.index("%%gpumem [") :].split("\n\n", 1)[0]
+    for option in ("--breakdown", "--scan NAME=V1,V2,V3", "--fit-in SIZE|GPU", "--no-verify"):
+        assert option in " ".join(usage.split()), option
+    entries = {line.split()[0] for line in doc.splitlines() if line.startswith("    --")}
+    assert {"--breakdown", "--scan", "--fit-in", "--no-verify"} <= entries
+
+
+def test_cell_help_through_the_question_mark(ip):
+    # what `%%gpumem?` shows: IPython's own inspector on the cell magic
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as cap:
+        ip.run_line_magic("pinfo", "%%gpumem")
+    shown = cap.stdout + "".join(o.data.get("text/plain", "") for o in cap.outputs)
+    for option in ("--scan", "--breakdown", "--fit-in", "--no-verify"):
+        assert option in shown, option
+    assert "card's whole memory" in " ".join(shown.split())
 
 
 def test_breakdown_and_scan_cells_that_import_torch_themselves_say_to_import_it_before():
