@@ -1,9 +1,10 @@
 """What ``--fit-in`` accepts: a size (``24GiB``) or a GPU's name (``T4``, ``A100-80GB``).
 
 Each card's figure is the total memory its driver reports (``nvidia-smi``'s Memory-Usage
-total, which is also what ``cudaMemGetInfo`` and PyTorch see), not the marketing number:
-a "24 GB" RTX 4090 reports 24564 MiB, an "80 GB" H100 81559 MiB. docs/planning.md lists
-where each figure was read.
+total), not the marketing number: a "24 GB" RTX 4090 reports 24564 MiB, an "80 GB" H100
+81559 MiB. CUDA (``cudaMemGetInfo``, PyTorch) offers less: on this project's H100 81079
+MiB, on its H200 615 MiB below nvidia-smi's figure. docs/planning.md lists each card's
+vendor figure with the document that states it, and where each MiB figure was read.
 """
 
 from __future__ import annotations
