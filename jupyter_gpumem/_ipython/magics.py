@@ -729,7 +729,7 @@ def _no_gpu_for_scan() -> str | None:
     """Why a scan can't run here (it runs the user's GPU code: CUDA may start), or None."""
     t = sys.modules.get("torch")
     if t is None:
-        from ..core.attribution import no_torch_before
+        from ..collectors import no_torch_before
 
         return no_torch_before("--scan", "the scan measures the GPU before each run of it")
     v = getattr(t, "version", None)

@@ -379,6 +379,8 @@ class Attributor:
         """Install the hooks of a breakdown; a sentence when it can't run here."""
         t = _torch()
         if t is None:
+            from ..collectors import no_torch_before
+
             return no_torch_before("--breakdown", "the breakdown's hooks are set before it runs")
         if not cuda_build(t):
             return f"--breakdown needs a CUDA GPU: torch {t.__version__} is a CPU-only build"
@@ -534,23 +536,6 @@ def _by_device(keys: frozenset[tuple[int, int, int]]) -> dict[int, dict[int, int
     for device, address, size in keys:
         out.setdefault(device, {})[address] = size
     return out
-
-
-def no_torch_before(option: str, why: str) -> str:
-    """One line for an option that needs torch imported before its cell (the tool never
-    imports it itself: importing torch is the user's to do)."""
-    import importlib.util
-
-    try:
-        installed = importlib.util.find_spec("torch") is not None  # finds, does not import
-    except (ImportError, ValueError):
-        installed = False
-    if not installed:
-        return f"{option} needs torch and a CUDA GPU: torch is not installed in this kernel"
-    return (
-        f"{option}: import torch before the cell: it was not imported when the cell began, "
-        f"and {why}"
-    )
 
 
 def cuda_build(t: Any) -> bool:
