@@ -117,7 +117,7 @@ def scan(
     import sys
 
     from .analysis.targets import parse_target
-    from .core.scanner import Scanner
+    from .core.scanner import Scanner, target_refusal
     from .errors import ScanStopped
     from .reporters import bundles  # noqa: F401  (the result shows itself: its views)
 
@@ -140,6 +140,9 @@ def scan(
     from .collectors import Collector
 
     collector = session.collector if session is not None else Collector()
+    refused = target_refusal(collector, target, device)
+    if refused is not None:
+        raise ValueError(refused)
     integer = all(isinstance(x, int) for x in vals)
 
     def run(value: float) -> BaseException | None:

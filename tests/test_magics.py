@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -180,6 +181,70 @@ def test_help_is_real(ip):
     ):
         assert text in doc
     assert ip.find_cell_magic("gpumem").__doc__ == doc
+    # the planning options, in the usage line and each with its own entry
+    usage = doc[doc.index("%%gpumem [") :].split("\n\n", 1)[0]
+    for option in ("--breakdown", "--scan NAME=V1,V2,V3", "--fit-in SIZE|GPU", "--no-verify"):
+        assert option in " ".join(usage.split()), option
+    entries = {line.split()[0] for line in doc.splitlines() if line.startswith("    --")}
+    assert {"--breakdown", "--scan", "--fit-in", "--no-verify"} <= entries
+
+
+def test_cell_help_through_the_question_mark(ip):
+    # what `%%gpumem?` shows: IPython's own inspector on the cell magic
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as cap:
+        ip.run_line_magic("pinfo", "%%gpumem")
+    shown = cap.stdout + "".join(o.data.get("text/plain", "") for o in cap.outputs)
+    for option in ("--scan", "--breakdown", "--fit-in", "--no-verify"):
+        assert option in shown, option
+    assert "card's whole memory" in " ".join(shown.split())
+
+
+def test_breakdown_and_scan_cells_that_import_torch_themselves_say_to_import_it_before():
+    # A fresh kernel, torch not imported: the cell imports it. The breakdown's hooks and
+    # the scan's readings come before the cell, so each says, in one line, to import torch
+    # first; the tool imports nothing itself (the scan's cell does not run: no torch).
+    script = textwrap.dedent(
+        """
+        import json, sys
+        from IPython.core.interactiveshell import InteractiveShell
+        from IPython.utils.capture import capture_output
+        ip = InteractiveShell.instance()
+        ip.run_line_magic("load_ext", "jupyter_gpumem")
+        out = {"torch_at_start": "torch" in sys.modules}
+        with capture_output() as cap:
+            ip.run_cell("%%gpumem --scan batch=16,32\\nimport torch\\nran = batch")
+        out["scan"] = cap.stdout
+        out["scan_ran"] = "ran" in ip.user_ns
+        out["torch_after_scan"] = "torch" in sys.modules
+        with capture_output() as cap:
+            ip.run_cell("%%gpumem --breakdown\\nimport torch\\nx = torch.ones(3)")
+        out["breakdown"] = [o.data.get("text/plain", "") for o in cap.outputs]
+        out["breakdown_ran"] = "x" in ip.user_ns
+        print(json.dumps(out))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["torch_at_start"] is False
+    assert out["scan"] == (
+        "gpumem: --scan: import torch before the cell: it was not imported when the cell "
+        "began, and the scan measures the GPU before each run of it; the cell did not run\n"
+    )
+    assert not out["scan_ran"] and not out["torch_after_scan"]  # nothing imported torch
+    assert out["breakdown_ran"]  # the cell ran as usual and imported torch itself
+    (report,) = out["breakdown"]
+    said = [line.strip() for line in report.splitlines() if "breakdown" in line]
+    assert said == [
+        (
+            "breakdown: --breakdown: import torch before the cell: it was not imported when "
+            "the cell began, and the breakdown's hooks are set before it runs"
+        )
+    ]
 
 
 # -- the tool's own failures never break the cell ----------------------------------------

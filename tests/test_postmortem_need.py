@@ -167,6 +167,17 @@ def test_obvious_size_variables_and_the_scan_to_run():
     assert full is None
     assert hint.startswith("`%%gpumem --scan batch=16,32,48 --fit-in 12GiB` on this cell")
     assert "(move `batch = 64` out of it first)" in hint
+    assert hint.endswith(
+        "(--fit-in is a card's whole memory, from which the scan takes what this process "
+        "holds outside PyTorch, unknown here: add it to the current cap of 12.00 GiB)"
+    )
+    # known: the card is the cap plus it, so that the scan's budget is the cap
+    _, hint = scan_knowledge(code, 0, {}, [], 12 * GiB, outside=500 * MiB)
+    assert hint.startswith("`%%gpumem --scan batch=16,32,48 --fit-in 12788MiB` on this cell")
+    assert hint.endswith("the current cap of 12.00 GiB plus the 500.00 MiB held outside it here)")
+    # no cap: the scan's default target (what this GPU has free now) needs no --fit-in
+    _, hint = scan_knowledge(code, 0, {}, [], None, outside=500 * MiB)
+    assert hint.startswith("`%%gpumem --scan batch=16,32,48` on this cell (move")
     assert size_arg(12 * GiB) == "12GiB" and size_arg(1500 * MiB + 7) == "1500MiB"
 
 
@@ -206,3 +217,54 @@ def test_a_scan_of_the_cell_gives_the_whole_need_and_the_answer():
     assert "under the current cap of 6.00 GiB its fit predicts 51 (not verified)" in hint
     # a cell that does not read the scanned name learns nothing from it
     assert scan_knowledge("f(n)", 0, {"batch": 64}, [scan_result()], CAP) == (None, "")
+
+
+def verify_run(value: float, ok: bool) -> ScanRun:
+    return ScanRun(
+        value, "verify", ok, None if ok else "OutOfMemoryError: CUDA out of memory", not ok,
+        1 * GiB, 10 * GiB, 10 * GiB, 0, CAP, 0.1,
+    )  # fmt: skip
+
+
+def test_a_scan_whose_verification_failed_is_never_called_a_fit():
+    # The H100 recording (oom_need_after_scan) said "779 fits in 2.69 GiB (predicted)" of a
+    # scan whose verification ran out of memory at 779 and below.
+    from jupyter_gpumem.core.scanner import _answer
+
+    failed = scan_result(
+        runs=(scan_result().runs[0], verify_run(779, False), verify_run(700, False)),
+        predicted=779.0,
+        verified=None,
+    )
+    assert failed.verify_failed and failed.largest is None and failed.smallest_failed == 700
+    answer = _answer(failed, True)
+    assert answer == (
+        "no batch found that fits in 12 GiB: every value tried ran out of memory under the "
+        "12.00 GiB cap, down to 700 (the prediction was 779); scan smaller values, e.g. "
+        "--scan batch=87,175,350"
+    )
+    full, hint = scan_knowledge("f(batch)", 0, {"batch": 64}, [failed], 6 * GiB)
+    assert full == 100 * MiB * 64
+    assert "fits in 12 GiB (" not in hint and "779 fits" not in hint
+    assert "its fit predicts" not in hint  # the fit is known to promise too much
+    assert hint.endswith(
+        "; it found no batch that fits in 12 GiB: every value tried ran out of memory under "
+        "its cap, down to 700; scan smaller values: `%%gpumem --scan batch=87,175,350`"
+    )
+    # a verification that ran: the answer is what ran, not the prediction
+    stepped = scan_result(
+        runs=(scan_result().runs[0], verify_run(779, False), verify_run(700, True)),
+        predicted=779.0,
+        verified=700.0,
+    )
+    assert not stepped.verify_failed and stepped.largest == 700
+    assert _answer(stepped, True) == (
+        "largest batch that fits in 12 GiB: 700 (verified; predicted 779)"
+    )
+    hint = scan_knowledge("f(batch)", 0, {"batch": 64}, [stepped], CAP)[1]
+    assert "700 fits in 12 GiB (verified)" in hint
+    # not verified (--no-verify): the prediction, said to be one
+    plain = scan_result(verified=None, predicted=112.0)
+    assert not plain.verify_failed and plain.largest == 112
+    hint = scan_knowledge("f(batch)", 0, {"batch": 64}, [plain], CAP)[1]
+    assert "112 fits in 12 GiB (predicted)" in hint

@@ -126,9 +126,11 @@ def _cell_parser() -> MagicArgumentParser:
         "--fit-in",
         metavar="SIZE|GPU",
         type=_target,
-        help="with --scan, the target: a size (24GiB, 16GB) or a card (T4, L4, A10G, "
-        "RTX3090, RTX4090, A100-40GB, A100-80GB, H100, H200), less what this process "
-        "holds outside PyTorch; default: what this GPU has free now",
+        help="with --scan, the target: a card's whole memory, as a size (24GiB, 16GB) or "
+        "a card (T4, L4, A10G, RTX3090, RTX4090, A100-40GB, A100-80GB, H100, H200). The "
+        "scan takes from it what this process holds outside PyTorch (CUDA context, "
+        "libraries), which leaves PyTorch's cap: to scan under a `%%gpumem limit` cap, "
+        "give the cap plus that. Default: what this GPU has free now",
     )
     p.add_argument(
         "--no-verify",
@@ -449,7 +451,7 @@ class GpuMemMagics(Magics):
     def _scan(self, opts: CellOptions, body: str) -> None:
         from IPython.display import display
 
-        from ..core.scanner import Scanner
+        from ..core.scanner import Scanner, target_refusal
         from ..errors import ScanStopped
         from ..reporters.scan import stopped_text
         from .scan_runs import CellRuns
@@ -458,13 +460,16 @@ class GpuMemMagics(Magics):
         name, values, integer = opts.scan
         why = _no_gpu_for_scan()
         if why is not None:
-            print(f"gpumem: --scan {why}; the cell did not run")
+            print(f"gpumem: {why}; the cell did not run")
             return
+        s = self.session
+        refused = target_refusal(s.collector, opts.fit_in, opts.device)
+        if refused is not None:
+            raise UsageError(refused)
         try:
             runs = CellRuns(self.shell, name, body, integer)
         except SyntaxError as e:
             raise UsageError(f"--scan: the cell does not compile: {e}") from None
-        s = self.session
         scanner = Scanner(s.collector, runs.run, runs.cleanup, opts.device)
         try:
             result = scanner.scan(name, values, opts.fit_in, opts.verify, integer)
@@ -717,12 +722,14 @@ def _no_gpu_for_scan() -> str | None:
     """Why a scan can't run here (it runs the user's GPU code: CUDA may start), or None."""
     t = sys.modules.get("torch")
     if t is None:
-        return "needs torch and a CUDA GPU: torch is not imported in this kernel"
+        from ..collectors import no_torch_before
+
+        return no_torch_before("--scan", "the scan measures the GPU before each run of it")
     v = getattr(t, "version", None)
     if not (getattr(v, "cuda", None) or getattr(v, "hip", None)):
-        return f"needs a CUDA GPU: torch {t.__version__} is a CPU-only build"
+        return f"--scan needs a CUDA GPU: torch {t.__version__} is a CPU-only build"
     if not t.cuda.is_initialized() and not t.cuda.is_available():
-        return "needs a CUDA GPU: torch sees none"
+        return "--scan needs a CUDA GPU: torch sees none"
     return None
 
 

@@ -104,6 +104,18 @@ def largest_within(fit: Fit, budget: float, integer: bool) -> float | None:
     return float(_round_down(x))
 
 
+def smaller_values(failed: float, integer: bool) -> list[float]:
+    """Probe values below one that ran out of memory: an eighth, a quarter and a half of it
+    (whole numbers when the scan's are: then fewer, or none, near 1)."""
+    if not integer:
+        return [failed / 8, failed / 4, failed / 2]
+    f = int(failed)
+    values = {max(1, f * k // 8) for k in (1, 2, 4)} - {f}
+    if len(values) < 2:
+        values = set(range(1, min(f, 3)))
+    return sorted(float(v) for v in values)
+
+
 def _round_down(x: float, digits: int = 4) -> float:
     """Round down to ``digits`` significant digits, so the answer never exceeds the fit."""
     if x <= 0:

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..model import ScanResult
 from ..units import format_bytes as fb
-from .fit import largest_within
+from .fit import largest_within, smaller_values
 from .postmortem import scan_suggestion, size_variables
 
 GiB, MiB = 1 << 30, 1 << 20
@@ -61,8 +61,15 @@ def scan_knowledge(
     namespace: Mapping[str, Any],
     scans: Sequence[ScanResult],
     cap: int | None,
+    outside: int | None = None,
 ) -> tuple[int | None, str]:
-    """(the whole need above the cell's start, when a scan knows it; a hint)."""
+    """(the whole need above the cell's start, when a scan knows it; a hint).
+
+    ``cap``: what PyTorch may reserve here now (``set_per_process_memory_fraction``), None
+    when uncapped; ``outside``: what this process holds on the device beyond PyTorch (CUDA
+    context, libraries). ``--fit-in`` means a card's whole memory, from which the scan
+    takes ``outside``, so the scan it suggests for a capped cell fits in the cap plus
+    ``outside``: its budget is then the cap."""
     for s in reversed(scans):
         if s.device != device or s.fit is None:
             continue
@@ -74,6 +81,19 @@ def scan_knowledge(
         where = f"In[{s.execution_count}]" if s.execution_count is not None else "scan()"
         said = f"`{s.name}` = {_show(value, s.integer)} needs about {fb(full)} (the fit of "
         said += f"the scan of {where})"
+        failed = s.smallest_failed
+        if s.verify_failed and failed is not None:
+            # its verification ran out of memory at every value tried: nothing fits that
+            # the scan knows of, and its fit is known to promise too much
+            said += (
+                f"; it found no {s.name} that fits in {s.target.label}: every value tried ran "
+                f"out of memory under its cap, down to {_show(failed, s.integer)}"
+            )
+            smaller = smaller_values(failed, s.integer)
+            if len(smaller) >= 2:
+                values = ",".join(_show(x, s.integer) for x in smaller)
+                said += f"; scan smaller values: `%%gpumem --scan {s.name}={values}`"
+            return full, said
         if s.largest is not None:
             how = "verified" if s.verified is not None else "predicted"
             said += f"; {_show(s.largest, s.integer)} fits in {s.target.label} ({how})"
@@ -88,9 +108,22 @@ def scan_knowledge(
     sizes = size_variables(code, dict(namespace))
     if sizes:
         name, value, inside = sizes[0]
-        fit_in = size_arg(cap) if cap is not None else ""
-        suggestion = scan_suggestion(name, value, inside, fit_in)
-        if not fit_in:
-            suggestion = suggestion.replace(" --fit-in ", "")
+        if cap is None:
+            suggestion = scan_suggestion(name, value, inside, "")
+            return None, suggestion.replace(" --fit-in ", "")  # the default: free now
+        whole = cap + max(0, outside or 0)
+        suggestion = scan_suggestion(name, value, inside, size_arg(whole))
+        if outside:
+            suggestion += (
+                f" (--fit-in is a card's whole memory, from which the scan takes what this "
+                f"process holds outside PyTorch: the current cap of {fb(cap)} plus the "
+                f"{fb(outside)} held outside it here)"
+            )
+        else:
+            suggestion += (
+                f" (--fit-in is a card's whole memory, from which the scan takes what this "
+                f"process holds outside PyTorch, unknown here: add it to the current cap of "
+                f"{fb(cap)})"
+            )
         return None, suggestion
     return None, ""

@@ -1,9 +1,10 @@
 """What ``--fit-in`` accepts: a size (``24GiB``) or a GPU's name (``T4``, ``A100-80GB``).
 
 Each card's figure is the total memory its driver reports (``nvidia-smi``'s Memory-Usage
-total, which is also what ``cudaMemGetInfo`` and PyTorch see), not the marketing number:
-a "24 GB" RTX 4090 reports 24564 MiB, an "80 GB" H100 81559 MiB. docs/planning.md lists
-where each figure was read.
+total), not the marketing number: a "24 GB" RTX 4090 reports 24564 MiB, an "80 GB" H100
+81559 MiB. CUDA (``cudaMemGetInfo``, PyTorch) offers less: on this project's H100 81079
+MiB, on its H200 615 MiB below nvidia-smi's figure. docs/planning.md lists each card's
+vendor figure with the document that states it, and where each MiB figure was read.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from ..model import Target
 from ..units import parse_size
 
 MiB = 1 << 20
+MIN_TARGET = MiB  # smaller is no card's memory: a size typed without its unit
 
 # name -> (MiB the driver reports, what it is, where the figure was read)
 GPUS: dict[str, tuple[int, str, str]] = {
@@ -79,4 +81,13 @@ def parse_target(text: str) -> Target:
         ) from None
     from ..units import format_bytes
 
+    if size < MIN_TARGET:
+        # parse_size takes a bare number as bytes (as %gpumem limit does); as a card's
+        # memory, "--fit-in 24" is surely not 24 bytes
+        shown = repr(text.strip()[:40])
+        raise ValueError(
+            f"--fit-in: {shown} is {format_bytes(size)} (a number without a unit is bytes); "
+            "a target is a card's memory, at least 1 MiB: give a unit or a card, e.g. "
+            "24GiB, 24GB or T4"
+        )
     return Target(size, format_bytes(size), f"--fit-in {text.strip()}", whole_card=True)

@@ -113,3 +113,20 @@ class Collector:
                 r.devices,
                 workers.live() if full else (),
             )
+
+
+def no_torch_before(option: str, why: str) -> str:
+    """One line for an option that needs torch imported before its cell (the tool never
+    imports it itself: importing torch is the user's to do)."""
+    import importlib.util
+
+    try:
+        installed = importlib.util.find_spec("torch") is not None  # finds, does not import
+    except (ImportError, ValueError):
+        installed = False
+    if not installed:
+        return f"{option} needs torch and a CUDA GPU: torch is not installed in this kernel"
+    return (
+        f"{option}: import torch before the cell: it was not imported when the cell began, "
+        f"and {why}"
+    )

@@ -440,7 +440,9 @@ class Attributor:
         """Install the hooks of a breakdown; a sentence when it can't run here."""
         t = _torch()
         if t is None:
-            return "--breakdown needs torch and a CUDA GPU: torch is not imported in this kernel"
+            from ..collectors import no_torch_before
+
+            return no_torch_before("--breakdown", "the breakdown's hooks are set before it runs")
         if not cuda_build(t):
             return f"--breakdown needs a CUDA GPU: torch {t.__version__} is a CPU-only build"
         recorder = StepRecorder(t, self._modules_in_namespace)
@@ -567,8 +569,9 @@ class Attributor:
         so_far = max(0, above) + event.requested
         total = d.after.total if d is not None else None
         cap = event.allowed if total is not None and event.allowed < total else None
+        outside = d.after.outside_torch if d is not None else None
         ns = self.workspace.namespace()
-        full, hint = scan_knowledge(code, device, ns, self.scans(), cap)
+        full, hint = scan_knowledge(code, device, ns, self.scans(), cap, outside)
         if full is not None:
             full = max(full, so_far)
         return Need(so_far=so_far, full=full, bound=bound_names(code), hint=hint)

@@ -236,6 +236,22 @@ class ScanResult(ShowsItself):
         return tuple(r for r in self.runs if r.kind == "verify")
 
     @property
+    def verify_failed(self) -> bool:
+        """Verification ran and no value ran under the cap: nothing is known to fit (and
+        the prediction is known not to)."""
+        return self.verified is None and bool(self.verifications)
+
+    @property
+    def smallest_failed(self) -> float | None:
+        """The smallest value that ran out of memory under the cap, if any did."""
+        return min((r.value for r in self.verifications if r.oom), default=None)
+
+    @property
     def largest(self) -> float | None:
-        """The answer: verified when verification ran, else the prediction."""
-        return self.verified if self.verified is not None else self.predicted
+        """The answer: the verified value when verification ran; None when it ran and every
+        value tried ran out of memory; the prediction when it did not run."""
+        if self.verified is not None:
+            return self.verified
+        if self.verify_failed:
+            return None
+        return self.predicted

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
+from jupyter_gpumem.units import parse_size
 from tests.conftest import run
 from tests.gpu.planning_cases import CASES, Case, runs_under_cap, true_largest
 
@@ -296,6 +298,12 @@ def test_oom_fixes_are_judged_against_what_the_step_needs(gip):
     else:
         assert del_opt.fits is False and del_opt.shortfall == short - del_opt.frees
     assert "scan batch=" in pm.hint  # an obvious size variable: the scan to run
+    # its --fit-in is a card's whole memory: the cap plus what this process holds outside
+    # PyTorch, so that the scan's budget is the cap
+    fit_in = re.search(r"--fit-in (\S+)`", pm.hint).group(1)
+    outside = d.after.outside_torch
+    assert outside is not None and outside > 0
+    assert abs(parse_size(fit_in) - (cap + outside)) < 1 << 20
     before = torch.cuda.memory_allocated(0)
     gip.run_cell("%gpumem release-traceback")
     assert before - torch.cuda.memory_allocated(0) == first
@@ -308,10 +316,13 @@ def test_oom_fixes_are_judged_against_what_the_step_needs(gip):
     # (The scan runs values where activations, not the optimizer step, make the peak.)
     gip.run_cell("%gpumem limit off")
     res, texts, _ = run(
-        gip, f"%%gpumem --scan batch=4096,8192,12288 --fit-in {cap}B -o res\n" + OOM_STEP
+        gip, f"%%gpumem --scan batch=4096,8192,12288 --fit-in {fit_in} -o res\n" + OOM_STEP
     )
     assert res.success, texts
     scan = gip.user_ns["res"]
+    # the same cap (within what the hint itself takes for the same: 2 %; the context
+    # measured by the scan after its probes may differ by a library's workspace)
+    assert abs(scan.cap - cap) <= 0.02 * cap, (scan.cap, cap, scan.outside_torch, outside)
     assert not scan.notes, scan.notes
     gip.run_cell(f"%gpumem limit {cap}B")
     gip.user_ns["batch"] = 32768
@@ -323,6 +334,23 @@ def test_oom_fixes_are_judged_against_what_the_step_needs(gip):
     assert del_opt.fits is False
     assert del_opt.shortfall == pm.need_full - pm.room - del_opt.frees
     assert f"the scan of In[{scan.execution_count}]" in pm.hint
+    # The scan's answer and the hint agree with its verification: a value is called a fit
+    # only when it ran under the cap; when every value tried ran out of memory, none is.
+    assert scan.verifications, scan.verify_note  # the cap is below what this GPU has
+    if scan.verify_failed:
+        assert scan.largest is None and all(v.oom for v in scan.verifications)
+        assert scan.answer.startswith(f"no batch found that fits in {scan.target.label}: ")
+        assert "found no batch that fits" in pm.hint
+        assert not re.search(r"\d+ fits in", pm.hint)
+    else:
+        v = int(scan.verified)
+        # it ran under the cap, or its probe (no cap) never reserved more than the cap
+        assert scan.largest == v and any(
+            x.ok and x.value == v and (x.kind == "verify" or (x.peak_reserved or 0) <= scan.cap)
+            for x in scan.runs
+        )
+        assert scan.answer.startswith(f"largest batch that fits in {scan.target.label}: {v} (")
+        assert f"; {v} fits in {scan.target.label} (verified)" in pm.hint
     # a fix that frees memory fits only when it frees what the whole step lacks (lifting the
     # cap or other processes' memory move the limit instead)
     assert all(
@@ -339,6 +367,7 @@ def test_oom_fixes_are_judged_against_what_the_step_needs(gip):
         del_opt=del_opt.text,
         hint=pm.hint,
         answer=scan.answer,
+        verify_runs=[[x.value, x.ok] for x in scan.verifications],
     )
 
 
