@@ -291,6 +291,23 @@ def test_history_commands(ip, spike, tmp_path):
     assert len(current().history) == 0
 
 
+def test_history_table_counts_a_cells_out_of_memory_errors(ip):
+    """Recorded on an H200: one OOM under a 1 GiB cap in the cell; `%gpumem history` says
+    1 in its OOMs column, and nothing there for a cell without one."""
+    before, after, _ = scenario("oom_at_cap")
+    current().collector.backend = ScriptedBackend(before, after)
+    run(ip, "%%gpumem -q\nfailed = 1")
+    current().collector.backend = ScriptedBackend(after, after)
+    run(ip, "%%gpumem -q\nfine = 1")
+    _, texts, _ = run(ip, "%gpumem history -n 2")
+    header, _rule, *rows = texts[0].splitlines()
+    column = header.index("OOMs")
+    assert header[column:].split()[:2] == ["OOMs", "time"]
+    assert rows[0][column:].split()[0] == "1" and "failed = 1" in rows[0]
+    # no OOM in the second cell: its OOMs column is blank, only the time follows
+    assert "fine = 1" in rows[1] and rows[1][column:].split()[1:] == ["s"]
+
+
 def test_history_size_from_config(ip):
     assert current().history.maxlen == 1000
 

@@ -107,3 +107,19 @@ def test_csv_neutralises_formulas(tmp_path, line):
     assert row["first_line"] == "'" + line  # a spreadsheet shows it as text
     assert row["allocated_delta"] == str(64 << 20)  # numbers stay numbers
     assert row["peak_above_start"].lstrip("-").isdigit()
+
+
+def test_history_counts_the_cells_out_of_memory_errors_per_device():
+    """Recorded on an H200: a 2 GiB request under a 1 GiB cap, one OOM in the cell; the
+    history's device row says so (the panel and `%gpumem history` show it)."""
+    from jupyter_gpumem.protocol.convert import to_protocol
+
+    before, after, _ = scenario("oom_at_cap")
+    t = CellTracker(Collector(ScriptedBackend(before, after)))
+    t.begin()
+    h = History()
+    row = h.add(t.end(execution_count=7, error=MemoryError("CUDA out of memory")))
+    (d,) = row.devices
+    assert (d.device, d.ooms, d.worker) == (0, 1, None)
+    assert h.records()[0]["ooms"] == 1
+    assert to_protocol(row)["devices"][0]["ooms"] == 1

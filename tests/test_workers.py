@@ -122,6 +122,14 @@ def test_worker_oom_counted(tracker):
     # before the worker's first reading its OOM observer is not attached: the count is
     assert w.rank is None and w.devices[0].ooms == 1
     assert "1 OOM" in cell_report_text(_last(tracker, w))
+    # the history keeps the worker's count on its device row, and the panel gets it
+    from jupyter_gpumem.core.history import row_from_report
+    from jupyter_gpumem.protocol.convert import to_protocol
+
+    (d,) = [d for d in row_from_report(_last(tracker, w)).devices if d.worker]
+    assert (d.worker, d.device, d.ooms) == (w.label, 0, 1)
+    (p,) = [p for p in to_protocol(row_from_report(_last(tracker, w)))["devices"] if "worker" in p]
+    assert p["ooms"] == 1
 
 
 def _last(tracker, w):

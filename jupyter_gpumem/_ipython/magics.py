@@ -537,6 +537,7 @@ class GpuMemMagics(Magics):
             "reserved Δ",
             "peak",
             "above start",
+            "OOMs",
             "time",
         )
         body = []
@@ -553,6 +554,7 @@ class GpuMemMagics(Magics):
                         "-" if d is None else _signed(d.reserved_delta),
                         "-" if d is None else fb(d.peak_allocated),
                         "-" if d is None else _signed(d.peak_above_start),
+                        str(d.ooms) if d is not None and d.ooms else "",
                         f"{r.wall_time:.3f} s",
                     )
                 )

@@ -48,6 +48,7 @@ def _worker_rows(r: CellReport) -> tuple[DeviceRow, ...]:
             None,
             None,
             w.label,
+            d.ooms,
         )
         for w in r.workers
         for d in w.devices
@@ -69,6 +70,8 @@ def row_from_report(r: CellReport) -> HistoryRow:
                 d.outside_torch_delta,
                 d.device_allocs,
                 _kept_at(r, d.index),
+                None,
+                d.ooms,
             )
             for d in r.devices
         )

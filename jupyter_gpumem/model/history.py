@@ -19,6 +19,9 @@ class DeviceRow(NamedTuple):
     kept_at: str | None = None  # with tracking: the line that allocated most of what it kept
     # A worker process's device ("rank 1 (pid 4242)"); None: the kernel's own
     worker: str | None = None
+    # Out-of-memory errors on the device: in the cell (the kernel's), or the worker's own
+    # count at its last report
+    ooms: int | None = None
 
 
 class HistoryRow(NamedTuple):

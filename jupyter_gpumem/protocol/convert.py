@@ -248,6 +248,7 @@ def _(row: HistoryRow) -> dict[str, Any]:
                 "peak_allocated": d.peak_allocated,
                 "peak_above_start": d.peak_above_start,
                 "kept_at": d.kept_at,
+                "ooms": d.ooms,
                 **({"worker": d.worker} if d.worker is not None else {}),
             }
             for d in row.devices

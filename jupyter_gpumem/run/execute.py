@@ -247,6 +247,7 @@ class Runner:
                         "peak_allocated": d["allocated"],
                         "peak_above_start": 0,
                         "kept_at": None,
+                        "ooms": 0,
                         "touched": False,
                     }
                 )

@@ -192,6 +192,7 @@ def cell_record(c: CellRun) -> dict[str, Any]:
                 "reserved": d.get("reserved"),
                 "reserved_delta": d.get("reserved_delta"),
                 "kept_at": d.get("kept_at"),
+                "ooms": d.get("ooms"),
                 "touched": bool(d.get("touched", True)),
                 **({"worker": d["worker"]} if d.get("worker") else {}),
             }

@@ -117,7 +117,8 @@ describe("a cell's worker processes in the History tab", () => {
       kept: 2 * GiB,
       peak: 4 * GiB,
       peakAboveStart: 4 * GiB,
-      reserved: 4 * GiB
+      reserved: 4 * GiB,
+      ooms: 0
     });
     expect(rank0.after).toBe(1 * GiB);
     const [late] = workerDevices(MIXED).map(workerFigures);
@@ -270,5 +271,35 @@ describe("a cell's worker processes in the History tab", () => {
     );
     expect(workerName('worker (pid 9)', trans)).toBe('worker (pid 9)');
     expect(workerName('engine 2 on node7', trans)).toBe('engine 2 on node7');
+  });
+
+  it("shows the out-of-memory errors of a kernel's device and of a worker", () => {
+    const failed = cell(15, 'train(batch=64)', [
+      { ...kernelRow(0, 0), ooms: 1 },
+      { ...workerRow('rank 1 (pid 5004)', 1, 0, 0, 6 * GiB, 6 * GiB), ooms: 2 }
+    ]);
+    const [rank1] = workerDevices(failed).map(workerFigures);
+    expect(rank1.ooms).toBe(2);
+    const [row] = historyRows([failed], 0);
+    expect(row.ooms).toBe(1);
+    // a kernel that says nothing of OOMs (before revision 8): none shown
+    const older = cell(16, 'x', [{ ...kernelRow(0, 0) }]);
+    expect(historyRows([older], 0)[0].ooms).toBe(0);
+    const nodes = render(
+      React.createElement(HistoryTable, {
+        rows: historyRows([failed, older], 0),
+        device: 0,
+        units: 'binary',
+        trans,
+        sort: DEFAULT_SORT,
+        onSort: vi.fn(),
+        onGoTo: vi.fn()
+      } as any)
+    );
+    const oomFigures = findAll(nodes, n => n.props['data-figure'] === 'ooms');
+    expect(oomFigures.map(n => text(n))).toEqual([
+      '1 out-of-memory error',
+      '· 2 out-of-memory errors'
+    ]);
   });
 });

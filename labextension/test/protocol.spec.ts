@@ -245,6 +245,7 @@ const historyDevice: Required<IHistoryCellDevice> = {
   peak_allocated: 0,
   peak_above_start: 0,
   kept_at: null,
+  ooms: 0,
   worker: null
 };
 const historyCell: Required<IHistoryCell> = {

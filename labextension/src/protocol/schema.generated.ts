@@ -7,7 +7,7 @@
 export const PROTOCOL_VERSION = 1;
 
 /** Additions an older peer can ignore raise the revision. */
-export const PROTOCOL_REVISION = 7;
+export const PROTOCOL_REVISION = 8;
 
 export const REQUEST_MSG_TYPE = 'gpumem_request';
 
@@ -187,6 +187,7 @@ export interface IHistoryCell {
     peak_allocated: number | null;
     peak_above_start: number | null;
     kept_at: string | null;
+    ooms?: number | null;
     worker?: string | null;
   }[];
 }

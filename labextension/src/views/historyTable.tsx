@@ -29,6 +29,8 @@ export interface IHistoryRow {
   wallTime: number;
   failed: boolean;
   keptAt: string | null;
+  /** Out-of-memory errors on the device in the cell (0: none or not said). */
+  ooms: number;
   /**
    * The cell's worker processes' device rows, shown under this row: in the
    * table of the cell's first kernel device, or in the table of cells that
@@ -91,6 +93,7 @@ export function historyRows(
           wallTime: cell.wall_time,
           failed: cell.failed,
           keptAt: null,
+          ooms: 0,
           workers: workerDevices(cell)
         });
       }
@@ -111,6 +114,7 @@ export function historyRows(
       wallTime: cell.wall_time,
       failed: cell.failed,
       keptAt: d.kept_at,
+      ooms: d.ooms ?? 0,
       workers: device === first ? workerDevices(cell) : []
     });
   }
@@ -331,6 +335,18 @@ export function HistoryTable(props: {
                   {row.failed && (
                     <span className="jp-GpuMem-historyFailed">
                       {trans.__('failed')}
+                    </span>
+                  )}
+                  {row.ooms > 0 && (
+                    <span
+                      className="jp-GpuMem-historyFailed"
+                      data-figure="ooms"
+                    >
+                      {trans._n(
+                        '%1 out-of-memory error',
+                        '%1 out-of-memory errors',
+                        row.ooms
+                      )}
                     </span>
                   )}
                   {row.keptAt && (

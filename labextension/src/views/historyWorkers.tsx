@@ -31,6 +31,8 @@ export interface IWorkerFigures {
   peak: number | null;
   peakAboveStart: number | null;
   reserved: number | null;
+  /** The worker's out-of-memory errors at its last report (0: none or not said). */
+  ooms: number;
 }
 
 export function workerFigures(d: IHistoryWorkerDevice): IWorkerFigures {
@@ -45,7 +47,8 @@ export function workerFigures(d: IHistoryWorkerDevice): IWorkerFigures {
     kept: d.allocated_delta,
     peak: d.peak_allocated,
     peakAboveStart: d.peak_above_start,
-    reserved: d.reserved
+    reserved: d.reserved,
+    ooms: d.ooms ?? 0
   };
 }
 
@@ -122,6 +125,16 @@ export function HistoryWorkerRows(props: {
               <span data-figure="reserved">
                 {trans.__('reserved %1', bytes(f.reserved, units))}
               </span>
+              {f.ooms > 0 && (
+                <span data-figure="ooms">
+                  {' · '}
+                  {trans._n(
+                    '%1 out-of-memory error',
+                    '%1 out-of-memory errors',
+                    f.ooms
+                  )}
+                </span>
+              )}
             </span>
           </td>
           <td className="jp-GpuMem-num" data-figure="kept">
