@@ -9,7 +9,7 @@ from typing import Any
 from jupyter_gpumem.collectors.allocator import Reading
 from jupyter_gpumem.testing.replay import reading_from_raw
 
-FIXTURES = Path(__file__).parent / "fixtures" / "gpu_readings.json"
+FIXTURES = Path(__file__).parent.parent / "jupyter_gpumem" / "testing" / "recorded" / "gpu_readings.json"
 RECORDED: dict[str, Any] = json.loads(FIXTURES.read_text())
 
 

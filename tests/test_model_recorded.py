@@ -1,6 +1,6 @@
 """Collector -> model -> cell report, on allocator readings recorded on an H200.
 
-Each scenario in tests/fixtures/gpu_readings.json was produced by real allocations of known
+Each scenario in jupyter_gpumem/testing/recorded/gpu_readings.json was produced by real allocations of known
 size (tests/gpu/record_fixtures.py); the report must give back exactly those sizes.
 """
 

@@ -359,7 +359,7 @@ def test_recorded_host_pids_are_foreign_and_the_unseen_is_exact(tmp_path):
     ``other`` under NVML's name), the memory no listed process holds is the recorded used
     minus the driver's reservation minus the listed processes, and the kernel with the
     extension loaded is named by what it reports, on its own GPU only."""
-    record = json.loads((FIXTURES.parent / "nvml_host_pids.json").read_text())
+    record = json.loads((Path(__file__).parent / "fixtures" / "nvml_host_pids.json").read_text())
     answer = record["nvml"]
     (device,) = answer["devices"]
     for p in device["processes"]:

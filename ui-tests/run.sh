@@ -8,7 +8,7 @@
 #   CHROMIUM                browser (default: /usr/bin/chromium)
 #   PORT                    server port (default: a free one)
 #   JUPYTER_GPUMEM_REPLAY   replay fixture for the kernel (default on a machine without
-#                           a GPU: ../tests/fixtures/gpu_readings.json when it exists)
+#                           a GPU: ../jupyter_gpumem/testing/recorded/gpu_readings.json when it exists)
 #   GPUMEM_UI_MODE          gpu | replay | none (default: from the above)
 #   GPUMEM_UI_SCREENSHOTS   where screenshots go (default: ui-tests/screenshots)
 #   GPUMEM_UI_LABEXT_DIR    serve this build of the extension (a folder with its
@@ -106,8 +106,8 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   HAS_GPU=1
 fi
 if [ -z "${JUPYTER_GPUMEM_REPLAY:-}" ] && [ $HAS_GPU -eq 0 ] \
-  && [ -f "$ROOT/tests/fixtures/gpu_readings.json" ]; then
-  export JUPYTER_GPUMEM_REPLAY="$ROOT/tests/fixtures/gpu_readings.json"
+  && [ -f "$ROOT/jupyter_gpumem/testing/recorded/gpu_readings.json" ]; then
+  export JUPYTER_GPUMEM_REPLAY="$ROOT/jupyter_gpumem/testing/recorded/gpu_readings.json"
 fi
 if [ -n "${JUPYTER_GPUMEM_REPLAY:-}" ]; then
   # the replay backend and the attribution recorded beside its fixture, plugged in by

@@ -78,7 +78,7 @@ def from_env() -> ReplayBackend:
     the fixture named by ``JUPYTER_GPUMEM_REPLAY``."""
     path = os.environ.get(REPLAY_ENV)
     if not path:
-        raise RuntimeError(f"{REPLAY_ENV} must name a fixture (tests/fixtures/gpu_readings.json)")
+        raise RuntimeError(f"{REPLAY_ENV} must name a fixture (jupyter_gpumem/testing/recorded/gpu_readings.json)")
     return ReplayBackend(path)
 
 

@@ -1,6 +1,6 @@
 """Record raw allocator readings on a real GPU, with the ground truth of each scenario.
 
-Run on the GPU machine:  python3 tests/gpu/record_fixtures.py tests/fixtures/gpu_readings.json
+Run on the GPU machine:  python3 tests/gpu/record_fixtures.py jupyter_gpumem/testing/recorded/gpu_readings.json
 The CPU unit tests feed these readings through the same conversion as live ones
 (``collectors._replay``), and the UI tests replay the ``timeline`` as a fake kernel GPU.
 Raw readings use the documented flat ``torch.cuda.memory_stats`` keys.

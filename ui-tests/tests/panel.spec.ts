@@ -837,7 +837,7 @@ async function executionCountOf(start: string): Promise<number> {
 /**
  * The History and Segments tabs, the [N] markers of the trend and the bar
  * scale, against the replay kernel (its segments: the H200 recording of
- * tests/fixtures/attribution.json; its cells: the ones run here).
+ * jupyter_gpumem/testing/recorded/attribution.json; its cells: the ones run here).
  */
 function viewTests(): void {
   const panel = () => page.locator(PANEL);
@@ -1038,7 +1038,7 @@ test.describe('with the kernel side', () => {
   test.describe('who holds it', () => {
     test.skip(
       MODE !== 'replay' || !fs.existsSync(ATTRIBUTION),
-      'needs the replay kernel and tests/fixtures/attribution.json'
+      'needs the replay kernel and jupyter_gpumem/testing/recorded/attribution.json'
     );
     whoTests();
   });
@@ -1046,7 +1046,7 @@ test.describe('with the kernel side', () => {
   test.describe('history, segments, markers and scale', () => {
     test.skip(
       MODE !== 'replay' || !fs.existsSync(ATTRIBUTION),
-      'needs the replay kernel and tests/fixtures/attribution.json'
+      'needs the replay kernel and jupyter_gpumem/testing/recorded/attribution.json'
     );
     viewTests();
   });
