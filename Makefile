@@ -1,60 +1,117 @@
 # Two commands on a fresh machine:
-#   make lab    install everything (Python venv, the JupyterLab extension) and open JupyterLab
-#   make test   install everything and run every check (what CI runs through .ci/run)
+#   make lab    install into .venv and open JupyterLab; without a GPU, the demo (make demo)
+#   make test   install the test environment (.venv-test) and run every check (= .ci/run)
+#
+# .venv (the main job) sees the packages of the Python that made it (--system-site-packages):
+# your torch, CUDA build included, is used as it is; nothing here installs or replaces a torch
+# in it. .venv-test gets its own CPU build of torch for the tests.
 PY ?= python3
 VENV := .venv
-BIN := $(abspath $(VENV)/bin)
-export PATH := $(BIN):$(PATH)
-# The CPU build of PyTorch (a local wheel on our machines); a plain `torch` would pull
-# several GB of CUDA packages. Only the tests and examples use it.
+TVENV := .venv-test
+# The CPU build of PyTorch, for the tests only; a plain `torch` would pull several GB of
+# CUDA packages.
 TORCH ?= torch==2.13.0
 LABEXT := jupyter_gpumem/labextension/static/style.js
 TS_SOURCES := $(shell find labextension/src labextension/style labextension/schema labextension/scripts -type f 2>/dev/null) \
               labextension/package.json labextension/package-lock.json \
               jupyter_gpumem/protocol/schema.json
+PY_SOURCES := $(shell find jupyter_gpumem gpumem -name '*.py' -o -name '*.json' 2>/dev/null | grep -v '/labextension/') \
+              pyproject.toml examples/demo.ipynb
+BUILD_TOOLS := hatchling editables "hatch-jupyter-builder>=0.9" "jupyterlab>=4.4,<5"
+ROOT_FLAG = $(if $(filter 0,$(shell id -u)),--allow-root)
+# a GPU that this machine's driver lists (the main job then opens JupyterLab, not the demo)
+HAS_GPU = $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 
-.PHONY: lab test install labext lint pytest ts-test ui-test ui-deps gpu-test bench clean screenshots architecture
+.PHONY: lab demo test install test-install labext wheel wheel-test lint pytest ts-test \
+        ui-test ui-deps gpu-test bench clean screenshots architecture bench-readme
 
-$(BIN)/python:
-	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+# -- the main job ------------------------------------------------------------------------
+$(VENV)/bin/python:
+	$(PY) -m venv --system-site-packages $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip
 
-# Build tools first, so that the editable install needs no isolated build environment.
-$(VENV)/.tools: $(BIN)/python
-	$(BIN)/pip install -q "$(TORCH)"
-	$(BIN)/pip install -q hatchling editables "hatch-jupyter-builder>=0.9" "jupyterlab>=4.4,<5"
+$(VENV)/.tools: $(VENV)/bin/python
+	$(VENV)/bin/python -m pip install -q $(BUILD_TOOLS)
 	touch $@
 
-labextension/node_modules/.package-lock.json: labextension/package-lock.json
-	cd labextension && npm ci --no-audit --no-fund
-	touch $@
-
-$(LABEXT): $(VENV)/.tools labextension/node_modules/.package-lock.json $(TS_SOURCES)
-	cd labextension && npm run build:prod
-
-labext: $(LABEXT)
-
-$(VENV)/.installed: $(VENV)/.tools $(LABEXT) pyproject.toml
-	$(BIN)/pip install -q --no-build-isolation -e ".[test,dev]"
-	$(BIN)/jupyter labextension develop --overwrite .
-	@# an editable install skips shared-data: put the server config where a wheel puts it
-	mkdir -p $(VENV)/etc/jupyter/jupyter_server_config.d
-	cp jupyter-config/server-config/jupyter_gpumem.json $(VENV)/etc/jupyter/jupyter_server_config.d/
+# A regular (not editable) install, as `pip install .` makes it.
+$(VENV)/.installed: BUILD_BIN = $(abspath $(VENV)/bin)
+$(VENV)/.installed: $(VENV)/.tools $(LABEXT) $(PY_SOURCES)
+	$(VENV)/bin/python -m pip install -q --no-build-isolation ".[lab]"
+	@$(VENV)/bin/python scripts/which_torch.py
 	touch $@
 
 install: $(VENV)/.installed
 
 lab: install
-	$(BIN)/jupyter lab examples/
+	@if [ "$(HAS_GPU)" = "0" ] || [ -z "$(HAS_GPU)" ]; then \
+	  echo "make lab: no NVIDIA GPU here (nvidia-smi lists none): opening the demo, which replays readings recorded on an H200"; \
+	  $(VENV)/bin/jupyter-gpumem demo --dir examples/.demo; \
+	else \
+	  if [ "$$(id -u)" = 0 ]; then echo "make lab: running as root, so JupyterLab starts with --allow-root"; fi; \
+	  $(VENV)/bin/jupyter lab $(ROOT_FLAG) examples/; \
+	fi
 
-lint: install
-	$(BIN)/ruff check jupyter_gpumem gpumem tests benchmarks scripts
-	$(BIN)/ruff format --check jupyter_gpumem gpumem tests benchmarks scripts
-	$(BIN)/mypy
+demo: install
+	$(VENV)/bin/jupyter-gpumem demo --dir examples/.demo
+
+# -- building ------------------------------------------------------------------------------
+labextension/node_modules/.package-lock.json: labextension/package-lock.json
+	cd labextension && npm ci --no-audit --no-fund
+	touch $@
+
+# `jupyter labextension build` comes from the JupyterLab of whichever environment asked.
+$(LABEXT): labextension/node_modules/.package-lock.json $(TS_SOURCES)
+	cd labextension && PATH="$(BUILD_BIN):$$PATH" npm run build:prod
+
+labext: BUILD_BIN = $(abspath $(TVENV)/bin)
+labext: $(TVENV)/.tools $(LABEXT)
+
+# The wheel users install: Python package, prebuilt JupyterLab extension, server config.
+wheel: BUILD_BIN = $(abspath $(TVENV)/bin)
+wheel: $(TVENV)/.tools $(LABEXT)
+	rm -rf dist && mkdir -p dist
+	$(TVENV)/bin/python -m pip wheel -q --no-deps --no-build-isolation -w dist .
+	@ls dist/*.whl
+
+# The built wheel in a clean virtual environment (no source tree on its path): a real
+# kernel runs %load_ext gpumem and a %%gpumem cell; the extensions are listed as enabled.
+wheel-test: wheel
+	rm -rf build/wheel-env
+	$(PY) -m venv build/wheel-env
+	build/wheel-env/bin/python -m pip install -q --upgrade pip
+	build/wheel-env/bin/python -m pip install -q "$$(ls dist/*.whl)[lab]" jupyter_client
+	cd build && wheel-env/bin/python ../scripts/smoke_wheel.py
+
+# -- the tests -------------------------------------------------------------------------------
+$(TVENV)/bin/python:
+	$(PY) -m venv $(TVENV)
+	$(TVENV)/bin/python -m pip install -q --upgrade pip
+
+$(TVENV)/.tools: $(TVENV)/bin/python
+	$(TVENV)/bin/python -m pip install -q "$(TORCH)"
+	$(TVENV)/bin/python -m pip install -q $(BUILD_TOOLS)
+	touch $@
+
+$(TVENV)/.installed: BUILD_BIN = $(abspath $(TVENV)/bin)
+$(TVENV)/.installed: $(TVENV)/.tools $(LABEXT) pyproject.toml
+	$(TVENV)/bin/python -m pip install -q --no-build-isolation -e ".[test,dev]"
+	$(TVENV)/bin/jupyter labextension develop --overwrite .
+	@# an editable install skips shared-data: put the server config where a wheel puts it
+	mkdir -p $(TVENV)/etc/jupyter/jupyter_server_config.d
+	cp jupyter-config/server-config/jupyter_gpumem.json $(TVENV)/etc/jupyter/jupyter_server_config.d/
+	touch $@
+
+test-install: $(TVENV)/.installed
+
+lint: test-install
+	$(TVENV)/bin/ruff check jupyter_gpumem gpumem tests benchmarks scripts examples/*.py
+	$(TVENV)/bin/ruff format --check jupyter_gpumem gpumem tests benchmarks scripts
+	$(TVENV)/bin/mypy
 	cd labextension && npm run lint
 
-pytest: install
-	$(BIN)/python -m pytest -q -ra tests
+pytest: test-install
+	$(TVENV)/bin/python -m pytest -q -ra tests
 
 ts-test: labextension/node_modules/.package-lock.json
 	cd labextension && npm test
@@ -65,8 +122,8 @@ ui-deps:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
 	  else echo "UI test needs Debian's chromium: sudo apt-get install chromium" >&2; exit 1; fi; }
 
-ui-test: install ui-deps
-	JUPYTER=$(BIN)/jupyter ui-tests/run.sh
+ui-test: test-install ui-deps
+	JUPYTER=$(abspath $(TVENV)/bin/jupyter) ui-tests/run.sh
 
 # The README's pictures of the panel: taken by the UI tests (ui-tests/screenshots), copied here.
 README_SHOTS := tab-overview tab-overview-dark tab-history tab-history-dark tab-segments \
@@ -76,7 +133,7 @@ screenshots: ui-test
 	for s in $(README_SHOTS); do cp ui-tests/screenshots/$$s.png docs/panel/$$s.png; done
 	cp ui-tests/screenshots/replay-allocated.png docs/panel.png
 
-test: lint ts-test pytest ui-test
+test: lint ts-test pytest ui-test wheel-test
 
 # On a machine with a CUDA GPU and torch: the GPU tests and the benchmarks.
 gpu-test:
@@ -86,10 +143,15 @@ bench:
 	$(PY) benchmarks/bench_cell_overhead.py
 	$(PY) benchmarks/bench_panel.py
 
+# benchmarks/README.md's tables, from benchmarks/results/
+bench-readme:
+	$(PY) benchmarks/tables.py --write
+
 # docs/architecture.svg: the import graph, layer by layer (a test fails when it is stale)
 architecture:
 	$(PY) scripts/architecture.py --write
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache \
-	  jupyter_gpumem/labextension labextension/lib labextension/node_modules ui-tests/node_modules
+	rm -rf $(VENV) $(TVENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache \
+	  jupyter_gpumem/labextension labextension/lib labextension/node_modules ui-tests/node_modules \
+	  examples/.demo

@@ -26,7 +26,8 @@ step = (
 cells = [
     md("# Before you run: what a step's peak is made of, and the largest batch that fits\n\n"
        "GPT-2 (124M parameters, random weights) trained with AdamW on 1024-token sequences. "
-       "Run it on a machine with a CUDA GPU."),
+       "It needs a CUDA GPU and `transformers` (`pip install transformers`; GPT-2 is built "
+       "from its config, so nothing is downloaded)."),
     code("%load_ext gpumem\nimport torch\nfrom transformers import GPT2Config, GPT2LMHeadModel\n"
          "torch.manual_seed(0)\n"
          "model = GPT2LMHeadModel(GPT2Config()).cuda()\n"

@@ -33,8 +33,8 @@ LAYERS: list[tuple[str, str, tuple[str, ...]]] = [
     ("protocol", "the panel protocol: schema, checks, conversion, handler", ("protocol",)),
     (
         "front ends",
-        "IPython, the kernel, the widget, the server, the CLI",
-        ("_ipython", "_kernel", "widget", "server", "run", "__init__", "__main__"),
+        "IPython, the kernel, the widget, the server, the CLI, the demo",
+        ("_ipython", "_kernel", "widget", "server", "run", "demo", "__init__", "__main__"),
     ),
 ]
 TEST_ONLY = "testing"

@@ -4,7 +4,7 @@
 # the kernel imports), stop the server. From a clean clone: `make install` first.
 #
 # Environment (all optional):
-#   JUPYTER                 jupyter executable (default: ../.venv/bin/jupyter, else PATH)
+#   JUPYTER                 jupyter executable (default: ../.venv-test/bin/jupyter, else PATH)
 #   CHROMIUM                browser (default: /usr/bin/chromium)
 #   PORT                    server port (default: a free one)
 #   JUPYTER_GPUMEM_REPLAY   replay fixture for the kernel (default on a machine without
@@ -21,8 +21,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 
 if [ -z "${JUPYTER:-}" ]; then
-  if [ -x "$ROOT/.venv/bin/jupyter" ]; then
-    JUPYTER="$ROOT/.venv/bin/jupyter"
+  if [ -x "$ROOT/.venv-test/bin/jupyter" ]; then
+    JUPYTER="$ROOT/.venv-test/bin/jupyter"
   else
     JUPYTER=$(command -v jupyter || true)
   fi

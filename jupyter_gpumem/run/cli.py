@@ -105,6 +105,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep going after a cell raises; report it instead of exit 2",
     )
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines and no table")
+    demo = sub.add_parser(
+        "demo",
+        help="open JupyterLab on GPU memory readings recorded on an H200, replayed (no GPU "
+        "needed)",
+        description="Open JupyterLab with a notebook that walks through each feature, its "
+        "kernel replaying GPU memory readings recorded on an NVIDIA H200: the panel, "
+        "%gpumem, who holds the memory, the segment map and an out-of-memory post-mortem "
+        "show themselves without a GPU, each marked as a replay.",
+    )
+    from ..demo import add_arguments
+
+    add_arguments(demo)
     return parser
 
 
@@ -125,10 +137,14 @@ def say(msg: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command != "run":
+    if args.command not in ("run", "demo"):
         parser.print_help(sys.stderr)
         return USAGE_ERROR
     try:
+        if args.command == "demo":
+            from ..demo import run as demo
+
+            return demo(args, say)
         return run(args)
     except CliUsageError as e:
         say(f"error: {e}")

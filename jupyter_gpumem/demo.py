@@ -1,0 +1,145 @@
+"""``jupyter-gpumem demo``: JupyterLab on readings recorded on an NVIDIA H200, replayed.
+
+For a machine without a GPU (a laptop, CI): the kernel's GPU figures come from a recording
+(``testing/recorded/``: allocator readings, snapshots, who held what, an out-of-memory
+error), so the panel, ``%gpumem``, ``who``, the segment map and the post-mortem show
+themselves; every view says that it is a replay. The notebook walks through each feature
+with the outputs it gave on a GPU.
+
+The demo notebook is copied into a folder of its own (a new temporary one unless
+``--dir`` names one) and an existing file there is never overwritten.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .errors import CliUsageError
+
+NOTEBOOK = "demo.ipynb"
+_HERE = Path(__file__).resolve().parent
+
+
+def recording() -> Path:
+    """The recorded readings the demo replays (shipped inside the package)."""
+    return _HERE / "testing" / "recorded" / "gpu_readings.json"
+
+
+def notebook_source() -> Path:
+    """The demo notebook: inside an installed wheel, or ``examples/`` in a clone."""
+    for path in (_HERE / "examples" / NOTEBOOK, _HERE.parent / "examples" / NOTEBOOK):
+        if path.is_file():
+            return path
+    raise CliUsageError(f"the demo notebook {NOTEBOOK} is missing from this installation")
+
+
+def recorded_on() -> str:
+    """Where the recording was made, in words: "an NVIDIA H200 (torch 2.11.0+cu130)"."""
+    import json
+
+    with open(recording()) as f:
+        meta = json.load(f).get("meta", {})
+    gpu, torch = meta.get("device", "a GPU"), meta.get("torch")
+    return f"an {gpu}" + (f" (torch {torch})" if torch else "")
+
+
+def kernel_env() -> dict[str, str]:
+    """The variables that make a kernel replay the recording (inherited by every kernel
+    the demo's server starts)."""
+    path = str(recording())
+    return {
+        "JUPYTER_GPUMEM_BACKEND": "jupyter_gpumem.testing.replay:from_env",
+        "JUPYTER_GPUMEM_ATTRIBUTION": "jupyter_gpumem.testing.replay:attribution_from_env",
+        "JUPYTER_GPUMEM_REPLAY": path,
+    }
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dir",
+        metavar="FOLDER",
+        help="put the demo notebook here (created if missing; an existing demo.ipynb is "
+        "kept as it is); default: a new temporary folder",
+    )
+    parser.add_argument("--port", type=int, metavar="N", help="the server's port (default 8888)")
+    parser.add_argument("--ip", metavar="ADDRESS", help="the address to listen on (localhost)")
+    parser.add_argument(
+        "--no-browser", action="store_true", help="print the URL instead of opening a browser"
+    )
+    parser.add_argument(
+        "--print-env",
+        action="store_true",
+        help="only print the environment that makes a kernel replay the recording (for a "
+        "server you start yourself) and exit",
+    )
+
+
+def prepare(folder: str | None) -> Path:
+    """The folder with the demo notebook in it: created, the notebook copied once."""
+    source = notebook_source()
+    if folder is None:
+        target = Path(tempfile.mkdtemp(prefix="gpumem-demo-"))
+    else:
+        target = Path(folder).expanduser()
+        if target.exists() and not target.is_dir():
+            raise CliUsageError(f"--dir {folder}: is a file, not a folder")
+        target.mkdir(parents=True, exist_ok=True)
+    dest = target / NOTEBOOK
+    if not dest.exists():
+        shutil.copyfile(source, dest)
+    return target
+
+
+def lab_command(folder: Path, args: argparse.Namespace) -> list[str]:
+    try:
+        import jupyterlab  # noqa: F401
+    except ImportError:
+        raise CliUsageError(
+            "the demo opens JupyterLab, which is not installed in this Python: "
+            f"{sys.executable} -m pip install 'jupyterlab>=4.4,<5'"
+        ) from None
+    cmd = [sys.executable, "-m", "jupyterlab", str(folder / NOTEBOOK)]
+    cmd.append(f"--ServerApp.root_dir={folder}")
+    if args.port is not None:
+        cmd.append(f"--port={args.port}")
+    if args.ip is not None:
+        cmd.append(f"--ip={args.ip}")
+    if args.no_browser:
+        cmd.append("--no-browser")
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")
+    return cmd
+
+
+def run(args: argparse.Namespace, say: object = None) -> int:
+    env = kernel_env()
+    if args.print_env:
+        for name, value in env.items():
+            print(f"export {name}={value}")
+        return 0
+    folder = prepare(args.dir)
+    cmd = lab_command(folder, args)
+    tell = say if callable(say) else print
+    tell(f"demo: {folder / NOTEBOOK}")
+    tell(
+        f"demo: the kernel replays GPU memory readings recorded on {recorded_on()}; "
+        "every report and the panel say so. Ctrl+C stops the server."
+    )
+    if "--allow-root" in cmd:
+        tell("demo: running as root, so JupyterLab is started with --allow-root")
+    proc = subprocess.Popen(cmd, env={**os.environ, **env})
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        try:
+            return proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return 130
