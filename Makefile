@@ -21,6 +21,8 @@ BUILD_TOOLS := hatchling editables "hatch-jupyter-builder>=0.9" "jupyterlab>=4.4
 ROOT_FLAG = $(if $(filter 0,$(shell id -u)),--allow-root)
 # a GPU that this machine's driver lists (the main job then opens JupyterLab, not the demo)
 HAS_GPU = $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+# more options for jupyter-gpumem demo, e.g. DEMO_ARGS='--port 8890 --no-browser'
+DEMO_ARGS ?=
 
 .PHONY: lab demo test install test-install labext wheel wheel-test lint pytest ts-test \
         ui-test ui-deps gpu-test bench clean screenshots architecture bench-readme
@@ -46,14 +48,14 @@ install: $(VENV)/.installed
 lab: install
 	@if [ "$(HAS_GPU)" = "0" ] || [ -z "$(HAS_GPU)" ]; then \
 	  echo "make lab: no NVIDIA GPU here (nvidia-smi lists none): opening the demo, which replays readings recorded on an H200"; \
-	  $(VENV)/bin/jupyter-gpumem demo --dir examples/.demo; \
+	  $(VENV)/bin/jupyter-gpumem demo --dir examples/.demo $(DEMO_ARGS); \
 	else \
 	  if [ "$$(id -u)" = 0 ]; then echo "make lab: running as root, so JupyterLab starts with --allow-root"; fi; \
 	  $(VENV)/bin/jupyter lab $(ROOT_FLAG) examples/; \
 	fi
 
 demo: install
-	$(VENV)/bin/jupyter-gpumem demo --dir examples/.demo
+	$(VENV)/bin/jupyter-gpumem demo --dir examples/.demo $(DEMO_ARGS)
 
 # -- building ------------------------------------------------------------------------------
 labextension/node_modules/.package-lock.json: labextension/package-lock.json
