@@ -8,8 +8,8 @@
 PY ?= python3
 VENV := .venv
 TVENV := .venv-test
-# The CPU build of PyTorch, for the tests only; a plain `torch` would pull several GB of
-# CUDA packages.
+# The CPU build of PyTorch, for the tests only. Where PyPI serves a CUDA build (several GB),
+# make test TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
 TORCH ?= torch==2.13.0
 LABEXT := jupyter_gpumem/labextension/static/style.js
 TS_SOURCES := $(shell find labextension/src labextension/style labextension/schema labextension/scripts -type f 2>/dev/null) \
@@ -70,10 +70,11 @@ labext: BUILD_BIN = $(abspath $(TVENV)/bin)
 labext: $(TVENV)/.tools $(LABEXT)
 
 # The wheel users install: Python package, prebuilt JupyterLab extension, server config.
-wheel: BUILD_BIN = $(abspath $(TVENV)/bin)
-wheel: $(TVENV)/.tools $(LABEXT)
+# Built with .venv's tools (no torch there).
+wheel: BUILD_BIN = $(abspath $(VENV)/bin)
+wheel: $(VENV)/.tools $(LABEXT)
 	rm -rf dist && mkdir -p dist
-	$(TVENV)/bin/python -m pip wheel -q --no-deps --no-build-isolation -w dist .
+	$(VENV)/bin/python -m pip wheel -q --no-deps --no-build-isolation -w dist .
 	@ls dist/*.whl
 
 # The built wheel in a clean virtual environment (no source tree on its path): a real
@@ -91,7 +92,7 @@ $(TVENV)/bin/python:
 	$(TVENV)/bin/python -m pip install -q --upgrade pip
 
 $(TVENV)/.tools: $(TVENV)/bin/python
-	$(TVENV)/bin/python -m pip install -q "$(TORCH)"
+	$(TVENV)/bin/python -m pip install -q $(TORCH)
 	$(TVENV)/bin/python -m pip install -q $(BUILD_TOOLS)
 	touch $@
 
