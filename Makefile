@@ -108,7 +108,7 @@ $(TVENV)/.installed: $(TVENV)/.tools $(LABEXT) pyproject.toml
 test-install: $(TVENV)/.installed
 
 lint: test-install
-	$(TVENV)/bin/ruff check jupyter_gpumem gpumem tests benchmarks scripts examples/*.py
+	$(TVENV)/bin/ruff check jupyter_gpumem gpumem tests benchmarks scripts
 	$(TVENV)/bin/ruff format --check jupyter_gpumem gpumem tests benchmarks scripts
 	$(TVENV)/bin/mypy
 	cd labextension && npm run lint

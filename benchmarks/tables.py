@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -55,8 +54,10 @@ def span(values: list[float], digits: int = 3) -> str:
 def cell_table() -> str:
     runs = [load(n) for n in CELL_RUNS]
     rows = [
-        "| configuration | trivial cell: added ms (median of rounds; rounds' range) | "
-        "training step: added ms | bare cell |",
+        (
+            "| configuration | trivial cell: added ms (median of rounds; rounds' range) | "
+            "training step: added ms | bare cell |"
+        ),
         "| --- | --- | --- | --- |",
     ]
     for key, label in CONFIGS:
@@ -64,9 +65,7 @@ def cell_table() -> str:
         step = [r["cells"]["train step"][key] for r in runs]
         rows.append(
             f"| {label} | "
-            + " / ".join(
-                f"+{ms(t['added_ms'])} ({span(t['rounds_added_ms'])})" for t in triv
-            )
+            + " / ".join(f"+{ms(t['added_ms'])} ({span(t['rounds_added_ms'])})" for t in triv)
             + " | "
             + " / ".join(f"+{ms(s['added_ms'])}" for s in step)
             + " | "
@@ -90,8 +89,13 @@ def peers_table() -> str:
         "| per cell added | trivial cell | training step |",
         "| --- | --- | --- |",
     ]
-    for key in ("%%gpumem", "%%gpumem -q", "auto mode", "ipyexperiments CellLogger",
-                "ipython_memory_usage"):
+    for key in (
+        "%%gpumem",
+        "%%gpumem -q",
+        "auto mode",
+        "ipyexperiments CellLogger",
+        "ipython_memory_usage",
+    ):
         t, s = d["trivial"][key], d["train step"][key]
         rows.append(f"| {key} | +{ms(t['added_ms'])} ms | +{ms(s['added_ms'])} ms |")
     rows.append("")
@@ -195,29 +199,44 @@ def readme_table() -> str:
 
     def added(key: str) -> str:
         values = [r["cells"]["trivial"][key]["added_ms"] for r in runs]
-        return f"+{span(values, 2)} ms" if max(values) - min(values) >= 0.005 else (
-            f"+{ms(values[0], 2)} ms"
+        return (
+            f"+{span(values, 2)} ms"
+            if max(values) - min(values) >= 0.005
+            else (f"+{ms(values[0], 2)} ms")
         )
 
     rows = [
         "| tool | added to every cell | what it gives |",
         "| --- | --- | --- |",
-        f"| `%%gpumem` | {added('%%gpumem')} | exact allocated, reserved and peak; outside "
-        "PyTorch; cudaMalloc calls; fragmentation; hints |",
-        f"| `%%gpumem -q` / auto mode | {added('%%gpumem -q')} / {added('auto mode')} | the "
-        "same figures in the history / one line a cell |",
-        f"| ipyexperiments CellLogger | +{ms(peers['ipyexperiments CellLogger']['added_ms'], 0)}"
-        " ms | NVML figures after `gc.collect()` + `empty_cache()` (changes your program); a "
-        "sampled peak |",
-        f"| ipython_memory_usage | +{ms(peers['ipython_memory_usage']['added_ms'], 0)} ms | "
-        "host RSS sampled every millisecond |",
-        "| nvidia-smi, jupyterlab-nvdashboard | outside the kernel | whole-device NVML "
-        "figures: no allocated vs reserved, no peaks, no owners |",
+        (
+            f"| `%%gpumem` | {added('%%gpumem')} | exact allocated, reserved and peak; outside "
+            "PyTorch; cudaMalloc calls; fragmentation; hints |"
+        ),
+        (
+            f"| `%%gpumem -q` / auto mode | {added('%%gpumem -q')} / {added('auto mode')} | the "
+            "same figures in the history / one line a cell |"
+        ),
+        (
+            "| ipyexperiments CellLogger | "
+            f"+{ms(peers['ipyexperiments CellLogger']['added_ms'], 0)} ms | "
+            "NVML figures after `gc.collect()` + `empty_cache()` (changes your program); a "
+            "sampled peak |"
+        ),
+        (
+            f"| ipython_memory_usage | +{ms(peers['ipython_memory_usage']['added_ms'], 0)} ms | "
+            "host RSS sampled every millisecond |"
+        ),
+        (
+            "| nvidia-smi, jupyterlab-nvdashboard | outside the kernel | whole-device NVML "
+            "figures: no allocated vs reserved, no peaks, no owners |"
+        ),
         "",
-        f"Measured on H200s with torch 2.11 (`benchmarks/results/`); `%gpumem who` takes "
-        f"{ms(who['median_ms'], 0)} ms for 10,000 tensors beside 100,000 other objects. How "
-        "each figure was measured, with its spread: [benchmarks/README.md]"
-        "(benchmarks/README.md).",
+        (
+            f"Measured on H200s with torch 2.11 (`benchmarks/results/`); `%gpumem who` takes "
+            f"{ms(who['median_ms'], 0)} ms for 10,000 tensors beside 100,000 other objects. How "
+            "each figure was measured, with its spread: [benchmarks/README.md]"
+            "(benchmarks/README.md)."
+        ),
     ]
     return "\n".join(rows)
 
@@ -259,8 +278,10 @@ def main(argv: list[str]) -> int:
                 if "--write" in argv:
                     path.write_text(text)
         if "--check" in argv and stale:
-            print("stale tables (python3 benchmarks/tables.py --write):",
-                  ", ".join(str(p.relative_to(ROOT)) for p in stale))
+            print(
+                "stale tables (python3 benchmarks/tables.py --write):",
+                ", ".join(str(p.relative_to(ROOT)) for p in stale),
+            )
             return 1
         return 0
     for name, make in {**TABLES, "cost (README)": readme_table}.items():

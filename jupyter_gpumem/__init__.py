@@ -2,13 +2,24 @@
 
 ``%load_ext jupyter_gpumem`` (or ``%load_ext gpumem``), then ``%%gpumem`` on a cell or
 ``%gpumem auto on``. Importing this package imports neither torch nor IPython.
+
+The functions below raise :class:`GpuMemError` when they cannot answer, with one sentence
+that says what is missing: :class:`NotLoadedError` before ``%load_ext jupyter_gpumem``,
+:class:`NoGpuError` where PyTorch has no GPU memory to read (torch not imported, a
+CPU-only build, no GPU). Bad arguments raise ``ValueError``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
+from .errors import GpuMemError, NoGpuError, NotLoadedError
+
+if TYPE_CHECKING:
+    from ._ipython.session import Session
+    from .collectors import Reading
+    from .model import Measurement
 
 
 def load_ipython_extension(ipython: Any) -> None:
@@ -23,15 +34,39 @@ def unload_ipython_extension(ipython: Any) -> None:
     unload(ipython)
 
 
-def history(n: int | None = None) -> Any:
-    """The measured cells of this kernel as a pandas DataFrame (one row per cell and
-    device; the last ``n`` cells when given)."""
+def _session(what: str) -> Session:
     from ._ipython import current
 
     session = current()
     if session is None:
-        raise RuntimeError("the gpumem extension is not loaded: run %load_ext jupyter_gpumem")
-    return session.history.dataframe(n)
+        raise NotLoadedError(
+            f"{what} needs the gpumem extension, which is not loaded in this kernel: "
+            "run %load_ext jupyter_gpumem"
+        )
+    return session
+
+
+def _no_gpu(what: str, now: Measurement | Reading, where: str = "kernel") -> NoGpuError | None:
+    """Why PyTorch has no GPU memory for ``what`` to read, as the reading's state says;
+    None when it has some or may have (CUDA not initialised yet)."""
+    if now.state == "no_torch":
+        return NoGpuError(
+            f"{what} needs torch with a CUDA GPU: torch is not imported in this {where}"
+        )
+    if now.state == "cpu_only":
+        return NoGpuError(
+            f"{what} needs a CUDA GPU: this torch is a CPU-only build ({now.torch_version})"
+        )
+    if now.state == "no_gpu":
+        return NoGpuError(f"{what} needs a CUDA GPU: torch {now.torch_version} finds none")
+    return None
+
+
+def history(n: int | None = None) -> Any:
+    """The measured cells of this kernel as a pandas DataFrame (one row per cell and
+    device; the last ``n`` cells when given). A cell measured without GPU figures (torch
+    not imported, a CPU-only build) has one row with the device columns empty."""
+    return _session("history()").history.dataframe(n)
 
 
 def who(device: int | None = None, by: str = "variable", n: int | None = None) -> Any:
@@ -43,15 +78,25 @@ def who(device: int | None = None, by: str = "variable", n: int | None = None) -
     kind, site``) when pandas is installed, else the list of
     :class:`~jupyter_gpumem.model.WhoReport` records. Call it between cells, not from a
     thread while a cell runs.
-    """
-    from ._ipython import current
 
-    session = current()
-    if session is None:
-        raise RuntimeError("the gpumem extension is not loaded: run %load_ext jupyter_gpumem")
+    No rows while CUDA is not initialised (PyTorch holds nothing yet); raises
+    :class:`NoGpuError` without torch, with a CPU-only build or without a GPU.
+    """
+    from .errors import ActionRefused
+
+    session = _session("who()")
     if by not in ("variable", "line", "cell"):
         raise ValueError(f"by must be 'variable', 'line' or 'cell', not {by!r}")
-    reports = session.attributor.who(device, by, n)  # type: ignore[arg-type]
+    now = session.collector.measure(with_process=False)
+    missing = _no_gpu("who()", now)
+    if missing is not None:
+        raise missing
+    reports = []
+    if now.state != "not_initialized":
+        try:
+            reports = session.attributor.who(device, by, n)  # type: ignore[arg-type]
+        except ActionRefused as e:
+            raise GpuMemError(f"who(): {e}") from None
     try:
         import pandas as pd
     except ImportError:
@@ -69,15 +114,15 @@ def breakdown() -> Any:
     """What the peak of the last ``%%gpumem --breakdown`` cell was made of, as a pandas
     DataFrame (one row per device and category: ``device, category, bytes, blocks, share,
     phase, peak``), or the list of :class:`~jupyter_gpumem.model.Breakdown` records when
-    pandas is not installed."""
-    from ._ipython import current
-
-    session = current()
-    if session is None:
-        raise RuntimeError("the gpumem extension is not loaded: run %load_ext jupyter_gpumem")
+    pandas is not installed. Raises :class:`GpuMemError` before the first such cell
+    (:class:`NoGpuError` where no such cell can run: no torch, a CPU-only build)."""
+    session = _session("breakdown()")
     report = session.last_breakdown
     if report is None:
-        raise RuntimeError("no breakdown yet: run a cell with %%gpumem --breakdown")
+        missing = _no_gpu("breakdown()", session.collector.measure(with_process=False))
+        if missing is not None:
+            raise missing
+        raise GpuMemError("no breakdown yet: run a cell with %%gpumem --breakdown")
     items = list(report.breakdowns)
     try:
         import pandas as pd
@@ -112,9 +157,9 @@ def scan(
     largest value within ``fit_in`` (a size like ``"24GiB"`` or a GPU like ``"T4"``;
     default: what this GPU has free now) is predicted and, unless ``verify=False``, run
     under that cap. Returns a :class:`~jupyter_gpumem.model.ScanResult`, which shows
-    itself as the report in a notebook."""
+    itself as the report in a notebook. Raises :class:`NoGpuError` without torch, with a
+    CPU-only build or without a GPU; works without the extension loaded."""
     import math
-    import sys
 
     from .analysis.targets import parse_target
     from .core.scanner import Scanner, target_refusal
@@ -129,17 +174,15 @@ def scan(
     if len(set(vals)) < 2:
         raise ValueError("two different values at least are needed (three show curvature)")
     target = parse_target(fit_in) if fit_in is not None else None
-    t = sys.modules.get("torch")
-    v = getattr(t, "version", None)
-    if t is None or not (getattr(v, "cuda", None) or getattr(v, "hip", None)):
-        why = "torch is not imported" if t is None else f"torch {t.__version__} is CPU-only"
-        raise RuntimeError(f"scan needs torch with a CUDA GPU: {why}")
     from ._ipython import current
 
     session = current()
     from .collectors import Collector
 
     collector = session.collector if session is not None else Collector()
+    missing = _no_gpu("scan()", collector.measure(with_process=False))
+    if missing is not None:
+        raise missing
     refused = target_refusal(collector, target, device)
     if refused is not None:
         raise ValueError(refused)
@@ -161,7 +204,7 @@ def scan(
     except ScanStopped as stop:
         if stop.error is not None:
             raise stop.error from None
-        raise RuntimeError(f"scan stopped: {stop}") from None
+        raise GpuMemError(f"scan stopped: {stop}") from None
     if session is not None:
         session.scans = [*session.scans[-19:], result]
     return result
@@ -170,28 +213,60 @@ def scan(
 def report_worker() -> bool:
     """Call at the top of a *spawned* worker process (``start_method="spawn"``) so that the
     measured cell that started it shows the worker's own GPU memory, as it shows forked
-    workers by itself. True when the kernel was found (``JUPYTER_GPUMEM_WORKERS``);
-    False, and nothing happens, elsewhere."""
-    from .collectors.workers import report_from_worker
+    workers by itself; torch need not be imported yet (the reports start once CUDA is).
+    True when the kernel was found (``JUPYTER_GPUMEM_WORKERS``); False, and nothing
+    happens, elsewhere, and in a worker whose torch is a CPU-only build (no GPU memory to
+    report). Raises :class:`GpuMemError` in the kernel itself."""
+    import os
 
+    from .collectors import make_backend
+    from .collectors.workers import WORKERS_ENV, channel, report_from_worker
+
+    kernel = channel()
+    if kernel.address is not None and kernel._owner == os.getpid():
+        raise GpuMemError(
+            "report_worker() is for the kernel's worker processes: this is the kernel, "
+            "whose own GPU memory measured cells show already"
+        )
+    if not os.environ.get(WORKERS_ENV):
+        return False
+    if make_backend().read(with_process=False, full=False).state == "cpu_only":
+        return False
     return report_from_worker()
 
 
 def report_to_store(store: Any = None, rank: int | None = None) -> Any:
     """Call in each rank of a ``torch.distributed`` job whose rank 0 is this notebook's
     kernel (after ``init_process_group``): the rank's own GPU memory then reaches the
-    kernel through the job's store, wherever the rank runs. See docs/workers.md."""
+    kernel through the job's store, wherever the rank runs. See docs/workers.md.
+
+    Raises :class:`GpuMemError` without a process group (pass ``store`` and ``rank``
+    then) and :class:`NoGpuError` in a rank whose torch is a CPU-only build."""
+    from .collectors import make_backend
     from .collectors.distributed import report_to_store as start
 
-    return start(store, rank)
+    missing = _no_gpu(
+        "report_to_store()", make_backend().read(with_process=False, full=False), "process"
+    )
+    if missing is not None:
+        raise missing
+    try:
+        return start(store, rank)
+    except RuntimeError as e:
+        raise GpuMemError(f"report_to_store(): {e}") from None
 
 
 def watch_store(store: Any = None, ranks: Any = None) -> Any:
     """Call once in the kernel, a member of the job: measured cells and the panel then
-    show the other ranks' figures (those that call ``report_to_store``)."""
+    show the other ranks' figures (those that call ``report_to_store``). The kernel needs
+    no GPU of its own. Raises :class:`GpuMemError` without a process group (pass
+    ``store`` then)."""
     from .collectors.distributed import watch_store as start
 
-    return start(store, ranks)
+    try:
+        return start(store, ranks)
+    except RuntimeError as e:
+        raise GpuMemError(f"watch_store(): {e}") from None
 
 
 def _jupyter_server_extension_points() -> list[dict[str, str]]:
@@ -209,6 +284,9 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
 
 
 __all__ = [
+    "GpuMemError",
+    "NoGpuError",
+    "NotLoadedError",
     "__version__",
     "breakdown",
     "history",

@@ -4,6 +4,10 @@ Each carries a message in the user's words; front ends turn them into what their
 see (IPython's ``UsageError``, a protocol error reply, a CLI exit code). Two never reach a
 user as they are: :class:`Invalid` becomes a ``bad_request`` reply, :class:`KernelLost` a
 note of ``jupyter-gpumem run``.
+
+The package's public functions (``jupyter_gpumem.who()`` and the others) raise
+:class:`GpuMemError` or one of its public subclasses, :class:`NotLoadedError` and
+:class:`NoGpuError`, exported by the package; the others are the front ends' business.
 """
 
 from __future__ import annotations
@@ -15,8 +19,19 @@ if TYPE_CHECKING:
     from .model import ScanRun
 
 
-class GpuMemError(Exception):
-    """Base of the errors below."""
+class GpuMemError(RuntimeError):
+    """Base of the errors below; what a public function raises when it cannot answer,
+    with one sentence that says what is missing."""
+
+
+class NotLoadedError(GpuMemError):
+    """A public function that reads the kernel's session, called before
+    ``%load_ext jupyter_gpumem``."""
+
+
+class NoGpuError(GpuMemError):
+    """A public function that needs PyTorch's GPU memory, where there is none: torch is
+    not imported, is a CPU-only build, or finds no GPU."""
 
 
 class ActionRefused(GpuMemError):

@@ -11,13 +11,15 @@ ECHO = 60  # characters of a bad value an error message repeats
 
 def shown(value: object) -> str:
     """A bad value as an error message repeats it: its repr, at most ``ECHO`` characters
-    (a 10 MB argument gets a short message)."""
+    (a 10 MiB argument gets a short message)."""
     text = repr(value)
     return text if len(text) <= ECHO else text[: ECHO - 1] + "…"
 
 
+# The one spelling of sizes shown to people: binary units, as nvidia-smi and PyTorch's
+# messages use. Decimal units are accepted as input only (see parse_size).
 _BINARY = (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
-_DECIMAL = (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3))
+UNIT_NAMES = ("B", "KiB", "MiB", "GiB", "TiB")
 
 _UNITS: dict[str, int] = {
     "b": 1,
@@ -40,25 +42,41 @@ _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*$")
 
 
 @lru_cache(maxsize=8192)  # views format the same block sizes thousands of times
-def format_bytes(n: int | None, units: str = "binary") -> str:
-    """``1536 -> '1.50 KiB'``; ``None -> 'n/a'``. Negative sizes keep their sign."""
+def format_bytes(n: int | None) -> str:
+    """``1536 -> '1.50 KiB'``; ``None -> 'n/a'``. Negative sizes keep their sign. Always
+    B, KiB, MiB, GiB or TiB: ``1048575 -> '1.00 MiB'``, never ``'1024.00 KiB'``."""
     if n is None:
         return "n/a"
     sign = "-" if n < 0 else ""
     a = abs(n)
-    for name, size in _BINARY if units == "binary" else _DECIMAL:
+    for i, (name, size) in enumerate(_BINARY):
         if a >= size:
-            return f"{sign}{a / size:.2f} {name}"
+            text = f"{a / size:.2f}"
+            if i and float(text) >= 1024:  # rounds up to the next unit
+                name, size = _BINARY[i - 1]
+                text = f"{a / size:.2f}"
+            return f"{sign}{text} {name}"
     return f"{sign}{a} B"
 
 
-def format_delta(n: int | None, units: str = "binary") -> str:
+def format_delta(n: int | None) -> str:
     """A change: ``+1.00 GiB``, ``-512 B``, ``0 B``."""
     if n is None:
         return "n/a"
     if n > 0:
-        return "+" + format_bytes(n, units)
-    return format_bytes(n, units)
+        return "+" + format_bytes(n)
+    return format_bytes(n)
+
+
+# A size as format_bytes writes it.
+_SHOWN_SIZE = re.compile(rf"(?<![\w.])(\d+(?:\.\d+)?) ({'|'.join(UNIT_NAMES)})\b")
+
+
+def join_sizes(text: str, joiner: str) -> str:
+    """``text`` with each size's number and unit joined by ``joiner`` instead of a space:
+    ``join_sizes(escape(cell), "&nbsp;")`` keeps ``64.00 MiB`` on one line in an HTML
+    table cell however narrow the column."""
+    return _SHOWN_SIZE.sub(lambda m: m.group(1) + joiner + m.group(2), text)
 
 
 def parse_size(text: str) -> int:

@@ -42,9 +42,7 @@ def run_cells(cells: list[str], env: dict[str, str] | None = None) -> list[dict[
         results = []
         for source in cells:
             outputs: list[dict[str, Any]] = []
-            reply = kc.execute_interactive(
-                source, timeout=120, output_hook=lambda m: outputs.append(m)
-            )
+            reply = kc.execute_interactive(source, timeout=120, output_hook=outputs.append)
             results.append({"reply": reply["content"], "outputs": outputs})
         return results
     finally:
@@ -66,9 +64,7 @@ def text_of(outputs: list[dict[str, Any]]) -> str:
 
 
 def jupyter(*args: str) -> str:
-    out = subprocess.run(
-        [str(BIN / "jupyter"), *args], capture_output=True, text=True, check=False
-    )
+    out = subprocess.run([str(BIN / "jupyter"), *args], capture_output=True, text=True, check=False)
     return re.sub(r"\x1b\[[0-9;]*m", "", out.stdout + out.stderr)
 
 

@@ -9,14 +9,12 @@ from typing import Any
 from jupyter_gpumem.collectors.allocator import Reading
 from jupyter_gpumem.testing.replay import reading_from_raw
 
-FIXTURES = Path(__file__).parent.parent / "jupyter_gpumem" / "testing" / "recorded" / "gpu_readings.json"
+FIXTURES = Path(__file__).parent.parent / "jupyter_gpumem/testing/recorded/gpu_readings.json"
 RECORDED: dict[str, Any] = json.loads(FIXTURES.read_text())
 
 
 class ScriptedBackend:
     """Returns the given raw readings in order (the last one repeats)."""
-
-    replay = True
 
     def __init__(self, *raws: dict[str, Any], fail: bool = False) -> None:
         self.raws = list(raws)
@@ -45,6 +43,9 @@ class ScriptedBackend:
 
     def cuda_ready(self) -> bool:
         return True
+
+    def replay(self) -> None:
+        return None  # its figures stand for live ones
 
 
 def scenario(name: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:

@@ -19,7 +19,7 @@ from jupyter_gpumem.model import OomEvent, Reference
 from jupyter_gpumem.protocol.convert import to_protocol
 from jupyter_gpumem.testing.replay import RecordedCells, recorded_device_after
 
-FIXTURE = Path(__file__).parent.parent / "jupyter_gpumem" / "testing" / "recorded" / "attribution.json"
+FIXTURE = Path(__file__).parent.parent / "jupyter_gpumem/testing/recorded/attribution.json"
 DATA = json.loads(FIXTURE.read_text())
 MiB = 1 << 20
 

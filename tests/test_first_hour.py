@@ -61,7 +61,7 @@ def test_cost_tables_are_written_from_the_results():
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-@pytest.mark.parametrize("path", USER_DOCS + [ROOT / "examples" / "ci" / "gpumem-budget.yml"])
+@pytest.mark.parametrize("path", [*USER_DOCS, ROOT / "examples" / "ci" / "gpumem-budget.yml"])
 def test_no_install_command_names_an_unpublished_package(path):
     # the package is not on PyPI: `pip install jupyter-gpumem` ends in "No matching
     # distribution found"
@@ -85,7 +85,7 @@ def test_the_main_environment_never_gets_a_torch_installed():
     test = [r for r in rules if re.search(r"^\$\(TVENV\)/", r, re.MULTILINE)]
     assert main and test
     assert not any("TORCH" in r or "torch" in r.replace("which_torch", "") for r in main)
-    assert any('$(TORCH)' in r for r in test)
+    assert any("$(TORCH)" in r for r in test)
     assert any("--system-site-packages" in r for r in main)
 
 
@@ -111,9 +111,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_demo_print_env_names_the_shipped_recording():
     out = run_cli("demo", "--print-env")
     assert out.returncode == 0, out.stderr
-    exports = dict(
-        line.removeprefix("export ").split("=", 1) for line in out.stdout.splitlines()
-    )
+    exports = dict(line.removeprefix("export ").split("=", 1) for line in out.stdout.splitlines())
     assert exports == demo.kernel_env()
     assert Path(exports["JUPYTER_GPUMEM_REPLAY"]).is_file()
     meta = json.loads(Path(exports["JUPYTER_GPUMEM_REPLAY"]).read_text())["meta"]

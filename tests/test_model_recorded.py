@@ -1,7 +1,8 @@
 """Collector -> model -> cell report, on allocator readings recorded on an H200.
 
-Each scenario in jupyter_gpumem/testing/recorded/gpu_readings.json was produced by real allocations of known
-size (tests/gpu/record_fixtures.py); the report must give back exactly those sizes.
+Each scenario in jupyter_gpumem/testing/recorded/gpu_readings.json was produced by real
+allocations of known size (tests/gpu/record_fixtures.py); the report must give back exactly
+those sizes.
 """
 
 from __future__ import annotations

@@ -96,7 +96,14 @@ def test_hello_and_sample_validate(handler):
     assert r["result"]["actions"] == list(ACTIONS)
     dev = r["result"]["sample"]["devices"][0]
     assert dev["name"] == "NVIDIA H200" and dev["allocated"] > 0
-    assert r["result"]["sample"]["message"] == "replaying recorded samples (test mode)"
+    # the figures are the recording's, and the sample says where it was made
+    meta = json.loads(FIXTURES.read_text())["meta"]
+    replay = r["result"]["sample"]["replay"]
+    assert replay["gpu"] == meta["device"] and replay["torch_version"] == meta["torch"]
+    assert replay["recorded"] == meta["recorded"]
+    assert replay["description"].startswith(f"replay: readings recorded on an {meta['device']}")
+    assert r["result"]["sample"]["message"] == ""  # the state is ok: nothing to explain
+    check(r["result"]["sample"], "sample")
     req(handler, "sample")
 
 

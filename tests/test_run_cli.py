@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+from html import escape
 from pathlib import Path
 
 import pytest
@@ -133,6 +134,16 @@ def test_budgets_hold_files_written(tmp_path):
     assert doc["summary"]["exit_code"] == 0 and doc["summary"]["result"] == "pass"
     assert doc["options"]["budgets"] == ["peak<=1TiB", "kept<1TiB"]
     assert doc["gpu"]["devices"][0]["name"] == "NVIDIA H200"
+    # the figures are the recording's, and the document says where it was made
+    meta = json.loads(FIXTURES.read_text())["meta"]
+    replay = doc["replay"]
+    assert (replay["gpu"], replay["torch_version"]) == (meta["device"], meta["torch"])
+    assert replay["recorded"] == meta["recorded"]
+    assert replay["description"].startswith(
+        f"replay: readings recorded on an {meta['device']} with torch {meta['torch']}"
+    )
+    assert "nothing here is measured on this machine" in replay["description"]
+    assert f"jupyter-gpumem: {replay['description']}" in p.stderr  # and the terminal says so
     cells = doc["cells"]
     assert [c["index"] for c in cells] == [1, 2, 3, 4]
     assert [c["execution_count"] for c in cells] == [1, 2, 3, 4]
@@ -153,15 +164,18 @@ def test_budgets_hold_files_written(tmp_path):
     assert len(code) == 4 and executed["cells"][0]["cell_type"] == "markdown"
     for i, c in enumerate(code, 1):
         texts = ["".join(o.get("data", {}).get("text/plain", "")) for o in c["outputs"]]
-        assert any(t.startswith(f"gpumem [{i}] ") for t in texts), texts
+        assert any(t.startswith(f"gpumem [{i}] ") and t.endswith(" [replay]") for t in texts)
         assert c["metadata"]["jupyter_gpumem"]["measured"] is True
     assert "done\n" in "".join(code[3]["outputs"][0]["text"])
     assert not any("load_ext" in "".join(c["source"]) for c in executed["cells"])  # no setup cell
     run_meta = executed["metadata"]["jupyter_gpumem"]["run"]
     assert run_meta["setup"] == "%load_ext jupyter_gpumem; %gpumem auto on"
     assert run_meta["summary"]["result"] == "pass"
-    # HTML: self-contained, hostile source escaped
+    assert run_meta["replay"] == replay
+    # HTML: self-contained, hostile source escaped, the replay's banner above the verdict
     text = html.read_text()
+    banner = f'<p class="replay">{escape(replay["description"])}</p>'
+    assert banner in text and text.index(banner) < text.index('class="verdict')
     assert text.startswith("<!doctype html>") and "<svg" in text
     low = text.lower()
     assert "http://" not in low and "https://" not in low
@@ -181,13 +195,17 @@ def test_python_m_and_no_gpu_figures_without_budgets(tmp_path):
     """Without the replay this CPU machine has no GPU figures: exit 0 and a warning when
     no budget was given; `python -m jupyter_gpumem` is the same command."""
     nb = notebook(tmp_path / "cpu.ipynb", "x = 1", "y = x + 1")
-    p = run("run", nb, "--json", tmp_path / "cpu.json", replay=False, module=True)
+    html = tmp_path / "cpu.html"
+    p = run("run", nb, "--json", tmp_path / "cpu.json", "--html", html, replay=False, module=True)
     assert p.returncode == 0, p.stderr
     assert "warning: no GPU figures" in p.stderr
+    assert "replay" not in p.stderr
     doc = json.loads((tmp_path / "cpu.json").read_text())
     validate(doc)
     assert doc["summary"]["gpu_figures"] is False
     assert doc["gpu"]["state"] in ("no_torch", "cpu_only", "not_initialized", "no_gpu")
+    assert doc["replay"] is None  # measured here: no replay, no banner
+    assert 'class="replay"' not in html.read_text()
 
 
 def test_no_gpu_figures_with_budgets_is_exit_2(tmp_path):

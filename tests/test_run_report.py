@@ -223,3 +223,38 @@ def test_html_escapes_everything_and_fetches_nothing():
     assert "http://" not in page and "https://" not in page
     assert 'class="verdict error"' in page or 'class="verdict fail"' in page
     assert "<svg" in page and "prefers-color-scheme: dark" in page
+
+
+REPLAY = {
+    "gpu": "NVIDIA H200 <b>",
+    "torch_version": "2.11.0+cu130",
+    "recorded": "2026-11-21",
+    "description": "replay: readings recorded on an NVIDIA H200 <b> are replayed; <script>",
+}
+
+
+def test_a_replay_is_said_in_the_json_the_notebook_and_a_banner():
+    r = result(cell(0, "a", [dev()]), replay=REPLAY)
+    doc = json_document(r, judge(r, [], None), "nb.ipynb", [], None)
+    validate(doc)
+    assert doc["replay"] == REPLAY
+    nb = annotate_notebook(r, doc, "%load_ext jupyter_gpumem; %gpumem auto on")
+    assert nb.metadata["jupyter_gpumem"]["run"]["replay"] == REPLAY
+    page = html_report(r, judge(r, [], None), doc)
+    banner = (
+        '<p class="replay">replay: readings recorded on an NVIDIA H200 &lt;b&gt; are replayed; '
+        "&lt;script&gt;</p>"
+    )
+    assert page.count(banner) == 1 and page.index(banner) < page.index('class="verdict')
+    assert "<script>" not in page
+
+
+def test_live_figures_have_no_replay_and_no_banner():
+    r = result(cell(0, "a", [dev()]))
+    doc = json_document(r, judge(r, [], None), "nb.ipynb", [], None)
+    validate(doc)
+    assert doc["replay"] is None
+    assert 'class="replay"' not in html_report(r, judge(r, [], None), doc)
+    doc["replay"] = {"gpu": "x"}  # a replay says how it was recorded and what it means
+    with pytest.raises(jsonschema.ValidationError):
+        validate(doc)

@@ -22,7 +22,8 @@ from tests.conftest import run
 from tests.fakes import ScriptedBackend, scenario
 
 HOSTILE = "x = '<img src=x onerror=alert(1)>' + \"</svg><script>alert(2)</script>\" # =1+1"
-FIXTURE = json.loads((Path(__file__).parent.parent / "jupyter_gpumem" / "testing" / "recorded" / "attribution.json").read_text())
+RECORDED = Path(__file__).parent.parent / "jupyter_gpumem/testing/recorded/attribution.json"
+FIXTURE = json.loads(RECORDED.read_text())
 
 
 def assert_inert(html: str) -> None:

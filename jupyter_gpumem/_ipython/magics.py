@@ -560,11 +560,23 @@ class GpuMemMagics(Magics):
                 )
         plot = None
         if args.plot:
-            plot = rows
+            from ..reporters.history_plot import no_plot_reason
+
             if device is None:
-                devices = [d.device for r in rows for d in r.devices if d.worker is None]
+                devices = [
+                    d.device
+                    for r in rows
+                    for d in r.devices
+                    if d.worker is None and d.allocated is not None
+                ]
                 device = devices[0] if devices else 0
-        display(bundles.history(header, body, plot, device or 0), raw=True)
+            why = no_plot_reason(rows, device, self.session.collector.measure(False))
+            if why is None:
+                plot = rows
+            else:
+                print(f"gpumem: no plot: {why}")
+        replay = self.session.collector.replay
+        display(bundles.history(header, body, plot, device or 0, replay), raw=True)
 
     def _cmd_empty_cache(self, args: Any) -> None:
         r = actions.empty_cache(self.session.collector)
@@ -645,7 +657,7 @@ class GpuMemMagics(Magics):
         except ActionRefused as e:
             print(f"gpumem: {e}")
             return
-        display(bundles.who(reports), raw=True)
+        display(bundles.marked(bundles.who(reports), self.session.collector.replay), raw=True)
 
     def _cmd_segments(self, args: Any) -> None:
         from IPython.display import display
@@ -659,7 +671,7 @@ class GpuMemMagics(Magics):
         except ActionRefused as e:
             print(f"gpumem: {e}")
             return
-        display(bundles.segments(maps), raw=True)
+        display(bundles.marked(bundles.segments(maps), self.session.collector.replay), raw=True)
 
     def _cmd_track(self, args: Any) -> None:
         print("gpumem: " + self.session.attributor.set_tracking(args.state == "on"))

@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..model import Measurement, OomEvent
+from ..model import Measurement, OomEvent, Replay
 from . import workers
 from .allocator import Reading, TorchBackend
 from .host import host_rss
@@ -50,6 +50,11 @@ class Backend(Protocol):
     def total_for_limit(self, device: int) -> int: ...
     def actionable(self) -> str | None:
         """Why actions (empty_cache, caps, caching) can't run here, or None."""
+        ...
+
+    def replay(self) -> Replay | None:
+        """Where the figures were recorded when they are replayed from a recording; None
+        when they are measured here. Asked once per backend (every measurement carries it)."""
         ...
 
 
@@ -87,6 +92,22 @@ class Collector:
         self.oom_count = 0  # total seen, also past maxlen
         self._lock = threading.Lock()  # the panel's thread and the cell hooks both measure
         self._observed: Backend | None = None  # the backend our OOM observer is attached to
+        self._replay: Replay | None = None
+        self._replay_of: Backend | None = None  # the backend _replay was asked of
+
+    @property
+    def replay(self) -> Replay | None:
+        """Where the backend's figures were recorded, when it replays a recording."""
+        backend = self.backend
+        if self._replay_of is not backend:
+            self._ask_replay(backend)
+        return self._replay
+
+    def _ask_replay(self, backend: Backend) -> None:
+        # A backend plugged in by import path may predate the method: it measures.
+        ask = getattr(backend, "replay", None)
+        self._replay = ask() if callable(ask) else None
+        self._replay_of = backend
 
     def _on_oom(self, device: int, requested: int, allowed: int, free: int) -> None:
         # Called by the allocator just before it raises OutOfMemoryError: keep it tiny.
@@ -99,6 +120,8 @@ class Collector:
         with self._lock:
             if self._observed is not backend and backend.attach_oom_observer(self._on_oom):
                 self._observed = backend
+            if self._replay_of is not backend:  # asked once per backend (tests swap them)
+                self._ask_replay(backend)
             t, clock = time.time(), time.perf_counter()
             r = backend.read(with_process, full)
             # positional, in the record's field order: this runs twice a measured cell
@@ -112,6 +135,7 @@ class Collector:
                 r.caching,
                 r.devices,
                 workers.live() if full else (),
+                self._replay,
             )
 
 

@@ -18,7 +18,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..model import AllocatorStats, BackendName, DeviceSample, Limit, ProcessMemory, State
+from ..model import (
+    AllocatorStats,
+    BackendName,
+    DeviceSample,
+    Limit,
+    ProcessMemory,
+    Replay,
+    State,
+)
 from .host import process_name
 from .nvml import Nvml, NvmlDevice
 
@@ -338,6 +346,9 @@ class TorchBackend:
                 )
             )
         return tuple(out)
+
+    def replay(self) -> Replay | None:
+        return None  # measured here
 
     # -- peaks and OOMs ------------------------------------------------------------
     def reset_peaks(self, devices: list[int] | None = None) -> None:

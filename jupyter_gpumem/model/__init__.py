@@ -53,6 +53,7 @@ from .measurement import (
     Measurement,
     OomEvent,
     ProcessMemory,
+    Replay,
     State,
 )
 from .planning import (
@@ -141,6 +142,7 @@ __all__ = [
     "PostMortem",
     "ProcessMemory",
     "Reference",
+    "Replay",
     "RunKind",
     "ScanResult",
     "ScanRun",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -87,6 +88,52 @@ class DeviceSample:
         return self.process_used is not None
 
 
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """Where replayed figures were recorded: the GPU and torch of the recording, not of
+    this machine (a backend that replays a recording says so; live figures have none)."""
+
+    gpu: str  # the recording's device name, "NVIDIA H200"
+    torch_version: str | None  # the recording's torch, "2.11.0+cu130"
+    recorded: str | None = None  # the day it was recorded, ISO 8601 ("2026-11-21")
+
+    @property
+    def description(self) -> str:
+        """One sentence for every view that shows replayed figures: ``replay: readings
+        recorded on an NVIDIA H200 with torch 2.11.0+cu130 on 2026-11-21 are replayed;
+        nothing here is measured on this machine (this kernel: torch 2.13.0+cpu)``."""
+        gpu = self.gpu or "GPU"
+        what = f"{_article(gpu)} {gpu}"
+        if self.torch_version:
+            what += f" with torch {self.torch_version}"
+        if self.recorded:
+            what += f" on {self.recorded}"
+        here = _kernel_torch()
+        tail = f" (this kernel: torch {here})" if here else ""
+        return (
+            f"replay: readings recorded on {what} are replayed; nothing here is measured on "
+            f"this machine{tail}"
+        )
+
+
+def _article(name: str) -> str:
+    """``an NVIDIA H200``, ``an AMD MI300X``, ``an Intel ...``, ``a Tesla T4``: letters
+    spelled out (an acronym) sound as their names do."""
+    first = name[:1]
+    acronym = name[:2].isupper()
+    vowel = first.upper() in "AEIOU" or (acronym and first in "FHLMNRSX")
+    return "an" if vowel else "a"
+
+
+def _kernel_torch() -> str | None:
+    """This kernel's torch, if the user imported it (never imported here). Read when a
+    sentence is made, not when the record is: torch is often imported after the replay
+    began."""
+    t = sys.modules.get("torch")
+    version = getattr(t, "__version__", None) if t is not None else None
+    return str(version) if version is not None else None
+
+
 @dataclass(slots=True)
 class Measurement(ShowsItself):
     """The whole process at one instant."""
@@ -102,6 +149,8 @@ class Measurement(ShowsItself):
     # Worker processes of the notebook alive now, with their latest own figures (full
     # readings only: the panel, %gpumem).
     workers: tuple[WorkerReport, ...] = ()
+    # Set when the figures are replayed from a recording, not measured on this machine.
+    replay: Replay | None = None
 
     def device(self, index: int) -> DeviceSample | None:
         for d in self.devices:

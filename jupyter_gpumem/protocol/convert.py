@@ -3,7 +3,8 @@
 
 The records stay plain data; what the wire adds or names differently is said here once:
 a device's allocator figures are flattened into the ``Device`` object, a child process's
-bytes travel as ``used``, a site carries its label, a ``WhoReport`` its time in ms.
+bytes travel as ``used``, a site carries its label, a ``WhoReport`` its time in ms, a
+``Replay`` its sentence.
 Tests validate every object this makes against schema.json.
 """
 
@@ -23,6 +24,7 @@ from ..model import (
     Measurement,
     PostMortem,
     ProcessMemory,
+    Replay,
     SegmentMap,
     Site,
     WhoReport,
@@ -59,7 +61,18 @@ def _(m: Measurement) -> dict[str, Any]:
     }
     if m.workers:
         sample["workers"] = [to_protocol(w) for w in m.workers]
+    if m.replay is not None:
+        sample["replay"] = to_protocol(m.replay)
     return sample
+
+
+@to_protocol.register
+def _(r: Replay) -> dict[str, Any]:
+    """A ``Replay``: the record's fields and its sentence, which every view shows."""
+    out = {"gpu": r.gpu, "torch_version": r.torch_version, "description": r.description}
+    if r.recorded is not None:
+        out["recorded"] = r.recorded
+    return out
 
 
 @to_protocol.register

@@ -105,7 +105,7 @@ def _bar(b: Breakdown) -> str:
 
 
 _CELL = "padding:1px 8px;text-align:left"
-_NUM = "padding:1px 8px;text-align:right;font-variant-numeric:tabular-nums"
+_NUM = "padding:1px 8px;text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap"
 
 
 def breakdown_html(items: Sequence[Breakdown]) -> str:

@@ -19,6 +19,7 @@ from ..model import (
     CellReport,
     HistoryRow,
     Measurement,
+    Replay,
     ScanResult,
     SegmentMap,
     WhoReport,
@@ -35,6 +36,8 @@ def cell_report(report: CellReport, compact: bool = False) -> Bundle:
     ``compact``: the one line of ``-c``/auto mode."""
     if compact:
         text = compact_line(report)
+        if report.after.replay is not None:
+            text += " [replay]"
         html = (
             '<div class="jp-GpuMem-compact" style="font-family:var(--jp-code-font-family,'
             'monospace);font-size:var(--jp-code-font-size,12px);opacity:0.75">'
@@ -111,13 +114,25 @@ def history(
     rows: Sequence[Sequence[str]],
     plot: Sequence[HistoryRow] | None,
     device: int = 0,
+    replay: Replay | None = None,
 ) -> Bundle:
-    """The history table; its HTML a plot of ``plot``'s rows on ``device`` when given."""
+    """The history table; its HTML a plot of ``plot``'s rows on ``device`` when given;
+    under the replay's line when the figures are replayed."""
     bundle = table(header, rows)
     if plot is not None:
         from .history_plot import history_html
 
         bundle["text/html"] = history_html(plot, device)
+    return marked(bundle, replay)
+
+
+def marked(bundle: Bundle, replay: Replay | None) -> Bundle:
+    """``bundle`` under the replay's line when its figures are replayed, else unchanged."""
+    if replay is not None:
+        from .html import replay_html
+
+        bundle["text/plain"] = replay.description + "\n" + bundle["text/plain"]
+        bundle["text/html"] = replay_html(replay) + bundle["text/html"]
     return bundle
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from ..model import DeviceRow, HistoryRow
+from ..model import DeviceRow, HistoryRow, Measurement
 from ..units import format_bytes as fb
 
 WIDTH, HEIGHT = 640, 200
@@ -25,6 +25,24 @@ def _points(rows: Sequence[HistoryRow], device: int) -> list[tuple[HistoryRow, D
             if d.device == device and d.allocated is not None and d.worker is None:
                 out.append((r, d))
     return out
+
+
+def no_plot_reason(rows: Sequence[HistoryRow], device: int, now: Measurement) -> str | None:
+    """Why ``rows`` draw no chart of ``device``, or None when they do; ``now``, the
+    kernel's state, tells why cells had no GPU figures."""
+    if _points(rows, device):
+        return None
+    if any(_points(rows, d.device) for r in rows for d in r.devices):
+        return f"no measured cell has GPU figures on cuda:{device}"
+    if now.state == "no_torch":
+        why = "torch is not imported in this kernel"
+    elif now.state == "cpu_only":
+        why = f"torch {now.torch_version} is a CPU-only build"
+    elif now.state == "no_gpu":
+        why = f"torch {now.torch_version} finds no GPU"
+    else:
+        why = "CUDA was not initialised when they ran"
+    return f"no measured cell has GPU figures ({why})"
 
 
 def history_svg(rows: Sequence[HistoryRow], device: int) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from ..model import CellReport, Measurement
+from ..model import CellReport, Measurement, Replay
 from ._rows import (
     TABLE_COLUMNS,
     Section,
@@ -22,10 +22,27 @@ _STYLE = (
     "border-collapse:collapse"
 )
 _CELL = "padding:1px 8px;text-align:left"
+_REPLAY = (
+    "margin:2px 0;padding:1px 6px;font-weight:bold;color:var(--jp-warn-color0,#bf360c);"
+    "border-left:3px solid var(--jp-warn-color0,#bf360c)"
+)
 
 
-def _tr(cells: Sequence[str], tag: str = "td") -> str:
-    return "<tr>" + "".join(f'<{tag} style="{_CELL}">{escape(c)}</{tag}>' for c in cells) + "</tr>"
+# A size never breaks between its number and its unit ("64.00 / MiB" in a narrow output):
+# cells do not wrap, except the notes column of a report, which holds words, not sizes.
+_NOWRAP = _CELL + ";white-space:nowrap"
+
+
+def _tr(cells: Sequence[str], tag: str = "td", wrap_last: bool = False) -> str:
+    last = len(cells) - 1 if wrap_last else -1
+    return (
+        "<tr>"
+        + "".join(
+            f'<{tag} style="{_CELL if i == last else _NOWRAP}">{escape(c)}</{tag}>'
+            for i, c in enumerate(cells)
+        )
+        + "</tr>"
+    )
 
 
 def cell_report_html(r: CellReport, sections: list[Section] | None = None) -> str:
@@ -36,6 +53,8 @@ def cell_report_html(r: CellReport, sections: list[Section] | None = None) -> st
             f"{escape(cell_header(r))}</div>"
         )
     ]
+    if r.after.replay is not None:
+        out.append(replay_html(r.after.replay))
     sections = cell_sections(r) if sections is None else sections
     if not sections:
         out.append(f"<div>{escape(no_device_line(r))}</div>")
@@ -46,9 +65,15 @@ def cell_report_html(r: CellReport, sections: list[Section] | None = None) -> st
     return "".join(out)
 
 
+def replay_html(replay: Replay | str) -> str:
+    """The banner above replayed figures (a record, or a protocol object's sentence)."""
+    text = replay.description if isinstance(replay, Replay) else replay
+    return f'<div class="jp-GpuMem-replay" style="{_REPLAY}">{escape(text)}</div>'
+
+
 def section_html(s: Section) -> str:
     head = f'<tr><th colspan="3" style="{_CELL}">{escape(s.title)}</th></tr>'
-    body = "".join(_tr((row.label, row.value, row.note)) for row in s.rows)
+    body = "".join(_tr((row.label, row.value, row.note), wrap_last=True) for row in s.rows)
     return f'<table style="{_STYLE}">{head}{body}</table>'
 
 
@@ -59,7 +84,8 @@ def table_html(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def measurement_html(m: Measurement) -> str:
     rows = table_rows(m)
-    parts = [table_html(TABLE_COLUMNS, rows) if rows else "<div>no GPU devices</div>"]
+    parts = [replay_html(m.replay)] if m.replay is not None else []
+    parts.append(table_html(TABLE_COLUMNS, rows) if rows else "<div>no GPU devices</div>")
     parts += [f"<div>{escape(n)}</div>" for n in measurement_notes(m)]
     if m.workers:
         parts.append(section_html(workers_section(m.workers)))

@@ -19,6 +19,8 @@ from ._rows import (
 
 def cell_report_text(r: CellReport, sections: list[Section] | None = None) -> str:
     lines = [cell_header(r)]
+    if r.after.replay is not None:
+        lines.append("  " + r.after.replay.description)
     sections = cell_sections(r) if sections is None else sections
     if not sections:
         lines.append("  " + no_device_line(r))
@@ -48,7 +50,8 @@ def table_text(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def measurement_text(m: Measurement) -> str:
     rows = table_rows(m)
-    parts = [table_text(TABLE_COLUMNS, rows)] if rows else ["no GPU devices"]
+    parts = [m.replay.description] if m.replay is not None else []
+    parts.append(table_text(TABLE_COLUMNS, rows) if rows else "no GPU devices")
     parts += measurement_notes(m)
     if m.workers:
         parts += section_lines(workers_section(m.workers), indent="")

@@ -107,8 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines and no table")
     demo = sub.add_parser(
         "demo",
-        help="open JupyterLab on GPU memory readings recorded on an H200, replayed (no GPU "
-        "needed)",
+        help="open JupyterLab on GPU memory readings recorded on an H200, replayed (no GPU needed)",
         description="Open JupyterLab with a notebook that walks through each feature, its "
         "kernel replaying GPU memory readings recorded on an NVIDIA H200: the panel, "
         "%gpumem, who holds the memory, the segment map and an out-of-memory post-mortem "
@@ -310,6 +309,8 @@ def run(args: argparse.Namespace) -> int:
     document = json_document(result, verdict, str(notebook), budgets, fits)
     if not args.quiet and cells:
         print(table_text(result.cells), flush=True)
+    if document.get("replay"):
+        say(document["replay"]["description"])
     for w in verdict.warnings:
         say(f"warning: {w}")
     for p in verdict.problems:

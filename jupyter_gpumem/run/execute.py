@@ -84,6 +84,9 @@ class RunResult:
     limit: dict[str, Any] | None = None  # the cap set for --fits: {device, bytes, fraction}
     stopped: str | None = None  # why the run ended early (exit 2)
     notes: list[str] = field(default_factory=list)  # warnings for the user
+    # the Sample's replay (protocol ``Replay``) when the kernel replays a recording: its
+    # figures were recorded elsewhere, not measured here
+    replay: dict[str, Any] | None = None
 
     @property
     def has_figures(self) -> bool:
@@ -179,6 +182,7 @@ class Runner:
             )
         info = hello["result"]
         result.kernel_version = info.get("version")
+        result.replay = (info.get("sample") or {}).get("replay")
         if info.get("revision", 0) < MIN_REVISION or "history" not in info.get("actions", []):
             raise RunError(
                 f"the kernel's jupyter-gpumem {info.get('version')} is too old for "
@@ -306,6 +310,7 @@ class Runner:
                     s = await self.request("sample")
                     if s is not None and s.get("status") == "ok":
                         result.sample = s["result"]["sample"]
+                        result.replay = result.sample.get("replay", result.replay)
         except NoSuchKernel:
             raise RunError(
                 f"no kernel named {self.kernel!r} here (`jupyter kernelspec list` shows "

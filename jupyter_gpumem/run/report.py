@@ -170,6 +170,17 @@ def _gpu(sample: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
+def _replay(replay: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not replay:
+        return None
+    return {
+        "gpu": replay.get("gpu", ""),
+        "torch_version": replay.get("torch_version"),
+        "recorded": replay.get("recorded"),
+        "description": replay.get("description", ""),
+    }
+
+
 def cell_record(c: CellRun) -> dict[str, Any]:
     return {
         "index": c.index,
@@ -224,6 +235,7 @@ def json_document(
         },
         "limit": result.limit,
         "gpu": _gpu(result.sample),
+        "replay": _replay(result.replay),
         "cells": [cell_record(c) for c in result.cells],
         "summary": {
             "exit_code": verdict.exit_code,
@@ -271,6 +283,7 @@ def annotate_notebook(result: RunResult, document: dict[str, Any], setup: str) -
             "setup": setup,
             "started": document["started"],
             "limit": document["limit"],
+            "replay": document["replay"],
             "summary": document["summary"],
         }
     }
@@ -301,6 +314,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: now
 tbody tr:nth-child(even) { background: var(--zebra); }
 code { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; }
 .legend span { margin-right: 12px; }
+.replay { font-weight: 600; padding: .5em .8em; border-left: 5px solid; color: var(--warn); }
 """
 
 
@@ -370,11 +384,14 @@ def html_report(result: RunResult, verdict: Verdict, document: dict[str, Any]) -
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{_e(title)}</h1>",
-        (
-            f'<p class="verdict {cls}">{word} (exit code {verdict.exit_code}): '
-            f"{_e(verdict.headline)}</p>"
-        ),
     ]
+    replay = document.get("replay")
+    if replay:
+        parts.append(f'<p class="replay">{_e(replay["description"])}</p>')
+    parts.append(
+        f'<p class="verdict {cls}">{word} (exit code {verdict.exit_code}): '
+        f"{_e(verdict.headline)}</p>"
+    )
     if verdict.problems:
         parts.append(
             '<ul class="fail">' + "".join(f"<li>{_e(p)}</li>" for p in verdict.problems) + "</ul>"

@@ -2,8 +2,10 @@
 
 Plugged in like any backend, by import path: ``JUPYTER_GPUMEM_BACKEND=
 jupyter_gpumem.testing.replay:from_env`` with ``JUPYTER_GPUMEM_REPLAY=<fixture.json>`` (the UI
-tests set both for the kernel on machines without a GPU, :func:`env` gives them); every
-sample then says it is a replay. Nothing in the package's production code names it. When
+tests and ``jupyter-gpumem demo`` set both for the kernel on machines without a GPU,
+:func:`env` gives them); every measurement then carries the recording's provenance
+(:meth:`ReplayBackend.replay`, from the fixture's ``meta``), and every view says that it is
+a replay. Nothing in the package's production code names it. When
 an ``attribution.json`` (``tests/gpu/record_attribution.py``) lies beside the fixture,
 ``JUPYTER_GPUMEM_ATTRIBUTION=jupyter_gpumem.testing.replay:attribution_from_env`` makes it
 the session's attribution source (:class:`RecordedAttribution`): ``who`` answers from its
@@ -37,6 +39,7 @@ from ..model import (
     OomEvent,
     PostMortem,
     Reference,
+    Replay,
     SegmentMap,
 )
 
@@ -78,7 +81,9 @@ def from_env() -> ReplayBackend:
     the fixture named by ``JUPYTER_GPUMEM_REPLAY``."""
     path = os.environ.get(REPLAY_ENV)
     if not path:
-        raise RuntimeError(f"{REPLAY_ENV} must name a fixture (jupyter_gpumem/testing/recorded/gpu_readings.json)")
+        raise RuntimeError(
+            f"{REPLAY_ENV} must name a fixture (jupyter_gpumem/testing/recorded/gpu_readings.json)"
+        )
     return ReplayBackend(path)
 
 
@@ -109,6 +114,7 @@ class ReplayBackend:
             data = json.load(f)
         self.timeline: list[dict[str, Any]] = data["timeline"]
         self.period = float(data.get("period_s", 0.1))
+        self._replay = recording_of(data)
         self._clock = clock
         self._t0 = clock()
         self._freed: dict[int, int] = {}  # reserved bytes dropped by simulated empty_cache
@@ -122,12 +128,15 @@ class ReplayBackend:
     def actionable(self) -> str | None:
         return None  # every action is simulated on the recording
 
+    def replay(self) -> Replay:
+        return self._replay
+
     def _frame(self) -> dict[str, Any]:
         i = int((self._clock() - self._t0) / self.period) % len(self.timeline)
         return self.timeline[i]
 
     def read(self, with_process: bool = True, full: bool = True) -> Reading:
-        r = reading_from_raw(self._frame(), "replaying recorded samples (test mode)")
+        r = reading_from_raw(self._frame())
         devices = []
         for d in r.devices:
             a = d.allocator
@@ -207,6 +216,18 @@ class ReplayBackend:
     def total_for_limit(self, device: int) -> int:
         d = self.read().devices[device]
         return int(d.total or 0)
+
+
+def recording_of(data: Mapping[str, Any]) -> Replay:
+    """Where a fixture was recorded, from its ``meta`` (``device``, ``torch``,
+    ``recorded``), else from its first reading."""
+    meta = data.get("meta") or {}
+    first: Mapping[str, Any] = (data.get("timeline") or [{}])[0]
+    devices = first.get("devices") or [{}]
+    gpu = meta.get("device") or devices[0].get("name") or "GPU"
+    torch = meta.get("torch") or first.get("torch_version")
+    recorded = meta.get("recorded")
+    return Replay(str(gpu), str(torch) if torch else None, str(recorded) if recorded else None)
 
 
 def _replace_stats(a: AllocatorStats, **kw: int) -> AllocatorStats:

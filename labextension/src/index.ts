@@ -13,7 +13,6 @@ import { IConsoleTracker } from '@jupyterlab/console';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { ITranslator, nullTranslator } from '@jupyterlab/translation';
-import { Token } from '@lumino/coreutils';
 
 import { notebookCellScroller } from './lab/cellScroller';
 import { ActiveKernelFollower, ITrackerLike } from './kernel/follower';
@@ -22,31 +21,21 @@ import { GpuMemModel } from './model';
 import { GpuMemPanel, TRANSLATION_DOMAIN } from './lab/panel';
 import { IConfirmation, serverApi } from './server/serverApi';
 import { readSettings } from './lab/settings';
+import { statusBarPlugin } from './lab/statusBar';
+import { CommandIDs, IGpuMemModel, PLUGIN_ID } from './tokens';
 
 export { formatBytes } from './present/format';
 export { parseCap } from './present/cap';
 export { GpuMemModel } from './model';
 export type { IGpuMemState } from './state';
 
-const PLUGIN_ID = 'jupyter-gpumem:plugin';
+export { CommandIDs, IGpuMemModel } from './tokens';
 
 /**
- * Command ids.
+ * Notebook 7's command that shows a sidebar panel: its palette lists every
+ * sidebar panel with it ("Show <caption>").
  */
-export namespace CommandIDs {
-  export const open = 'jupyter-gpumem:open';
-  export const emptyCache = 'jupyter-gpumem:empty-cache';
-  export const toggleCaching = 'jupyter-gpumem:toggle-caching';
-  export const resetPeak = 'jupyter-gpumem:reset-peak';
-}
-
-/**
- * The model of the panel, for other extensions (a status bar item, say).
- */
-export const IGpuMemModel = new Token<GpuMemModel>(
-  'jupyter-gpumem:IGpuMemModel',
-  "The model of the GPU memory panel: the allocator state of the active notebook's kernel."
-);
+const NOTEBOOK_SHOW_PANEL = 'application:toggle-panel';
 
 /**
  * The GPU memory sidebar panel, its model and its commands.
@@ -177,13 +166,19 @@ const plugin: JupyterFrontEndPlugin<GpuMemModel> = {
 
     if (palette) {
       for (const command of [
-        CommandIDs.open,
         CommandIDs.emptyCache,
         CommandIDs.toggleCaching,
         CommandIDs.resetPeak
       ]) {
         palette.addItem({ command, category });
       }
+      // Once every plugin is active: in Notebook 7 its own entry for the
+      // sidebar panel ("Show GPU Memory") would show beside ours.
+      void app.restored.then(() => {
+        if (!commands.hasCommand(NOTEBOOK_SHOW_PANEL)) {
+          palette.addItem({ command: CommandIDs.open, category });
+        }
+      });
     }
     return model;
   }
@@ -202,4 +197,4 @@ async function confirm(question: IConfirmation): Promise<boolean> {
   return result.button.accept;
 }
 
-export default plugin;
+export default [plugin, statusBarPlugin];

@@ -111,10 +111,7 @@ export class GpuMemModel implements IDisposable {
     if (this._settings.refreshRateMs !== before.refreshRateMs) {
       this._client.intervalChanged();
     }
-    if (
-      this._settings.units !== before.units ||
-      this._settings.barScale !== before.barScale
-    ) {
+    if (this._settings.barScale !== before.barScale) {
       this._stateChanged.emit(this._store.state);
     }
   }
@@ -131,6 +128,14 @@ export class GpuMemModel implements IDisposable {
    */
   setVisible(visible: boolean): void {
     this._client.setVisible(visible);
+  }
+
+  /**
+   * Read a sample every `ms` while the panel is hidden, for the status bar;
+   * null: read nothing while hidden. kernel/glance.ts says what it costs.
+   */
+  setGlance(ms: number | null): void {
+    this._client.setGlance(ms);
   }
 
   /**

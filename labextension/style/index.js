@@ -1,1 +1,3 @@
 import './base.css';
+import './replayBanner.css';
+import './statusBar.css';

@@ -32,7 +32,7 @@ describe('parseCap', () => {
     const result = parseCap('12XB');
     expect(result.ok).toBe(false);
     expect(!result.ok && result.error).toBe(
-      '"XB" is not a unit: use B, KiB, MiB, GiB, TiB (or kB, MB, GB, TB).'
+      '"XB" is not a unit: use B, KiB, MiB, GiB or TiB.'
     );
   });
 

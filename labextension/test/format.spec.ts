@@ -8,29 +8,26 @@ import {
 } from '../src/present/format';
 
 describe('formatBytes', () => {
-  it('shows 1.5 GiB in binary and decimal units', () => {
-    const bytes = 1.5 * 1024 ** 3;
-    expect(formatBytes(bytes, 'binary')).toBe('1.50 GiB');
-    expect(formatBytes(bytes, 'decimal')).toBe('1.61 GB');
+  it('shows 1.5 GiB in binary units, the only ones', () => {
+    expect(formatBytes(1.5 * 1024 ** 3)).toBe('1.50 GiB');
+    expect(formatBytes(1.5 * 1024)).toBe('1.50 KiB');
   });
 
   it('keeps three significant figures', () => {
     expect(formatBytes(12.345 * 1024 ** 2)).toBe('12.3 MiB');
     expect(formatBytes(123.45 * 1024 ** 2)).toBe('123 MiB');
-    expect(formatBytes(141 * 1000 ** 3, 'decimal')).toBe('141 GB');
+    expect(formatBytes(141 * 1024 ** 3)).toBe('141 GiB');
   });
 
   it('shows small counts as bytes', () => {
     expect(formatBytes(0)).toBe('0 B');
     expect(formatBytes(512)).toBe('512 B');
     expect(formatBytes(1023)).toBe('1023 B');
-    expect(formatBytes(999, 'decimal')).toBe('999 B');
   });
 
   it('moves to the next unit instead of showing 1024 of one', () => {
     expect(formatBytes(1024)).toBe('1.00 KiB');
     expect(formatBytes(1024 * 1024 - 1)).toBe('1.00 MiB');
-    expect(formatBytes(999_999, 'decimal')).toBe('1.00 MB');
   });
 
   it('keeps the sign of a negative count', () => {
@@ -59,9 +56,9 @@ describe('formatSize', () => {
     expect(formatSize(2 ** 50)).toBe('1024.00 TiB');
   });
 
-  it('uses the kernel unit names in decimal units', () => {
-    expect(formatSize(1500, 'decimal')).toBe('1.50 KB');
-    expect(formatSize(141 * 1000 ** 3, 'decimal')).toBe('141.00 GB');
+  it('spells units as the kernel does: KiB, never kB or KB', () => {
+    expect(formatSize(1536)).toBe('1.50 KiB');
+    expect(formatBytes(1536)).toBe('1.50 KiB');
   });
 
   it('shows small and negative counts', () => {

@@ -114,7 +114,6 @@ describe('the table of measured cells', () => {
         sort: { column: 'kept', descending: true },
         onSort,
         onGoTo,
-        units: 'binary',
         trans
       })
     );
@@ -125,6 +124,17 @@ describe('the table of measured cells', () => {
       'kept',
       'peak'
     ]);
+    // The peak is the cell's own, above its start: said so, unlike the
+    // Overview's absolute "Peak allocated".
+    expect(headers.map(h => text(h))).toEqual([
+      'Cell',
+      'First line',
+      'Kept ▾',
+      'Peak above start'
+    ]);
+    expect(findAll(headers[3], n => n.type === 'button')[0].props.title).toBe(
+      "The cell's exact peak allocated, above what was allocated when it started (the Overview's Peak allocated counts from zero)"
+    );
     expect(headers.map(h => h.props['aria-sort'])).toEqual([
       'none',
       'none',
@@ -307,7 +317,6 @@ describe('the trend chart', () => {
         cells: [marker(7, 30)],
         now: 60,
         minutes: 5,
-        units: 'binary',
         trans,
         onGoTo
       })
@@ -345,7 +354,6 @@ describe('the trend chart', () => {
           cells: [marker(7, 100)],
           now,
           minutes: 1,
-          units: 'binary',
           trans
         })
       );
@@ -397,7 +405,6 @@ describe('the trend chart', () => {
         cells: [],
         now: 60,
         minutes: 5,
-        units: 'binary',
         trans
       })
     );

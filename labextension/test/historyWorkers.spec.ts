@@ -239,7 +239,6 @@ describe("a cell's worker processes in the History tab", () => {
             sort,
             onSort: vi.fn(),
             onGoTo: vi.fn(),
-            units: 'binary',
             trans
           })
         )
@@ -289,7 +288,6 @@ describe("a cell's worker processes in the History tab", () => {
       React.createElement(HistoryTable, {
         rows: historyRows([failed, older], 0),
         device: 0,
-        units: 'binary',
         trans,
         sort: DEFAULT_SORT,
         onSort: vi.fn(),

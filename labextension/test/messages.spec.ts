@@ -32,54 +32,40 @@ function stateWith(s = sample(), actions?: string[]) {
 describe('noticeText', () => {
   it('says how much empty_cache released', () => {
     expect(
-      noticeText(
-        { kind: 'released', released: { '0': 1.2 * GiB } },
-        trans,
-        'binary'
-      )
+      noticeText({ kind: 'released', released: { '0': 1.2 * GiB } }, trans)
     ).toBe('Released 1.20 GiB to the driver');
     expect(
       noticeText(
         { kind: 'released', released: { '1': GiB, '0': 2 * GiB } },
-        trans,
-        'binary'
+        trans
       )
     ).toBe(
       'Released 3.00 GiB to the driver (GPU 0: 2.00 GiB, GPU 1: 1.00 GiB)'
     );
     expect(
-      noticeText({ kind: 'released', released: { '0': 0 } }, trans, 'binary')
+      noticeText({ kind: 'released', released: { '0': 0 } }, trans)
     ).toContain('Nothing to release');
   });
 
   it('says when caching could not be switched', () => {
     expect(
-      noticeText(
-        { kind: 'caching', requested: false, caching: true },
-        trans,
-        'binary'
-      )
+      noticeText({ kind: 'caching', requested: false, caching: true }, trans)
     ).toBe('Caching is still on: this kernel could not switch it off.');
     expect(
-      noticeText(
-        { kind: 'caching', requested: false, caching: false },
-        trans,
-        'binary'
-      )
+      noticeText({ kind: 'caching', requested: false, caching: false }, trans)
     ).toMatch(/^Caching is off/);
   });
 
   it('describes a cap', () => {
     expect(
       noticeText(
-        { kind: 'limit', device: 0, limit: { fraction: 0.3, bytes: 24 * 1e9 } },
-        trans,
-        'decimal'
+        { kind: 'limit', device: 0, limit: { fraction: 0.3, bytes: 24 * GiB } },
+        trans
       )
-    ).toBe('Capped GPU 0 at 24.0 GB (30% of the device)');
-    expect(
-      noticeText({ kind: 'limit', device: 1, limit: null }, trans, 'binary')
-    ).toBe('Cap removed on GPU 1');
+    ).toBe('Capped GPU 0 at 24.0 GiB (30% of the device)');
+    expect(noticeText({ kind: 'limit', device: 1, limit: null }, trans)).toBe(
+      'Cap removed on GPU 1'
+    );
   });
 });
 
@@ -207,11 +193,7 @@ describe('availability', () => {
 describe('who holds it: words and availability', () => {
   it('words the tracking switch, with the kernel words when it has some', () => {
     const notice = (requested: boolean, tracking: boolean, message = '') =>
-      noticeText(
-        { kind: 'tracking', requested, tracking, message },
-        trans,
-        'binary'
-      );
+      noticeText({ kind: 'tracking', requested, tracking, message }, trans);
     expect(notice(true, true, 'allocation tracking is on (replay)')).toBe(
       'Allocation tracking is on (replay)'
     );
@@ -222,11 +204,7 @@ describe('who holds it: words and availability', () => {
 
   it('says what releasing the traceback freed', () => {
     const notice = (frames: number, freed: Record<string, number>) =>
-      noticeText(
-        { kind: 'traceback_released', frames, freed },
-        trans,
-        'binary'
-      );
+      noticeText({ kind: 'traceback_released', frames, freed }, trans);
     expect(notice(0, { '0': 0 })).toBe(
       'No traceback was kept: nothing to release.'
     );

@@ -56,7 +56,6 @@ function view(
       connected: options.connected ?? true,
       followedKernelId:
         options.followed === undefined ? EVAL : options.followed,
-      units: 'binary',
       trans,
       onRefresh: options.onRefresh ?? vi.fn(),
       onShutDown: options.onShutDown ?? vi.fn()
@@ -167,9 +166,9 @@ describe('the On this GPU tab', () => {
     buttons(kernelRow(nodes, TRAIN), /^Shut down/)[0].props.onClick();
     expect(clicked.map(r => r.kernelId)).toEqual([TRAIN]);
     const no = fakeServer(false);
-    expect(
-      await confirmAndShutDown(no.server, clicked[0], 'binary', trans)
-    ).toBe('cancelled');
+    expect(await confirmAndShutDown(no.server, clicked[0], trans)).toBe(
+      'cancelled'
+    );
     // THEN it asked, and nothing was shut down
     expect(no.questions).toEqual([
       {
@@ -184,13 +183,7 @@ describe('the On this GPU tab', () => {
     const yes = fakeServer(true);
     const accepted = vi.fn();
     expect(
-      await confirmAndShutDown(
-        yes.server,
-        clicked[0],
-        'binary',
-        trans,
-        accepted
-      )
+      await confirmAndShutDown(yes.server, clicked[0], trans, accepted)
     ).toBe('done');
     expect(yes.server.confirm).toHaveBeenCalledTimes(1);
     expect(accepted).toHaveBeenCalledTimes(1);

@@ -89,7 +89,13 @@ const sample: Required<ISample> = {
   host_rss: null,
   caching: null,
   devices: [],
-  workers: []
+  workers: [],
+  replay: {
+    gpu: 'NVIDIA H200',
+    torch_version: null,
+    recorded: null,
+    description: ''
+  }
 };
 const worker: Required<IWorker> = {
   pid: 1,
@@ -294,6 +300,7 @@ describe('protocol mirror', () => {
     expect(sorted(Object.keys(device))).toEqual(props('device'));
     expect(sorted(Object.keys(sample))).toEqual(props('sample'));
     expect(sorted(Object.keys(worker))).toEqual(props('worker'));
+    expect(sorted(Object.keys(sample.replay))).toEqual(props('replay'));
     expect(sorted(Object.keys(stream))).toEqual(props('stream'));
     expect(sorted(Object.keys(limit))).toEqual(props('limit'));
     expect(sorted(Object.keys(cell))).toEqual(props('cell_marker'));

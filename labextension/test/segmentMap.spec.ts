@@ -78,7 +78,6 @@ describe('the segment map', () => {
       React.createElement(SegmentMapView, {
         map,
         deviceName: 'NVIDIA H200',
-        units: 'binary',
         trans
       })
     );
@@ -156,7 +155,6 @@ describe('the segment map', () => {
       React.createElement(SegmentMapView, {
         map: { ...map, labels: [evil, ...map.labels.slice(1)] },
         deviceName: evil,
-        units: 'binary',
         trans
       })
     );

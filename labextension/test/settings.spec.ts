@@ -23,25 +23,25 @@ describe('settings', () => {
       readSettings(
         registry({
           refreshRateMs: 1000,
-          units: 'decimal',
           trendMinutes: 2,
-          barScale: 'total'
+          barScale: 'total',
+          statusBar: false
         })
       )
     ).toEqual({
       refreshRateMs: 1000,
-      units: 'decimal',
       trendMinutes: 2,
-      barScale: 'total'
+      barScale: 'total',
+      statusBar: false
     });
     expect(readSettings(registry({}))).toEqual(DEFAULT_SETTINGS);
     expect(
       readSettings(
         registry({
           refreshRateMs: 'fast',
-          units: 'metric',
           trendMinutes: 0,
-          barScale: 'huge'
+          barScale: 'huge',
+          statusBar: 'yes'
         })
       )
     ).toEqual(DEFAULT_SETTINGS);

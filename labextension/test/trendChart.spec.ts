@@ -32,7 +32,7 @@ describe('the tooltip of a cell marker', () => {
   };
 
   it('names the lines that kept memory', () => {
-    const tooltip = cellTooltip(marker, 0, 'binary', trans).split('\n');
+    const tooltip = cellTooltip(marker, 0, trans).split('\n');
     expect(tooltip.slice(-2)).toEqual([
       'kept at line 2 `x = torch.ones(n)` 2.00 MiB',
       'kept at line 4 `y = x * 2` 1.00 MiB'
@@ -44,7 +44,7 @@ describe('the tooltip of a cell marker', () => {
       ...marker,
       devices: [{ ...marker.devices[0], kept_at: undefined }]
     };
-    expect(cellTooltip(plain, 0, 'binary', trans)).toBe(
+    expect(cellTooltip(plain, 0, trans)).toBe(
       [
         'Cell [7]',
         'x = torch.ones(n)',
@@ -62,11 +62,9 @@ describe('the tooltip of a cell marker', () => {
       failed: true,
       postmortems: [postmortem()]
     };
-    expect(cellTooltip(failed, 0, 'binary', trans)).toContain(
+    expect(cellTooltip(failed, 0, trans)).toContain(
       'Out of memory: asked for 128 MiB'
     );
-    expect(cellTooltip(failed, 1, 'binary', trans)).not.toContain(
-      'Out of memory'
-    );
+    expect(cellTooltip(failed, 1, trans)).not.toContain('Out of memory');
   });
 });

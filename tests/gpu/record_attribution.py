@@ -1,6 +1,7 @@
 """Record allocator snapshots with allocation sites on a real GPU, with ground truth.
 
-Run on the GPU machine:  python3 tests/gpu/record_attribution.py jupyter_gpumem/testing/recorded/attribution.json
+Run on the GPU machine:
+  python3 tests/gpu/record_attribution.py jupyter_gpumem/testing/recorded/attribution.json
 It runs notebook-like cells in a real IPython shell with the extension loaded and tracking
 on, and keeps what the analyses read (the snapshot with frames, the namespace walk's
 references, IPython's cell file names and their source lines, the library folders of that

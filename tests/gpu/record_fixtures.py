@@ -1,6 +1,7 @@
 """Record raw allocator readings on a real GPU, with the ground truth of each scenario.
 
-Run on the GPU machine:  python3 tests/gpu/record_fixtures.py jupyter_gpumem/testing/recorded/gpu_readings.json
+Run on the GPU machine:
+  python3 tests/gpu/record_fixtures.py jupyter_gpumem/testing/recorded/gpu_readings.json
 The CPU unit tests feed these readings through the same conversion as live ones
 (``collectors._replay``), and the UI tests replay the ``timeline`` as a fake kernel GPU.
 Raw readings use the documented flat ``torch.cuda.memory_stats`` keys.
@@ -166,6 +167,7 @@ def main(path: str) -> None:
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name(0),
         "devices": torch.cuda.device_count(),
+        "recorded": time.strftime("%Y-%m-%d"),  # the replay names it (model.Replay)
     }
     with open(path, "w") as f:
         json.dump(out, f)

@@ -89,3 +89,43 @@ def test_who_holds_it_names_the_leak_and_the_fix():
     assert "the kept traceback holds 512.00 MiB" in failed
     released = text(next(c for c in code if c.source == "%gpumem release-traceback"))
     assert "freed cuda:0 512.00 MiB" in released
+
+
+DEMO = Path(__file__).parents[2] / "examples" / "demo.ipynb"
+
+
+def test_the_demo_shows_each_feature_on_a_gpu():
+    """examples/demo.ipynb (what `jupyter-gpumem demo` opens) runs on a GPU, and each of its
+    sections shows what its text promises, with the exact figures of its allocations."""
+    import re
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(DEMO, as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3").execute()
+    code = [c for c in nb.cells if c.cell_type == "code"]
+
+    def text(i):
+        return "\n".join(
+            o.get("text", "") + o.get("data", {}).get("text/plain", "")
+            for o in code[i].get("outputs", [])
+        )
+
+    errors = [(i, o["ename"]) for i, c in enumerate(code) for o in c.outputs if "ename" in o]
+    assert errors == [(9, "OutOfMemoryError")], errors  # only the cell tagged to raise
+    report = text(1)  # 256 MiB kept, a 768 MiB temporary freed
+    assert "allocated              0 B -> 256.00 MiB (+256.00 MiB)" in report
+    assert "peak allocated         1.00 GiB (+1.00 GiB above start)" in report
+    assert "replay" not in report
+    assert "outside PyTorch" in text(2)
+    who = text(5)  # the graphs `total` keeps are named, with the line that made them
+    assert re.search(r"^total\s.*autograd graph", who, re.MULTILINE), who
+    assert "In[" in text(6) and "line" in text(6)
+    oom = text(9)
+    assert "out of memory on cuda:0" in oom and "fixes, best first" in oom
+    # the segment map after freeing every other block: free pieces beside live blocks
+    assert re.search(r"free pieces in segments with live blocks: [1-9]", text(11)), text(11)
+    assert "cell" in text(12).splitlines()[0]  # the history's table
+    scan = text(15)
+    assert re.search(r"largest batch that fits in .*: \d+ \(verified", scan), scan

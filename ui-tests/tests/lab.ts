@@ -180,3 +180,34 @@ export async function setTheme(
     theme === 'JupyterLab Light' ? 'true' : 'false'
   );
 }
+
+/**
+ * Set one of the panel's settings (schema/plugin.json) through the setting
+ * registry, reached through the plugin registry (test-only access). False
+ * when the registry cannot be reached.
+ */
+export async function setSetting(
+  page: Page,
+  key: string,
+  value: unknown
+): Promise<boolean> {
+  return page.evaluate(
+    async ([name, v]: [string, unknown]) => {
+      const app = (window as any).jupyterapp;
+      const registry = app.pluginRegistry?._plugins?.get(
+        '@jupyterlab/apputils-extension:settings'
+      )?.service;
+      if (!registry) {
+        return false;
+      }
+      await registry.set('jupyter-gpumem:plugin', name, v);
+      return true;
+    },
+    [key, value] as [string, unknown]
+  );
+}
+
+/** The status bar's GPU memory item (JupyterLab only). */
+export function statusItem(page: Page) {
+  return page.locator('#jp-main-statusbar .jp-GpuMem-statusItem');
+}

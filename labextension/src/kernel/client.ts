@@ -4,8 +4,9 @@
  * from one a restart replaced. Its collaborators do the rest: the sample
  * subscription (`subscription.ts`: the comm, the lease, the watchdog, the
  * fallback polling), the readings tabs ask for (`readings.ts`: `who`,
- * segments, history) and the user's actions (`actions.ts`: Attach, the
- * buttons). Everything they learn goes to the store as events. No DOM.
+ * segments, history), the user's actions (`actions.ts`: Attach, the
+ * buttons) and the status bar's samples while the panel is hidden
+ * (`glance.ts`). Everything they learn goes to the store as events. No DOM.
  */
 import { Kernel, KernelMessage } from '@jupyterlab/services';
 import { IDisposable } from '@lumino/disposable';
@@ -16,11 +17,12 @@ import { GpuMemEvent, IGpuMemState, ReadingView } from '../state';
 import { GpuMemStore } from '../state';
 import { ActionSender } from './actions';
 import { IClientContext } from './context';
+import { GlanceReader } from './glance';
 import { ProcessTracker } from './process';
 import { OnDemandReadings } from './readings';
 import { RequestOutcome, sendRequest } from './request';
 import { SampleSubscription } from './subscription';
-import { IKernelLike, IKernelSource, ISessionLike } from './types';
+import { IKernelLike, IKernelSource, ISessionLike, kernelOf } from './types';
 
 export { ATTACH_CODE } from './actions';
 export { READING_ARGS, WHO_ROWS } from './readings';
@@ -37,6 +39,7 @@ export class GpuMemClient implements IDisposable, IClientContext {
       this._readings.whoChanged()
     );
     this._readings = new OnDemandReadings(this, options.whoTimeoutMs ?? 15000);
+    this._glance = new GlanceReader(this, () => this._start());
     this._actions = new ActionSender(this, {
       attached: () => this._hello(false),
       whoChanged: () => this._readings.whoChanged()
@@ -101,6 +104,7 @@ export class GpuMemClient implements IDisposable, IClientContext {
     }
     this._setSession(null, '');
     this._readings.dispose();
+    this._glance.dispose();
     this._isDisposed = true;
     Signal.clearData(this);
   }
@@ -136,6 +140,13 @@ export class GpuMemClient implements IDisposable, IClientContext {
     } else {
       this._readings.hidden();
       this._subscription.stop();
+    }
+  }
+
+  /** Read a sample every `ms` while the panel is hidden; null: never. */
+  setGlance(ms: number | null): void {
+    if (!this._isDisposed) {
+      this._glance.setInterval(ms);
     }
   }
 
@@ -219,19 +230,11 @@ export class GpuMemClient implements IDisposable, IClientContext {
     if (session) {
       session.kernelChanged.connect(this._onKernelChanged, this);
     }
-    const kernel =
-      session && !session.isDisposed && session.session
-        ? session.session.kernel
-        : null;
-    this._setKernel(kernel);
+    this._setKernel(kernelOf(session));
   }
 
   private _onKernelChanged(): void {
-    const session = this._session;
-    const kernel =
-      session && !session.isDisposed && session.session
-        ? session.session.kernel
-        : null;
+    const kernel = kernelOf(this._session);
     if (kernel !== this._kernel) {
       this._setKernel(kernel);
     }
@@ -244,6 +247,7 @@ export class GpuMemClient implements IDisposable, IClientContext {
     this._readings.reset();
     this.processes.reset();
     this._dispatchFollow();
+    this._glance.kernelChanged();
     if (!kernel) {
       return;
     }
@@ -324,7 +328,13 @@ export class GpuMemClient implements IDisposable, IClientContext {
     kernel: IKernelLike,
     msg: KernelMessage.IIOPubMessage
   ): void {
-    if (kernel !== this._kernel || msg.header.msg_type !== 'status') {
+    if (kernel !== this._kernel) {
+      return;
+    }
+    if (msg.header.msg_type === 'execute_input') {
+      this._glance.sawCode((msg.content as { code?: unknown }).code);
+    }
+    if (msg.header.msg_type !== 'status') {
       return;
     }
     // After a restart JupyterLab still shows statuses of the old process for a
@@ -348,7 +358,10 @@ export class GpuMemClient implements IDisposable, IClientContext {
     } else if (state === 'idle') {
       this.dispatch({ type: 'busy', busy: false });
       // The user may have run %load_ext themselves.
-      if (this.state.status.kind === 'not_loaded' && this._visible) {
+      if (
+        this.state.status.kind === 'not_loaded' &&
+        (this._visible || this._glance.takeLoadHint())
+      ) {
         void this._hello(true);
       } else if (this._helloGeneration === this._generation) {
         // A cell ended while a hello waits: it may have loaded the extension
@@ -451,6 +464,7 @@ export class GpuMemClient implements IDisposable, IClientContext {
   private _store: GpuMemStore;
   private _subscription: SampleSubscription;
   private _readings: OnDemandReadings;
+  private _glance: GlanceReader;
   private _actions: ActionSender;
   private _session: ISessionLike | null = null;
   private _label = '';

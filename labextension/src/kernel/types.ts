@@ -42,3 +42,10 @@ export interface IKernelSource {
   label: string;
   sessionContext: ISessionLike;
 }
+
+/** The kernel of a session, or null (none yet, or the session is gone). */
+export function kernelOf(session: ISessionLike | null): IKernelLike | null {
+  return session && !session.isDisposed && session.session
+    ? session.session.kernel
+    : null;
+}

@@ -12,6 +12,7 @@ import { Message } from '@lumino/messaging';
 import * as React from 'react';
 
 import { gpuMemIcon } from './icon';
+import { TRANSLATION_DOMAIN } from './trans';
 import { GpuMemModel } from '../model';
 import { Header } from '../views/header';
 import { StatusMessage } from '../views/message';
@@ -20,8 +21,7 @@ import { StatusLine } from '../views/statusLine';
 import { TabBar, tabId, tabPanelId } from '../views/tabBar';
 import { ITab, TABS } from '../views/tabs';
 
-/** Translation domain of the extension. */
-export const TRANSLATION_DOMAIN = 'jupyter_gpumem';
+export { TRANSLATION_DOMAIN };
 
 /**
  * The whole panel for one state: the header, the kernel's message, the tab
@@ -76,7 +76,9 @@ export class GpuMemPanel extends ReactWidget {
     this.id = 'jp-GpuMem-panel';
     this.addClass('jp-GpuMem-panel');
     this.title.icon = gpuMemIcon;
-    this.title.caption = this._trans.__('GPU memory');
+    // Title case, as JupyterLab's sidebar captions; Notebook 7 also lists
+    // "Show <caption>" in its palette, which then reads as our command does.
+    this.title.caption = this._trans.__('GPU Memory');
   }
 
   get model(): GpuMemModel {

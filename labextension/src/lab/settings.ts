@@ -4,23 +4,23 @@
 import type { ISettingRegistry } from '@jupyterlab/settingregistry';
 
 import type { BarScale } from '../present/bar';
-import { Units } from '../present/format';
 
 export interface ISettings {
   /** Interval of pushed samples, ms (100..10000). */
   refreshRateMs: number;
-  units: Units;
   /** Length of the trend line. */
   trendMinutes: number;
   /** What the bars' full width stands for. */
   barScale: BarScale;
+  /** Show the busiest GPU's figures in JupyterLab's status bar. */
+  statusBar: boolean;
 }
 
 export const DEFAULT_SETTINGS: ISettings = {
   refreshRateMs: 500,
-  units: 'binary',
   trendMinutes: 5,
-  barScale: 'fit'
+  barScale: 'fit',
+  statusBar: true
 };
 
 export function clampInterval(ms: number): number {
@@ -40,16 +40,15 @@ export function readSettings(settings: ISettingRegistry.ISettings): ISettings {
   >;
   const rate = Number(composite.refreshRateMs);
   const minutes = Number(composite.trendMinutes);
-  const units: Units = composite.units === 'decimal' ? 'decimal' : 'binary';
   return {
     refreshRateMs: Number.isFinite(rate)
       ? rate
       : DEFAULT_SETTINGS.refreshRateMs,
-    units,
     trendMinutes:
       Number.isFinite(minutes) && minutes > 0
         ? minutes
         : DEFAULT_SETTINGS.trendMinutes,
-    barScale: composite.barScale === 'total' ? 'total' : 'fit'
+    barScale: composite.barScale === 'total' ? 'total' : 'fit',
+    statusBar: composite.statusBar !== false
   };
 }

@@ -1,3 +1,6 @@
+/** Translation domain of the extension. */
+export const TRANSLATION_DOMAIN = 'jupyter_gpumem';
+
 /**
  * The part of a JupyterLab TranslationBundle the pure helpers need, so that they
  * can be tested without JupyterLab.

@@ -1,7 +1,7 @@
 /**
  * Parsing of a memory cap typed by the user.
  */
-import { formatBytes, Units } from './format';
+import { formatBytes } from './format';
 import { ITrans, plainTrans } from '../lab/trans';
 
 /**
@@ -33,7 +33,8 @@ const UNIT_FACTORS: Record<string, number> = {
 const PATTERN = /^([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z%]*)$/i;
 
 /**
- * Parse "24GiB", "24 GB", "512M", "0.3", "30%" or "off".
+ * Parse "24GiB", "512M", "0.3", "30%" or "off". "24 GB" (powers of 1000,
+ * as a datasheet writes them) is read too; the panel shows it in GiB.
  *
  * A bare number from 0 to 1 is a fraction of the device; a bare number above 1
  * is refused (bytes or gigabytes?): the user must say. Single-letter units
@@ -42,7 +43,7 @@ const PATTERN = /^([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z%]*)$/i;
  */
 export function parseCap(
   text: string,
-  options: { total?: number | null; trans?: ITrans; units?: Units } = {}
+  options: { total?: number | null; trans?: ITrans } = {}
 ): CapParse {
   const trans = options.trans ?? plainTrans;
   const input = text.trim();
@@ -93,7 +94,7 @@ export function parseCap(
     return {
       ok: false,
       error: trans.__(
-        '"%1" is not a unit: use B, KiB, MiB, GiB, TiB (or kB, MB, GB, TB).',
+        '"%1" is not a unit: use B, KiB, MiB, GiB or TiB.',
         match[2]
       )
     };
@@ -108,8 +109,8 @@ export function parseCap(
       ok: false,
       error: trans.__(
         '%1 is more than the device has (%2).',
-        formatBytes(bytes, options.units),
-        formatBytes(total, options.units)
+        formatBytes(bytes),
+        formatBytes(total)
       )
     };
   }

@@ -1,11 +1,10 @@
 /**
- * Byte formatting shared by every view of the panel.
+ * Byte formatting shared by every view of the panel. One spelling of units:
+ * B, KiB, MiB, GiB, TiB (powers of 1024, as nvidia-smi's MiB and the kernel
+ * side's jupyter_gpumem/units.py).
  */
 
-export type Units = 'binary' | 'decimal';
-
-const BINARY_UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
-const DECIMAL_UNITS = ['B', 'kB', 'MB', 'GB', 'TB', 'PB'];
+const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
 
 function decimalsFor(value: number): number {
   if (value < 10) {
@@ -18,43 +17,41 @@ function decimalsFor(value: number): number {
 }
 
 /**
- * Format a byte count with three significant figures: "1.50 GiB", "1.61 GB",
- * "512 B". Negative counts keep their sign ("-1.00 GiB").
+ * Format a byte count with three significant figures: "1.50 GiB", "512 B".
+ * Negative counts keep their sign ("-1.00 GiB").
  */
-export function formatBytes(bytes: number, units: Units = 'binary'): string {
+export function formatBytes(bytes: number): string {
   if (!Number.isFinite(bytes)) {
     return String(bytes);
   }
   const sign = bytes < 0 ? '-' : '';
   let value = Math.abs(bytes);
-  const base = units === 'decimal' ? 1000 : 1024;
-  const names = units === 'decimal' ? DECIMAL_UNITS : BINARY_UNITS;
-  if (value < base) {
+  if (value < 1024) {
     return `${sign}${Math.round(value)} B`;
   }
   let unit = 0;
-  while (value >= base && unit < names.length - 1) {
-    value /= base;
+  while (value >= 1024 && unit < UNITS.length - 1) {
+    value /= 1024;
     unit += 1;
   }
   let text = value.toFixed(decimalsFor(value));
   // 1023.9 KiB must read "1.00 MiB", not "1024 KiB".
-  if (Number(text) >= base && unit < names.length - 1) {
-    value /= base;
+  if (Number(text) >= 1024 && unit < UNITS.length - 1) {
+    value /= 1024;
     unit += 1;
     text = value.toFixed(decimalsFor(value));
   }
-  return `${sign}${text} ${names[unit]}`;
+  return `${sign}${text} ${UNITS[unit]}`;
 }
 
 /**
  * Format a change in bytes with an explicit sign: "+1.00 GiB", "-512 B", "0 B".
  */
-export function formatDelta(bytes: number, units: Units = 'binary'): string {
+export function formatDelta(bytes: number): string {
   if (bytes > 0) {
-    return `+${formatBytes(bytes, units)}`;
+    return `+${formatBytes(bytes)}`;
   }
-  return formatBytes(bytes, units);
+  return formatBytes(bytes);
 }
 
 /**
@@ -66,17 +63,11 @@ export function formatPercent(fraction: number): string {
   return `${Number.isInteger(rounded) ? rounded.toFixed(0) : rounded.toFixed(1)}%`;
 }
 
-const KERNEL_BINARY: readonly [string, number][] = [
+const KERNEL_UNITS: readonly [string, number][] = [
   ['TiB', 2 ** 40],
   ['GiB', 2 ** 30],
   ['MiB', 2 ** 20],
   ['KiB', 2 ** 10]
-];
-const KERNEL_DECIMAL: readonly [string, number][] = [
-  ['TB', 1e12],
-  ['GB', 1e9],
-  ['MB', 1e6],
-  ['KB', 1e3]
 ];
 
 /**
@@ -85,15 +76,13 @@ const KERNEL_DECIMAL: readonly [string, number][] = [
  * The Who tab uses it: its figures sit next to the kernel's own sentences
  * (fixes, details) that quote sizes, and must read the same.
  */
-export function formatSize(bytes: number, units: Units = 'binary'): string {
+export function formatSize(bytes: number): string {
   if (!Number.isFinite(bytes)) {
     return String(bytes);
   }
   const sign = bytes < 0 ? '-' : '';
   const value = Math.abs(bytes);
-  for (const [name, size] of units === 'decimal'
-    ? KERNEL_DECIMAL
-    : KERNEL_BINARY) {
+  for (const [name, size] of KERNEL_UNITS) {
     if (value >= size) {
       return `${sign}${(value / size).toFixed(2)} ${name}`;
     }

@@ -1,8 +1,8 @@
 /**
- * Words for states, results and disabled controls. Pure: the translator and
- * the byte units are passed in.
+ * Words for states, results and disabled controls. Pure: the translator is
+ * passed in.
  */
-import { formatBytes, formatPercent, Units } from './format';
+import { formatBytes, formatPercent } from './format';
 import { IDevice } from '../protocol';
 import {
   IActionError,
@@ -96,11 +96,7 @@ export function deviceLabel(index: number, trans: ITrans): string {
 /**
  * Words for the outcome of an action.
  */
-export function noticeText(
-  notice: Notice,
-  trans: ITrans,
-  units: Units
-): string {
+export function noticeText(notice: Notice, trans: ITrans): string {
   switch (notice.kind) {
     case 'released': {
       const entries = Object.entries(notice.released).sort(
@@ -111,17 +107,17 @@ export function noticeText(
         return trans.__('Nothing to release: the cache held no free blocks.');
       }
       if (entries.length === 1) {
-        return trans.__('Released %1 to the driver', formatBytes(total, units));
+        return trans.__('Released %1 to the driver', formatBytes(total));
       }
       const parts = entries
         .map(
           ([index, bytes]) =>
-            `${deviceLabel(Number(index), trans)}: ${formatBytes(bytes, units)}`
+            `${deviceLabel(Number(index), trans)}: ${formatBytes(bytes)}`
         )
         .join(', ');
       return trans.__(
         'Released %1 to the driver (%2)',
-        formatBytes(total, units),
+        formatBytes(total),
         parts
       );
     }
@@ -154,7 +150,7 @@ export function noticeText(
         notice.device === null
           ? trans.__('the GPUs')
           : deviceLabel(notice.device, trans),
-        formatBytes(notice.limit.bytes, units),
+        formatBytes(notice.limit.bytes),
         formatPercent(notice.limit.fraction)
       );
     case 'attached':
@@ -190,14 +186,14 @@ export function noticeText(
       }
       const freed =
         entries.length === 1
-          ? formatBytes(total, units)
+          ? formatBytes(total)
           : trans.__(
               '%1 (%2)',
-              formatBytes(total, units),
+              formatBytes(total),
               entries
                 .map(
                   ([index, bytes]) =>
-                    `${deviceLabel(Number(index), trans)}: ${formatBytes(bytes, units)}`
+                    `${deviceLabel(Number(index), trans)}: ${formatBytes(bytes)}`
                 )
                 .join(', ')
             );

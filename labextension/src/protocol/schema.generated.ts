@@ -7,7 +7,7 @@
 export const PROTOCOL_VERSION = 1;
 
 /** Additions an older peer can ignore raise the revision. */
-export const PROTOCOL_REVISION = 8;
+export const PROTOCOL_REVISION = 9;
 
 export const REQUEST_MSG_TYPE = 'gpumem_request';
 
@@ -80,6 +80,14 @@ export interface ISample {
   caching: boolean | null;
   devices: IDevice[];
   workers?: IWorker[];
+  replay?: IReplay;
+}
+
+export interface IReplay {
+  gpu: string;
+  torch_version: string | null;
+  recorded?: string | null;
+  description: string;
 }
 
 export interface IWorker {

@@ -19,7 +19,6 @@ export function CapControl(props: {
 }): JSX.Element {
   const { model, device, state, trans } = props;
   const [text, setText] = React.useState('');
-  const units = model.settings.units;
   const setAvailability = availability(state, 'set_limit', trans, device);
   const clearAvailability: IAvailability = !device.limit
     ? { enabled: false, reason: trans.__('No cap is set') }
@@ -30,7 +29,7 @@ export function CapControl(props: {
       refused(setAvailability.reason);
       return;
     }
-    const parsed = parseCap(text, { total: device.total, trans, units });
+    const parsed = parseCap(text, { total: device.total, trans });
     if (!parsed.ok) {
       model.reportError('set_limit', parsed.error);
       return;

@@ -6,7 +6,7 @@ import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
 import { barGeometry, BarScale, SegmentKey } from '../present/bar';
-import { formatBytes, formatPercent, Units } from '../present/format';
+import { formatBytes, formatPercent } from '../present/format';
 import { IDevice } from '../protocol';
 
 function segmentLabel(key: SegmentKey, trans: TranslationBundle): string {
@@ -41,18 +41,17 @@ function segmentHelp(key: SegmentKey, trans: TranslationBundle): string {
 
 export function DeviceBar(props: {
   device: IDevice;
-  units: Units;
   trans: TranslationBundle;
   scale?: BarScale;
 }): JSX.Element {
-  const { device, units, trans } = props;
+  const { device, trans } = props;
   const geometry = barGeometry(device, props.scale ?? 'total');
   const described = geometry.segments
     .slice()
     .reverse()
-    .map(s => `${segmentLabel(s.key, trans)} ${formatBytes(s.bytes, units)}`);
+    .map(s => `${segmentLabel(s.key, trans)} ${formatBytes(s.bytes)}`);
   if (device.total !== null) {
-    described.push(trans.__('of %1', formatBytes(device.total, units)));
+    described.push(trans.__('of %1', formatBytes(device.total)));
   }
   return (
     <div
@@ -70,7 +69,7 @@ export function DeviceBar(props: {
           }`}
           style={{ width: `${(segment.fraction * 100).toFixed(3)}%` }}
           data-bytes={segment.bytes}
-          title={`${segmentLabel(segment.key, trans)}: ${formatBytes(segment.bytes, units)}${
+          title={`${segmentLabel(segment.key, trans)}: ${formatBytes(segment.bytes)}${
             segment.clipped ? ` (${trans.__('beyond the scale')})` : ''
           }`}
         />
@@ -81,7 +80,7 @@ export function DeviceBar(props: {
           style={{ left: `${(geometry.peak * 100).toFixed(3)}%` }}
           title={trans.__(
             'Peak allocated since the last reset: %1',
-            formatBytes(device.peak_allocated ?? 0, units)
+            formatBytes(device.peak_allocated ?? 0)
           )}
         />
       )}
@@ -91,7 +90,7 @@ export function DeviceBar(props: {
           style={{ left: `${(geometry.limit * 100).toFixed(3)}%` }}
           title={trans.__(
             'Cap: %1 (%2)',
-            formatBytes(device.limit.bytes, units),
+            formatBytes(device.limit.bytes),
             formatPercent(device.limit.fraction)
           )}
         />
@@ -102,10 +101,9 @@ export function DeviceBar(props: {
 
 export function Legend(props: {
   device: IDevice;
-  units: Units;
   trans: TranslationBundle;
 }): JSX.Element {
-  const { device, units, trans } = props;
+  const { device, trans } = props;
   const geometry = barGeometry(device);
   const rows = geometry.segments.slice().reverse();
   return (
@@ -120,7 +118,7 @@ export function Legend(props: {
             {segmentLabel(segment.key, trans)}
           </span>
           <span className="jp-GpuMem-value" data-figure={segment.key}>
-            {formatBytes(segment.bytes, units)}
+            {formatBytes(segment.bytes)}
           </span>
         </li>
       ))}
@@ -132,7 +130,7 @@ export function Legend(props: {
           />
           <span className="jp-GpuMem-legendLabel">{trans.__('Total')}</span>
           <span className="jp-GpuMem-value" data-figure="total">
-            {formatBytes(device.total, units)}
+            {formatBytes(device.total)}
           </span>
         </li>
       )}

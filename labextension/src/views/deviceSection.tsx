@@ -18,7 +18,6 @@ export function DeviceSection(
   props: IViewProps & { device: IDevice; sample: ISample }
 ): JSX.Element {
   const { model, state, trans, device, sample } = props;
-  const units = model.settings.units;
   const now = Math.max(state.lastHeard ?? 0, sample.time);
   const scale = model.settings.barScale;
   const geometry = barGeometry(device, scale);
@@ -46,13 +45,10 @@ export function DeviceSection(
       <div className="jp-GpuMem-scale" data-scale={scale}>
         <span className="jp-GpuMem-scaleText">
           {geometry.scaleIsTotal
-            ? trans.__(
-                'Scale: the device, %1',
-                formatBytes(geometry.scale, units)
-              )
+            ? trans.__('Scale: the device, %1', formatBytes(geometry.scale))
             : trans.__(
                 'Scale: 0 to %1, fitted to this kernel',
-                formatBytes(geometry.scale, units)
+                formatBytes(geometry.scale)
               )}
         </span>
         <button
@@ -71,14 +67,9 @@ export function DeviceSection(
             : trans.__('Fit to this kernel')}
         </button>
       </div>
-      <DeviceBar device={device} units={units} trans={trans} scale={scale} />
-      <Legend device={device} units={units} trans={trans} />
-      <Figures
-        device={device}
-        caching={sample.caching}
-        units={units}
-        trans={trans}
-      />
+      <DeviceBar device={device} trans={trans} scale={scale} />
+      <Legend device={device} trans={trans} />
+      <Figures device={device} caching={sample.caching} trans={trans} />
       {device.error && <p className="jp-GpuMem-deviceError">{device.error}</p>}
       {inView ? (
         <div ref={measureChart}>
@@ -88,7 +79,6 @@ export function DeviceSection(
             cells={state.cells}
             now={now}
             minutes={state.trendMinutes}
-            units={units}
             trans={trans}
             onGoTo={n => void model.scrollToCell(n)}
           />

@@ -6,7 +6,7 @@ import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
 import { cachedFree } from '../present/bar';
-import { formatBytes, formatPercent, Units } from '../present/format';
+import { formatBytes, formatPercent } from '../present/format';
 import { IDevice } from '../protocol';
 
 /** One figure: its label (with help on hover) and its value. */
@@ -33,10 +33,9 @@ export function Figure(props: {
 export function Figures(props: {
   device: IDevice;
   caching: boolean | null;
-  units: Units;
   trans: TranslationBundle;
 }): JSX.Element {
-  const { device, caching, units, trans } = props;
+  const { device, caching, trans } = props;
   const free = cachedFree(device);
   return (
     <dl className="jp-GpuMem-figures">
@@ -44,7 +43,7 @@ export function Figures(props: {
         <Figure
           name="peak_allocated"
           label={trans.__('Peak allocated')}
-          value={formatBytes(device.peak_allocated, units)}
+          value={formatBytes(device.peak_allocated)}
           help={trans.__(
             'Highest allocation since the last peak reset (the solid mark on the bar)'
           )}
@@ -54,7 +53,7 @@ export function Figures(props: {
         <Figure
           name="peak_reserved"
           label={trans.__('Peak reserved')}
-          value={formatBytes(device.peak_reserved, units)}
+          value={formatBytes(device.peak_reserved)}
           help={trans.__('Highest reservation since the last peak reset')}
         />
       )}
@@ -62,7 +61,7 @@ export function Figures(props: {
         <Figure
           name="cached_free"
           label={trans.__('Cached, free')}
-          value={formatBytes(free, units)}
+          value={formatBytes(free)}
           help={trans.__('Reserved but not allocated: blocks kept for reuse')}
         />
       )}
@@ -70,7 +69,7 @@ export function Figures(props: {
         <Figure
           name="inactive_split"
           label={trans.__('Non-releasable')}
-          value={formatBytes(device.inactive_split, units)}
+          value={formatBytes(device.inactive_split)}
           help={trans.__(
             'Fragmentation: free parts of split blocks that Empty cache cannot return (inactive_split)'
           )}
@@ -98,7 +97,7 @@ export function Figures(props: {
           device.limit
             ? trans.__(
                 '%1 (%2)',
-                formatBytes(device.limit.bytes, units),
+                formatBytes(device.limit.bytes),
                 formatPercent(device.limit.fraction)
               )
             : trans.__('none')

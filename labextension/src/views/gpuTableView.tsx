@@ -8,7 +8,7 @@
 import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
-import { formatBytes, Units } from '../present/format';
+import { formatBytes } from '../present/format';
 import { deviceLabel } from '../present/messages';
 import {
   activityText,
@@ -53,7 +53,6 @@ export interface IGpuTableViewProps {
   connected: boolean;
   /** The kernel of the notebook the panel follows. */
   followedKernelId: string | null;
-  units: Units;
   trans: TranslationBundle;
   onRefresh: () => void;
   onShutDown: (row: IKernelRow) => void;
@@ -209,7 +208,7 @@ function TableBody(
 function DeviceTable(
   props: IGpuTableViewProps & { device: IDeviceRows }
 ): JSX.Element {
-  const { device, units, trans } = props;
+  const { device, trans } = props;
   const label = deviceLabel(device.index, trans);
   const share =
     device.total > 0 ? Math.min(1, Math.max(0, device.used / device.total)) : 0;
@@ -238,8 +237,8 @@ function DeviceTable(
       <p className="jp-GpuMem-gpuUsage">
         {trans.__(
           '%1 of %2 used',
-          formatBytes(device.used, units),
-          formatBytes(device.total, units)
+          formatBytes(device.used),
+          formatBytes(device.total)
         )}
         <span className="jp-GpuMem-share" aria-hidden="true">
           <span
@@ -307,7 +306,7 @@ function Row(props: IGpuTableViewProps & { row: GpuRow }): JSX.Element {
 function ReportedRow(
   props: IGpuTableViewProps & { row: IReportedRow }
 ): JSX.Element {
-  const { row, units, trans } = props;
+  const { row, trans } = props;
   return (
     <tr
       className={`jp-GpuMem-gpuRow jp-GpuMem-gpuRow-reported${row.thisNotebook ? ' jp-mod-this' : ''}`}
@@ -322,15 +321,15 @@ function ReportedRow(
         stateClass="jp-GpuMem-gpuActivity"
         detail={trans.__(
           'as its kernel reports: PyTorch reserves %1, %2 allocated',
-          formatBytes(row.bytes, units),
-          formatBytes(row.allocated, units)
+          formatBytes(row.bytes),
+          formatBytes(row.allocated)
         )}
       >
         {row.thisNotebook && (
           <span className="jp-GpuMem-gpuThis">{trans.__('this notebook')}</span>
         )}
       </NameCell>
-      <td className="jp-GpuMem-gpuBytes">{formatBytes(row.bytes, units)}</td>
+      <td className="jp-GpuMem-gpuBytes">{formatBytes(row.bytes)}</td>
     </tr>
   );
 }
@@ -339,7 +338,7 @@ function ReportedRow(
 function UnseenRow(
   props: IGpuTableViewProps & { row: IUnseenRow }
 ): JSX.Element {
-  const { row, units, trans } = props;
+  const { row, trans } = props;
   return (
     <tr
       className="jp-GpuMem-gpuRow jp-GpuMem-gpuRow-unseen"
@@ -358,7 +357,7 @@ function UnseenRow(
             : trans.__('includes the driver’s own reservation')
         }
       />
-      <td className="jp-GpuMem-gpuBytes">{formatBytes(row.bytes, units)}</td>
+      <td className="jp-GpuMem-gpuBytes">{formatBytes(row.bytes)}</td>
     </tr>
   );
 }
@@ -397,7 +396,7 @@ function NameCell(props: {
 function KernelRows(
   props: IGpuTableViewProps & { row: IKernelRow }
 ): JSX.Element {
-  const { row, units, trans } = props;
+  const { row, trans } = props;
   const detail =
     row.pid === null
       ? trans.__('kernel not on this GPU itself')
@@ -439,7 +438,7 @@ function KernelRows(
             </span>
           )}
         </NameCell>
-        <td className="jp-GpuMem-gpuBytes">{formatBytes(row.bytes, units)}</td>
+        <td className="jp-GpuMem-gpuBytes">{formatBytes(row.bytes)}</td>
       </tr>
       {row.children.map(child => (
         <tr
@@ -454,9 +453,7 @@ function KernelRows(
             state={trans.__('child of %1', row.label)}
             detail={trans.__('PID %1', child.pid)}
           />
-          <td className="jp-GpuMem-gpuBytes">
-            {formatBytes(child.bytes, units)}
-          </td>
+          <td className="jp-GpuMem-gpuBytes">{formatBytes(child.bytes)}</td>
         </tr>
       ))}
     </>
@@ -466,7 +463,7 @@ function KernelRows(
 function ProcessRow(
   props: IGpuTableViewProps & { row: IProcessRow }
 ): JSX.Element {
-  const { row, units, trans } = props;
+  const { row, trans } = props;
   // Without a name the label is the PID already.
   const pid = row.name === null ? '' : trans.__('PID %1', row.pid);
   const detail = [pid, row.user ?? ''].filter(s => s !== '').join(', ');
@@ -484,7 +481,7 @@ function ProcessRow(
         }
         detail={detail}
       />
-      <td className="jp-GpuMem-gpuBytes">{formatBytes(row.bytes, units)}</td>
+      <td className="jp-GpuMem-gpuBytes">{formatBytes(row.bytes)}</td>
     </tr>
   );
 }

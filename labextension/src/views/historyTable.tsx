@@ -7,7 +7,7 @@
 import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
-import { formatBytes, formatDelta, Units } from '../present/format';
+import { formatBytes, formatDelta } from '../present/format';
 import { deviceLabel } from '../present/messages';
 import { IHistoryCell, IHistoryResult } from '../protocol';
 import {
@@ -182,7 +182,7 @@ function columnLabel(column: HistoryColumn, trans: TranslationBundle): string {
     case 'kept':
       return trans.__('Kept');
     case 'peak':
-      return trans.__('Peak');
+      return trans.__('Peak above start');
     case 'reserved':
       return trans.__('Reserved');
     case 'time':
@@ -200,7 +200,7 @@ function columnHelp(column: HistoryColumn, trans: TranslationBundle): string {
       return trans.__('Allocated after the cell minus before: what it kept');
     case 'peak':
       return trans.__(
-        'The exact peak inside the cell above what was allocated when it started'
+        "The cell's exact peak allocated, above what was allocated when it started (the Overview's Peak allocated counts from zero)"
       );
     case 'reserved':
       return trans.__("Change of the caching allocator's reserved memory");
@@ -223,8 +223,8 @@ const NUMERIC: ReadonlySet<HistoryColumn> = new Set([
   'time'
 ]);
 
-function delta(value: number | null, units: Units): string {
-  return value === null ? '–' : formatDelta(value, units);
+function delta(value: number | null): string {
+  return value === null ? '–' : formatDelta(value);
 }
 
 /**
@@ -237,10 +237,9 @@ export function HistoryTable(props: {
   sort: IHistorySort;
   onSort: (sort: IHistorySort) => void;
   onGoTo: (executionCount: number) => void;
-  units: Units;
   trans: TranslationBundle;
 }): JSX.Element {
-  const { rows, sort, onSort, onGoTo, units, trans } = props;
+  const { rows, sort, onSort, onGoTo, trans } = props;
   const sorted = sortHistory(rows, sort);
   return (
     <table
@@ -359,28 +358,24 @@ export function HistoryTable(props: {
                     {row.reservedDelta !== null && row.reservedDelta !== 0 && (
                       <span data-figure="reserved">
                         {' · '}
-                        {trans.__(
-                          'reserved %1',
-                          delta(row.reservedDelta, units)
-                        )}
+                        {trans.__('reserved %1', delta(row.reservedDelta))}
                       </span>
                     )}
                   </span>
                 </td>
                 <td className="jp-GpuMem-num" data-figure="kept">
-                  {delta(row.kept, units)}
+                  {delta(row.kept)}
                 </td>
                 <td className="jp-GpuMem-num" data-figure="peak">
                   {row.peakAboveStart === null
                     ? '–'
-                    : formatBytes(row.peakAboveStart, units)}
+                    : formatBytes(row.peakAboveStart)}
                 </td>
               </tr>
               {row.workers.length > 0 && (
                 <HistoryWorkerRows
                   devices={row.workers}
                   executionCount={n}
-                  units={units}
                   trans={trans}
                 />
               )}
@@ -402,7 +397,6 @@ export function HistoryView(
   }
 ): JSX.Element | null {
   const { model, trans } = props;
-  const units = model.settings.units;
   return (
     <ReadingFrame<IHistoryResult>
       {...props}
@@ -443,7 +437,6 @@ export function HistoryView(
               sort={props.sort}
               onSort={props.onSort}
               onGoTo={n => void model.scrollToCell(n)}
-              units={units}
               trans={trans}
             />
           </section>

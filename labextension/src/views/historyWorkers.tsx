@@ -8,7 +8,7 @@
 import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
-import { formatBytes, formatDelta, Units } from '../present/format';
+import { formatBytes, formatDelta } from '../present/format';
 import { IHistoryCell, IHistoryCellDevice } from '../protocol';
 
 /** A worker's device row of a history cell (one with `worker`). */
@@ -68,8 +68,8 @@ export function workerName(label: string, trans: TranslationBundle): string {
   return label;
 }
 
-function bytes(value: number | null, units: Units): string {
-  return value === null ? '–' : formatBytes(value, units);
+function bytes(value: number | null): string {
+  return value === null ? '–' : formatBytes(value);
 }
 
 /**
@@ -80,10 +80,9 @@ function bytes(value: number | null, units: Units): string {
 export function HistoryWorkerRows(props: {
   devices: readonly IHistoryWorkerDevice[];
   executionCount: number | null;
-  units: Units;
   trans: TranslationBundle;
 }): JSX.Element {
-  const { units, trans } = props;
+  const { trans } = props;
   return (
     <>
       {props.devices.map(workerFigures).map(f => (
@@ -106,11 +105,7 @@ export function HistoryWorkerRows(props: {
               )}
             </span>
             <span className="jp-GpuMem-historyMeta" data-figure="allocated">
-              {trans.__(
-                'allocated %1 → %2',
-                bytes(f.before, units),
-                bytes(f.after, units)
-              )}
+              {trans.__('allocated %1 → %2', bytes(f.before), bytes(f.after))}
             </span>
             <span className="jp-GpuMem-historyMeta">
               <span
@@ -119,11 +114,11 @@ export function HistoryWorkerRows(props: {
                   "The worker's own peak counter: the cell's exact peak for a worker started in the cell, else the highest since it started"
                 )}
               >
-                {trans.__('peak %1', bytes(f.peak, units))}
+                {trans.__('peak %1', bytes(f.peak))}
               </span>
               {' · '}
               <span data-figure="reserved">
-                {trans.__('reserved %1', bytes(f.reserved, units))}
+                {trans.__('reserved %1', bytes(f.reserved))}
               </span>
               {f.ooms > 0 && (
                 <span data-figure="ooms">
@@ -138,10 +133,10 @@ export function HistoryWorkerRows(props: {
             </span>
           </td>
           <td className="jp-GpuMem-num" data-figure="kept">
-            {f.kept === null ? '–' : formatDelta(f.kept, units)}
+            {f.kept === null ? '–' : formatDelta(f.kept)}
           </td>
           <td className="jp-GpuMem-num" data-figure="peak">
-            {bytes(f.peakAboveStart, units)}
+            {bytes(f.peakAboveStart)}
           </td>
         </tr>
       ))}

@@ -12,7 +12,7 @@
 import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
-import { formatBytes, Units } from '../present/format';
+import { formatBytes } from '../present/format';
 import { activityText, IKernelRow } from '../server/gpuRows';
 import { fetchGpuTable } from '../server/gpuTable';
 import { pollGpuTable, stopPoll } from '../server/gpuTablePoll';
@@ -37,7 +37,6 @@ export const INITIAL_READING: IGpuTableReading = {
 export async function confirmAndShutDown(
   server: IServerApi,
   row: IKernelRow,
-  units: Units,
   trans: TranslationBundle,
   onAccepted: () => void = () => undefined
 ): Promise<'cancelled' | 'done'> {
@@ -46,7 +45,7 @@ export async function confirmAndShutDown(
     body: trans.__(
       '%1 holds %2 on this GPU and is %3. Shutting its kernel down frees that memory; its variables are lost, the notebook file stays.',
       row.label,
-      formatBytes(row.bytes, units),
+      formatBytes(row.bytes),
       activityText(row.activity, trans)
     ),
     accept: trans.__('Shut down')
@@ -115,7 +114,6 @@ export function OnThisGpu(props: IViewProps): JSX.Element {
     };
   }, [read, model]);
 
-  const units = model.settings.units;
   const shutDown = React.useCallback(
     async (row: IKernelRow) => {
       if (!server) {
@@ -130,12 +128,8 @@ export function OnThisGpu(props: IViewProps): JSX.Element {
           shutdown: { kernelId: row.kernelId, label: row.label, status, error }
         }));
       try {
-        const outcome = await confirmAndShutDown(
-          server,
-          row,
-          units,
-          trans,
-          () => shutdown('running')
+        const outcome = await confirmAndShutDown(server, row, trans, () =>
+          shutdown('running')
         );
         if (outcome === 'cancelled') {
           return;
@@ -149,7 +143,7 @@ export function OnThisGpu(props: IViewProps): JSX.Element {
       }
       await read();
     },
-    [server, units, trans, read]
+    [server, trans, read]
   );
 
   return (
@@ -157,7 +151,6 @@ export function OnThisGpu(props: IViewProps): JSX.Element {
       reading={reading}
       connected={server !== null}
       followedKernelId={state.kernelId}
-      units={units}
       trans={trans}
       onRefresh={() => void read()}
       onShutDown={row => void shutDown(row)}

@@ -8,7 +8,7 @@
 import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
-import { formatSize, Units } from '../present/format';
+import { formatSize } from '../present/format';
 import { deviceLabel } from '../present/messages';
 import { IFix, IPostMortem } from '../protocol';
 import { Figure } from './figures';
@@ -38,7 +38,6 @@ function fitsLabel(verdict: Verdict, trans: TranslationBundle): string {
 function fitsHelp(
   fix: IFix,
   verdict: Verdict,
-  units: Units,
   trans: TranslationBundle
 ): string {
   switch (verdict) {
@@ -57,24 +56,20 @@ function fitsHelp(
     default: {
       const no = trans.__('Not enough');
       return typeof fix.shortfall === 'number'
-        ? `${no} ${trans.__('(%1 short)', formatSize(fix.shortfall, units))}`
+        ? `${no} ${trans.__('(%1 short)', formatSize(fix.shortfall))}`
         : no;
     }
   }
 }
 
-function Fix(props: {
-  fix: IFix;
-  units: Units;
-  trans: TranslationBundle;
-}): JSX.Element {
-  const { fix, units, trans } = props;
+function Fix(props: { fix: IFix; trans: TranslationBundle }): JSX.Element {
+  const { fix, trans } = props;
   const verdict = verdictOf(fix);
   return (
     <li className="jp-GpuMem-fix" data-fix={fix.kind} data-fits={verdict}>
       <span
         className={`jp-GpuMem-fits jp-mod-${verdict}`}
-        title={fitsHelp(fix, verdict, units, trans)}
+        title={fitsHelp(fix, verdict, trans)}
       >
         {fitsLabel(verdict, trans)}
       </span>
@@ -98,11 +93,10 @@ function Fix(props: {
  */
 export function OutOfMemory(props: {
   postmortem: IPostMortem;
-  units: Units;
   trans: TranslationBundle;
 }): JSX.Element {
-  const { postmortem: p, units, trans } = props;
-  const bytes = (n: number) => formatSize(n, units);
+  const { postmortem: p, trans } = props;
+  const bytes = (n: number) => formatSize(n);
   const title = trans.__('Out of memory on %1', deviceLabel(p.device, trans));
   return (
     <section
@@ -203,12 +197,7 @@ export function OutOfMemory(props: {
           </h4>
           <ol className="jp-GpuMem-fixes">
             {p.fixes.map((fix, i) => (
-              <Fix
-                key={`${i}-${fix.kind}`}
-                fix={fix}
-                units={units}
-                trans={trans}
-              />
+              <Fix key={`${i}-${fix.kind}`} fix={fix} trans={trans} />
             ))}
           </ol>
         </>

@@ -6,7 +6,7 @@
 import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
-import { formatBytes, formatPercent, Units } from '../present/format';
+import { formatBytes, formatPercent } from '../present/format';
 import { deviceLabel } from '../present/messages';
 import { BlockKind, ISegment, ISegmentMap, ISegmentsResult } from '../protocol';
 import { IViewProps } from './props';
@@ -94,22 +94,21 @@ const KINDS: readonly BlockKind[] = ['allocated', 'pending', 'piece', 'cached'];
 export function runTitle(
   run: IBlockRun,
   segment: ISegment,
-  units: Units,
   trans: TranslationBundle
 ): string {
   const lines = [
     run.blocks === 1
-      ? `${kindLabel(run.kind, trans)}: ${formatBytes(run.size, units)}`
+      ? `${kindLabel(run.kind, trans)}: ${formatBytes(run.size)}`
       : trans.__(
           '%1 blocks, %2: %3',
           run.blocks,
           kindLabel(run.kind, trans),
-          formatBytes(run.size, units)
+          formatBytes(run.size)
         ),
     trans.__(
       'at +%1 in a %2 segment, stream %3',
-      formatBytes(run.offset, units),
-      formatBytes(segment.size, units),
+      formatBytes(run.offset),
+      formatBytes(segment.size),
       segment.stream
     )
   ];
@@ -126,10 +125,9 @@ function SegmentRow(props: {
   segment: ISegment;
   labels: readonly string[];
   largestFree: number;
-  units: Units;
   trans: TranslationBundle;
 }): JSX.Element {
-  const { segment, units, trans } = props;
+  const { segment, trans } = props;
   const runs = segmentRuns(segment, props.labels, props.largestFree);
   const live = segment.blocks
     .filter(b => b[2] === 'allocated' || b[2] === 'pending')
@@ -141,9 +139,7 @@ function SegmentRow(props: {
       data-pool={segment.pool}
     >
       <div className="jp-GpuMem-segmentHead">
-        <span className="jp-GpuMem-value">
-          {formatBytes(segment.size, units)}
-        </span>
+        <span className="jp-GpuMem-value">{formatBytes(segment.size)}</span>
         <span>
           {segment.pool === 'small'
             ? trans.__('small pool')
@@ -154,7 +150,7 @@ function SegmentRow(props: {
           {segment.expandable ? ` · ${trans.__('expandable')}` : ''}
         </span>
         <span className="jp-GpuMem-segmentLive">
-          {trans.__('%1 live', formatBytes(live, units))}
+          {trans.__('%1 live', formatBytes(live))}
         </span>
       </div>
       <div
@@ -166,8 +162,8 @@ function SegmentRow(props: {
         role="img"
         aria-label={trans.__(
           'Segment of %1: %2 live in %3 blocks',
-          formatBytes(segment.size, units),
-          formatBytes(live, units),
+          formatBytes(segment.size),
+          formatBytes(live),
           segment.blocks.length
         )}
       >
@@ -184,7 +180,7 @@ function SegmentRow(props: {
               left: `${((run.offset / segment.size) * 100).toFixed(3)}%`,
               width: `${((run.size / segment.size) * 100).toFixed(3)}%`
             }}
-            title={runTitle(run, segment, units, trans)}
+            title={runTitle(run, segment, trans)}
           />
         ))}
       </div>
@@ -196,10 +192,9 @@ function SegmentRow(props: {
 export function SegmentMapView(props: {
   map: ISegmentMap;
   deviceName: string;
-  units: Units;
   trans: TranslationBundle;
 }): JSX.Element {
-  const { map, units, trans } = props;
+  const { map, trans } = props;
   const s = map.summary;
   return (
     <section
@@ -215,9 +210,9 @@ export function SegmentMapView(props: {
         <dt>{trans.__('Segments')}</dt>
         <dd data-figure="segments">{s.segments}</dd>
         <dt>{trans.__('Reserved')}</dt>
-        <dd data-figure="reserved">{formatBytes(s.reserved, units)}</dd>
+        <dd data-figure="reserved">{formatBytes(s.reserved)}</dd>
         <dt>{trans.__('Allocated')}</dt>
-        <dd data-figure="allocated">{formatBytes(s.allocated, units)}</dd>
+        <dd data-figure="allocated">{formatBytes(s.allocated)}</dd>
         <dt
           title={trans.__(
             'Free blocks in segments that also hold live ones: empty cache cannot return them'
@@ -226,12 +221,10 @@ export function SegmentMapView(props: {
           {trans.__('Free pieces')}
         </dt>
         <dd data-figure="pieces">
-          {trans.__('%1 (%2)', s.pieces, formatBytes(s.pieces_bytes, units))}
+          {trans.__('%1 (%2)', s.pieces, formatBytes(s.pieces_bytes))}
         </dd>
         <dt>{trans.__('Largest free block')}</dt>
-        <dd data-figure="largest">
-          {formatBytes(s.largest_free_block, units)}
-        </dd>
+        <dd data-figure="largest">{formatBytes(s.largest_free_block)}</dd>
         <dt
           title={trans.__('Share of the cached free memory that is in pieces')}
         >
@@ -239,7 +232,7 @@ export function SegmentMapView(props: {
         </dt>
         <dd data-figure="fragmentation">{formatPercent(s.fragmentation)}</dd>
         <dt>{trans.__('Releasable')}</dt>
-        <dd data-figure="releasable">{formatBytes(s.releasable, units)}</dd>
+        <dd data-figure="releasable">{formatBytes(s.releasable)}</dd>
       </dl>
       <ul className="jp-GpuMem-legend jp-GpuMem-blockLegend">
         {KINDS.map(kind => (
@@ -266,7 +259,6 @@ export function SegmentMapView(props: {
               segment={segment}
               labels={map.labels}
               largestFree={s.largest_free_block}
-              units={units}
               trans={trans}
             />
           ))}
@@ -277,7 +269,7 @@ export function SegmentMapView(props: {
           {trans.__(
             '%1 smaller segments (%2) not drawn.',
             map.omitted,
-            formatBytes(map.omitted_bytes, units)
+            formatBytes(map.omitted_bytes)
           )}
         </p>
       )}
@@ -302,8 +294,7 @@ export function Segments(props: IViewProps): JSX.Element | null {
 
 /** What the tab shows for one state; no hooks, for tests. */
 export function SegmentsView(props: IViewProps): JSX.Element | null {
-  const { model, state, trans } = props;
-  const units = model.settings.units;
+  const { state, trans } = props;
   return (
     <ReadingFrame<ISegmentsResult>
       {...props}
@@ -327,7 +318,6 @@ export function SegmentsView(props: IViewProps): JSX.Element | null {
                 state.sample?.devices.find(d => d.index === map.device)?.name ??
                 ''
               }
-              units={units}
               trans={trans}
             />
           ))

@@ -15,7 +15,7 @@ export function StatusLine(props: IViewProps): JSX.Element {
     text = errorText(state.lastError, trans);
     kind = 'jp-mod-error';
   } else if (state.notice) {
-    text = noticeText(state.notice, trans, model.settings.units);
+    text = noticeText(state.notice, trans);
   } else if (state.pending) {
     text = trans.__('Waiting for the kernel…');
   }

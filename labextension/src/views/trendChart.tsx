@@ -7,7 +7,7 @@
 import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
-import { formatBytes, formatDelta, Units } from '../present/format';
+import { formatBytes, formatDelta } from '../present/format';
 import { deviceLabel } from '../present/messages';
 import { ICellMarker, IDevice } from '../protocol';
 import { ITrendPoint } from '../state';
@@ -29,11 +29,10 @@ const TOOLTIPS = new WeakMap<
   WeakMap<ICellMarker, Map<string, string>>
 >();
 
-/** The tooltip of a cell marker, worded once per cell, device and units. */
+/** The tooltip of a cell marker, worded once per cell and device. */
 export function cachedTooltip(
   cell: ICellMarker,
   index: number,
-  units: Units,
   trans: TranslationBundle
 ): string {
   let byCell = TOOLTIPS.get(trans);
@@ -46,10 +45,10 @@ export function cachedTooltip(
     byKey = new Map();
     byCell.set(cell, byKey);
   }
-  const key = `${index}/${units}`;
+  const key = String(index);
   let text = byKey.get(key);
   if (text === undefined) {
-    text = `${cellTooltip(cell, index, units, trans)}\n${trans.__(
+    text = `${cellTooltip(cell, index, trans)}\n${trans.__(
       'Click: go to the cell'
     )}`;
     byKey.set(key, text);
@@ -60,7 +59,6 @@ export function cachedTooltip(
 export function cellTooltip(
   cell: ICellMarker,
   index: number,
-  units: Units,
   trans: TranslationBundle
 ): string {
   const lines = [
@@ -75,15 +73,11 @@ export function cellTooltip(
   }
   const device = cell.devices.find(d => d.index === index);
   if (device) {
-    lines.push(
-      trans.__('Allocated %1', formatDelta(device.allocated_delta, units))
-    );
-    lines.push(
-      trans.__('Reserved %1', formatDelta(device.reserved_delta, units))
-    );
+    lines.push(trans.__('Allocated %1', formatDelta(device.allocated_delta)));
+    lines.push(trans.__('Reserved %1', formatDelta(device.reserved_delta)));
     if (device.peak_allocated !== null) {
       lines.push(
-        trans.__('Peak allocated %1', formatBytes(device.peak_allocated, units))
+        trans.__('Peak allocated %1', formatBytes(device.peak_allocated))
       );
     }
     // Tracking on: the cell's lines that allocated what it kept.
@@ -93,7 +87,7 @@ export function cellTooltip(
           'kept at line %1 `%2` %3',
           kept.line,
           kept.text,
-          formatBytes(kept.bytes, units)
+          formatBytes(kept.bytes)
         )
       );
     }
@@ -103,7 +97,7 @@ export function cellTooltip(
       lines.push(
         trans.__(
           'Out of memory: asked for %1 (Who holds it explains)',
-          formatBytes(postmortem.requested, units)
+          formatBytes(postmortem.requested)
         )
       );
     }
@@ -235,7 +229,6 @@ interface IMarkerLabelsProps {
   /** Time the labels are placed from (see TrendChart). */
   origin: number;
   span: number;
-  units: Units;
   trans: TranslationBundle;
   onGoTo?: (executionCount: number) => void;
 }
@@ -246,7 +239,7 @@ interface IMarkerLabelsProps {
  * not with every sample.
  */
 function MarkerLabelsView(props: IMarkerLabelsProps): JSX.Element {
-  const { cells, device, origin, span, units, trans, onGoTo } = props;
+  const { cells, device, origin, span, trans, onGoTo } = props;
   const markers = placeMarkers(cells, device, origin, span);
   return (
     <>
@@ -268,7 +261,7 @@ function MarkerLabelsView(props: IMarkerLabelsProps): JSX.Element {
               left: `${(((m.cell.time - origin) / span) * 100).toFixed(3)}%`
             }}
             data-cell={n}
-            title={cachedTooltip(m.cell, device, units, trans)}
+            title={cachedTooltip(m.cell, device, trans)}
             aria-label={trans.__('Go to cell [%1]', n)}
             onClick={() => onGoTo?.(n)}
           >
@@ -288,7 +281,6 @@ const MarkerLabels = React.memo(
     a.device === b.device &&
     a.origin === b.origin &&
     a.span === b.span &&
-    a.units === b.units &&
     a.trans === b.trans &&
     (a.onGoTo === undefined) === (b.onGoTo === undefined)
 );
@@ -299,12 +291,11 @@ export function TrendChart(props: {
   cells: readonly ICellMarker[];
   now: number;
   minutes: number;
-  units: Units;
   trans: TranslationBundle;
   /** A marker was clicked: scroll the notebook to that cell. */
   onGoTo?: (executionCount: number) => void;
 }): JSX.Element | null {
-  const { device, points, cells, now, minutes, units, trans, onGoTo } = props;
+  const { device, points, cells, now, minutes, trans, onGoTo } = props;
   if (points.length === 0) {
     return null;
   }
@@ -401,7 +392,6 @@ export function TrendChart(props: {
               device={device.index}
               origin={origin}
               span={span}
-              units={units}
               trans={trans}
               onGoTo={onGoTo}
             />
@@ -410,7 +400,7 @@ export function TrendChart(props: {
       </div>
       <figcaption className="jp-GpuMem-trendAxis">
         <span>{spanLabel(span, trans)}</span>
-        <span>{trans.__('max %1', formatBytes(highest, units))}</span>
+        <span>{trans.__('max %1', formatBytes(highest))}</span>
         <span>{trans.__('now')}</span>
       </figcaption>
       <ul className="jp-GpuMem-trendLegend">
@@ -424,9 +414,7 @@ export function TrendChart(props: {
               />
               {lineLabel(line, trans)}
               {value !== null && value !== undefined && (
-                <span className="jp-GpuMem-value">
-                  {formatBytes(value, units)}
-                </span>
+                <span className="jp-GpuMem-value">{formatBytes(value)}</span>
               )}
             </li>
           );

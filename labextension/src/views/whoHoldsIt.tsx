@@ -10,7 +10,7 @@
 import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
-import { formatPercent, formatSize, Units } from '../present/format';
+import { formatPercent, formatSize } from '../present/format';
 import { availability, deviceLabel } from '../present/messages';
 import { IWhoReport } from '../protocol';
 import { IGpuMemState, IWhoState } from '../state';
@@ -96,17 +96,9 @@ export function WhoView(props: IViewProps): JSX.Element | null {
                   {deviceName(state, device.index)}
                 </span>
               </h3>
-              <WhoTable
-                report={device.by_variable}
-                units={props.model.settings.units}
-                trans={trans}
-              />
+              <WhoTable report={device.by_variable} trans={trans} />
               {device.by_line ? (
-                <WhoTable
-                  report={device.by_line}
-                  units={props.model.settings.units}
-                  trans={trans}
-                />
+                <WhoTable report={device.by_line} trans={trans} />
               ) : (
                 <p className="jp-GpuMem-whoHint">
                   {state.tracking
@@ -126,7 +118,6 @@ export function WhoView(props: IViewProps): JSX.Element | null {
         <OutOfMemory
           key={`${postmortem.device}-${i}`}
           postmortem={postmortem}
-          units={props.model.settings.units}
           trans={trans}
         />
       ))}
@@ -326,10 +317,9 @@ function ReadAt(props: {
  */
 export function WhoTable(props: {
   report: IWhoReport;
-  units: Units;
   trans: TranslationBundle;
 }): JSX.Element {
-  const { report, units, trans } = props;
+  const { report, trans } = props;
   const byLine = report.by === 'line';
   const title = byLine ? trans.__('Lines') : trans.__('Owners');
   const allocated = report.allocated;
@@ -387,20 +377,18 @@ export function WhoTable(props: {
                   formatPercent(share(row.bytes))
                 )}
               >
-                {formatSize(row.bytes, units)}
+                {formatSize(row.bytes)}
               </td>
             </tr>
           ))}
         </tbody>
       </table>
-      <p className="jp-GpuMem-whoExplained">
-        {explainedText(report, units, trans)}
-      </p>
+      <p className="jp-GpuMem-whoExplained">{explainedText(report, trans)}</p>
       {report.outside_allocator > 0 && (
         <p className="jp-GpuMem-whoNote">
           {trans.__(
             "%1 more is outside PyTorch's allocator",
-            formatSize(report.outside_allocator, units)
+            formatSize(report.outside_allocator)
           )}
         </p>
       )}
@@ -415,17 +403,13 @@ export function WhoTable(props: {
   );
 }
 
-function explainedText(
-  report: IWhoReport,
-  units: Units,
-  trans: TranslationBundle
-): string {
+function explainedText(report: IWhoReport, trans: TranslationBundle): string {
   const allocated = report.allocated;
   if (allocated <= 0) {
     return trans.__('Nothing is allocated on this device.');
   }
-  const explained = formatSize(report.explained, units);
-  const total = formatSize(allocated, units);
+  const explained = formatSize(report.explained);
+  const total = formatSize(allocated);
   const percent = formatPercent(report.explained / allocated);
   return report.by === 'line'
     ? trans.__('lines explain %1 of %2 (%3)', explained, total, percent)

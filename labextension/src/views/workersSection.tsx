@@ -34,12 +34,11 @@ export function workerStatus(w: IWorker, trans: IViewProps['trans']): string {
 export function WorkersSection(
   props: IViewProps & { sample: ISample }
 ): JSX.Element | null {
-  const { model, trans, sample } = props;
+  const { trans, sample } = props;
   const workers = Array.isArray(sample.workers) ? sample.workers : [];
   if (workers.length === 0) {
     return null;
   }
-  const units = model.settings.units;
   // A list, not a table: the sidebar is narrow. One entry per worker device.
   return (
     <section
@@ -70,18 +69,21 @@ export function WorkersSection(
               <div className="jp-GpuMem-workerFigures">
                 {d
                   ? [
-                      trans.__('allocated %1', formatBytes(d.allocated, units)),
+                      trans.__('allocated %1', formatBytes(d.allocated)),
                       w.started_in_cell
-                        ? trans.__(
-                            'peak %1',
-                            formatBytes(d.peak_allocated, units)
-                          )
+                        ? trans.__('peak %1', formatBytes(d.peak_allocated))
                         : trans.__(
                             'peak %1 (since it started)',
-                            formatBytes(d.peak_allocated, units)
+                            formatBytes(d.peak_allocated)
                           ),
-                      trans.__('reserved %1', formatBytes(d.reserved, units))
-                    ].join(' · ')
+                      trans.__('reserved %1', formatBytes(d.reserved))
+                    ].map((figure, i) => (
+                      // A figure never wraps inside: "1.00" above "GiB".
+                      <React.Fragment key={i}>
+                        {i > 0 && ' · '}
+                        <span className="jp-GpuMem-workerFigure">{figure}</span>
+                      </React.Fragment>
+                    ))
                   : trans.__('no GPU memory')}
               </div>
               <div className="jp-GpuMem-workerStatus">
