@@ -19,9 +19,13 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 ROOT = HERE.parent
 
-# The per-cell cost of the current code: two A/B runs on two H200 hosts, each five rounds
+# The per-cell cost of the current code: A/B runs on H200 hosts, each five rounds
 # of every configuration interleaved with its own bare cells (bench_cell_overhead.py --base).
-CELL_RUNS = ["h200-bench_cell_ab-final.json", "h200-bench_cell_ab-final2.json"]
+CELL_RUNS = [
+    "h200-bench_cell_ab-final.json",
+    "h200-bench_cell_ab-final2.json",
+    "h200-bench_cell_ab-first-hour.json",
+]
 PEERS = "h200-bench_cell.json"  # the peers, measured with the same benchmark on an H200
 WHO = "h200-who-ab-final.json"
 VIEWS = "h200-bench_views.json"
@@ -74,7 +78,7 @@ def cell_table() -> str:
         )
     rows.append("")
     rows.append(
-        "Two runs, one per H200 host (" + ", ".join(f"`{n}`" for n in CELL_RUNS) + "); each "
+        f"{len(runs)} runs on H200 hosts (" + ", ".join(f"`{n}`" for n in CELL_RUNS) + "); each "
         "figure is the median over five rounds of the time a cell takes with the "
         "configuration minus the same process's bare cell. The floor reads the allocator's "
         "counters and the device's free memory before and after the cell and resets the "

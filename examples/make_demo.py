@@ -89,8 +89,8 @@ cells = [
     code("%gpumem limit 2GiB"),
     raises(
         "%%gpumem\n"
-        "acts = [torch.empty(512 * MiB, dtype=torch.uint8, device=device) for _ in range(2)]\n"
-        "big = torch.empty(1024 * MiB, dtype=torch.uint8, device=device)"
+        "acts = torch.empty(512 * MiB, dtype=torch.uint8, device=device)\n"
+        "big = torch.empty(2048 * MiB, dtype=torch.uint8, device=device)"
     ),
     code("%gpumem release-traceback\ndel acts\n%gpumem limit off"),
     md(
@@ -125,7 +125,7 @@ cells = [
         "opt = torch.optim.AdamW(net.parameters())"
     ),
     code(
-        "%%gpumem --scan batch=1024,2048,4096 --fit-in 4GiB\n"
+        "%%gpumem --scan batch=8192,16384,32768 --fit-in 4GiB\n"
         "out = net(torch.randn(batch, 1024, device=device)).square().mean()\n"
         "out.backward()\n"
         "opt.step()\n"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import site
 import subprocess
 import sys
 import sysconfig
@@ -71,9 +72,13 @@ def jupyter(*args: str) -> str:
 def main() -> None:
     import jupyter_gpumem
 
-    site = Path(sysconfig.get_paths()["purelib"]).resolve()
+    paths = sysconfig.get_paths()
+    sites = {
+        Path(p).resolve() for p in (*site.getsitepackages(), paths["purelib"], paths["platlib"])
+    }
     where = Path(jupyter_gpumem.__file__).resolve()
-    check(site in where.parents, f"jupyter_gpumem imports from {where.parent}")
+    installed = next((s for s in sites if s in where.parents), None)
+    check(installed is not None, f"jupyter_gpumem imports from {where.parent}, a site-packages")
 
     # 2. a real kernel, the extension, a measured cell
     cell = run_cells(["%load_ext gpumem", "%%gpumem\nanswer = 6 * 7\nprint(answer)"])
@@ -98,7 +103,7 @@ def main() -> None:
     # 4. the demo's recording, replayed in a real kernel
     from jupyter_gpumem.demo import kernel_env, recording
 
-    check(site in recording().resolve().parents, "the recording ships in the wheel")
+    check(installed in recording().resolve().parents, "the recording ships in the wheel")
     demo = run_cells(["%load_ext gpumem", "%gpumem"], env=kernel_env())
     text = text_of(demo[1]["outputs"])
     check("NVIDIA H200" in text, "%gpumem replays the H200 readings")

@@ -115,7 +115,7 @@ def test_the_demo_shows_each_feature_on_a_gpu():
     errors = [(i, o["ename"]) for i, c in enumerate(code) for o in c.outputs if "ename" in o]
     assert errors == [(9, "OutOfMemoryError")], errors  # only the cell tagged to raise
     report = text(1)  # 256 MiB kept, a 768 MiB temporary freed
-    assert "allocated              0 B -> 256.00 MiB (+256.00 MiB)" in report
+    assert "allocated              256.00 MiB (+256.00 MiB)" in report
     assert "peak allocated         1.00 GiB (+1.00 GiB above start)" in report
     assert "replay" not in report
     assert "outside PyTorch" in text(2)
