@@ -130,7 +130,8 @@ ui-test: test-install ui-deps
 
 # The README's pictures of the panel: taken by the UI tests (ui-tests/screenshots), copied here.
 README_SHOTS := tab-overview tab-overview-dark tab-history tab-history-dark tab-segments \
-  tab-segments-dark panel-who-replay panel-who-replay-dark panel-who-replay-oom panel-gpu panel-gpu-dark
+  tab-segments-dark panel-who-replay panel-who-replay-dark panel-who-replay-oom panel-gpu panel-gpu-dark \
+  status-bar
 screenshots: ui-test
 	mkdir -p docs/panel
 	for s in $(README_SHOTS); do cp ui-tests/screenshots/$$s.png docs/panel/$$s.png; done
