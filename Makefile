@@ -39,7 +39,7 @@ $(VENV)/.tools: $(VENV)/bin/python
 # A regular (not editable) install, as `pip install .` makes it.
 $(VENV)/.installed: BUILD_BIN = $(abspath $(VENV)/bin)
 $(VENV)/.installed: $(VENV)/.tools $(LABEXT) $(PY_SOURCES)
-	$(VENV)/bin/python -m pip install -q --no-build-isolation ".[lab]"
+	PATH="$(BUILD_BIN):$$PATH" $(VENV)/bin/python -m pip install -q --no-build-isolation ".[lab]"
 	@$(VENV)/bin/python scripts/which_torch.py
 	touch $@
 
@@ -62,7 +62,8 @@ labextension/node_modules/.package-lock.json: labextension/package-lock.json
 	cd labextension && npm ci --no-audit --no-fund
 	touch $@
 
-# `jupyter labextension build` comes from the JupyterLab of whichever environment asked.
+# `jupyter labextension build` comes from the JupyterLab of whichever environment asked
+# (BUILD_BIN); the package's build hook runs it too.
 $(LABEXT): labextension/node_modules/.package-lock.json $(TS_SOURCES)
 	cd labextension && PATH="$(BUILD_BIN):$$PATH" npm run build:prod
 
@@ -74,7 +75,7 @@ labext: $(TVENV)/.tools $(LABEXT)
 wheel: BUILD_BIN = $(abspath $(VENV)/bin)
 wheel: $(VENV)/.tools $(LABEXT)
 	rm -rf dist && mkdir -p dist
-	$(VENV)/bin/python -m pip wheel -q --no-deps --no-build-isolation -w dist .
+	PATH="$(BUILD_BIN):$$PATH" $(VENV)/bin/python -m pip wheel -q --no-deps --no-build-isolation -w dist .
 	@ls dist/*.whl
 
 # The built wheel in a clean virtual environment (no source tree on its path): a real
@@ -98,7 +99,7 @@ $(TVENV)/.tools: $(TVENV)/bin/python
 
 $(TVENV)/.installed: BUILD_BIN = $(abspath $(TVENV)/bin)
 $(TVENV)/.installed: $(TVENV)/.tools $(LABEXT) pyproject.toml
-	$(TVENV)/bin/python -m pip install -q --no-build-isolation -e ".[test,dev]"
+	PATH="$(BUILD_BIN):$$PATH" $(TVENV)/bin/python -m pip install -q --no-build-isolation -e ".[test,dev]"
 	$(TVENV)/bin/jupyter labextension develop --overwrite .
 	@# an editable install skips shared-data: put the server config where a wheel puts it
 	mkdir -p $(TVENV)/etc/jupyter/jupyter_server_config.d
