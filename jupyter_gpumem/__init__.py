@@ -144,6 +144,48 @@ def breakdown() -> Any:
     return pd.DataFrame.from_records(records)
 
 
+def dry_run(
+    fn: Any, *args: Any, fit_in: str | None = None, world_size: int = 1, **kwargs: Any
+) -> Any:
+    """Plan without running: ``fn(*args, **kwargs)`` runs under PyTorch's FakeTensorMode
+    (no device memory is used, no kernel runs) and the storages it makes are replayed
+    through a model of PyTorch's caching allocator. Returns a
+    :class:`~jupyter_gpumem.model.DryRun` (it shows itself in a notebook): each device's
+    predicted peak allocated and reserved in a fresh process, the memory beside PyTorch
+    and, with ``fit_in`` (``"24GiB"`` or a card such as ``"RTX4090"``), whether it fits.
+    Build the model inside ``fn`` under ``with torch.device("cuda")`` to plan one this GPU
+    cannot hold. Raises :class:`NoGpuError` without torch or with a CPU-only build."""
+    import sys
+
+    from .analysis.targets import parse_target
+    from .core.dry_run import dry_run as run
+    from .reporters import bundles  # noqa: F401  (the result shows itself: its views)
+
+    if world_size != 1:
+        raise GpuMemError(
+            f"dry_run(world_size={world_size!r}): several processes are not predicted yet; "
+            "give world_size=1"
+        )
+    torch = sys.modules.get("torch")
+    if torch is None:
+        raise NoGpuError("dry_run() needs torch: import torch first")
+    version = getattr(torch, "version", None)
+    if getattr(version, "cuda", None) is None and getattr(version, "hip", None) is None:
+        raise NoGpuError(
+            f"dry_run() needs a CUDA build of torch: {torch.__version__} is a CPU-only build"
+        )
+    target = parse_target(fit_in) if fit_in is not None else None
+    from ._ipython import current
+
+    session = current()
+    here = None
+    if session is not None:
+        from ._ipython.dry_run_cell import here as measured_here
+
+        here = measured_here(session, 0)
+    return run(lambda: fn(*args, **kwargs), target=target, here=here)
+
+
 def scan(
     fn: Any,
     values: Any,
@@ -289,6 +331,7 @@ __all__ = [
     "NotLoadedError",
     "__version__",
     "breakdown",
+    "dry_run",
     "history",
     "load_ipython_extension",
     "report_to_store",

@@ -126,9 +126,9 @@ def _cell_parser() -> MagicArgumentParser:
         "--fit-in",
         metavar="SIZE|GPU",
         type=_target,
-        help="with --scan, the target: a card's whole memory, as a size (24GiB, 16GB) or "
-        "a card (T4, L4, A10G, RTX3090, RTX4090, A100-40GB, A100-80GB, H100, H200). The "
-        "scan takes from it what this process holds outside PyTorch (CUDA context, "
+        help="with --scan or --dry-run, the target: a card's whole memory, as a size "
+        "(24GiB, 16GB) or a card (T4, L4, A10G, RTX3090, RTX4090, A100-40GB, A100-80GB, "
+        "H100, H200). It takes from it what this process holds outside PyTorch (CUDA context, "
         "libraries), which leaves PyTorch's cap: to scan under a `%%gpumem limit` cap, "
         "give the cap plus that. Default: what this GPU has free now",
     )
@@ -137,6 +137,24 @@ def _cell_parser() -> MagicArgumentParser:
         dest="verify",
         action="store_false",
         help="with --scan: predict only, no run under the cap",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="plan without running: the cell runs under PyTorch's FakeTensorMode (no "
+        "device memory is used, no kernel runs, your names are left as they were), its "
+        "storages are replayed through a model of PyTorch's caching allocator, and the "
+        "report predicts each device's peak allocated and reserved, with cuBLAS's "
+        "workspaces and the CUDA context beside them. With --fit-in: does it fit that "
+        "card, by how much. Build the model inside the cell under `with "
+        "torch.device('cuda')` to plan one that does not fit here. Also "
+        "jupyter_gpumem.dry_run(fn, *args, fit_in=...)",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="with --dry-run: then run the cell for real, when it fits here, and show the "
+        "measured peaks beside the predicted ones",
     )
     return p
 
@@ -395,8 +413,25 @@ class GpuMemMagics(Magics):
             ):
                 if given:
                     raise UsageError(f"--scan runs the cell several times; {flag} measures one run")
+            if args.dry_run:
+                raise UsageError(
+                    "--dry-run with --scan is not there yet: scan for real, or "
+                    "dry-run one value at a time"
+                )
+        elif args.dry_run:
+            for flag, given in (
+                ("--trace", trace),
+                ("--breakdown", args.breakdown),
+                ("--no-verify", not args.verify),
+            ):
+                if given:
+                    raise UsageError(f"--dry-run runs nothing on the GPU; {flag} measures a run")
         elif args.fit_in is not None or not args.verify:
-            raise UsageError("--fit-in and --no-verify go with --scan NAME=V1,V2,V3")
+            raise UsageError(
+                "--fit-in goes with --scan NAME=V1,V2,V3 or --dry-run; --no-verify with --scan"
+            )
+        if args.check and not args.dry_run:
+            raise UsageError("--check goes with --dry-run")
         entries = args.entries
         if entries is None:
             entries = BREAKDOWN_ENTRIES if args.breakdown and not trace else 20_000
@@ -412,6 +447,8 @@ class GpuMemMagics(Magics):
             scan=args.scan,
             fit_in=args.fit_in,
             verify=args.verify,
+            dry_run=args.dry_run,
+            check=args.check,
         )
 
     # -- the magic -------------------------------------------------------------------
@@ -436,6 +473,8 @@ class GpuMemMagics(Magics):
         assert self.shell is not None
         if opts.scan is not None:
             return self._scan(opts, cell)
+        if opts.dry_run:
+            return self._dry_run(opts, cell)
         s = self.session
         s.tracker.cancel()
         s.begin(opts)
@@ -447,6 +486,20 @@ class GpuMemMagics(Magics):
         error = result.error_in_exec or result.error_before_exec
         s.finish(opts, self.shell.execution_count, cell, error)
         return None
+
+    def _dry_run(self, opts: CellOptions, body: str) -> None:
+        from IPython.display import display
+
+        from . import dry_run_cell
+
+        assert self.shell is not None
+        result = dry_run_cell.run(self.session, self.shell, opts, body)
+        if result is None:
+            return
+        if opts.output:
+            self.shell.user_ns[opts.output] = result
+        if not opts.quiet:
+            display(result)  # the prediction shows itself
 
     def _scan(self, opts: CellOptions, body: str) -> None:
         from IPython.display import display

@@ -71,6 +71,8 @@ class CellOptions:
     scan: tuple[str, tuple[float, ...], bool] | None = None
     fit_in: Target | None = None
     verify: bool = True
+    dry_run: bool = False  # the magic runs the body under FakeTensorMode itself
+    check: bool = False  # with dry_run: then run it for real and compare
 
 
 class Session:
@@ -143,10 +145,11 @@ class Session:
 
     def transform(self, lines: list[str]) -> list[str]:
         """Blank the ``%%gpumem`` line. Pure: IPython also calls it for completeness checks.
-        A ``--scan`` cell is left to the magic, which runs its body once per value."""
+        A ``--scan`` cell is left to the magic, which runs its body once per value, and so
+        is a ``--dry-run`` cell, which it runs under FakeTensorMode."""
         if lines:
             opts = self.cell_options("".join(lines[:1]))
-            if opts is not None and opts.scan is None:
+            if opts is not None and opts.scan is None and not opts.dry_run:
                 return ["\n", *lines[1:]]
         return lines
 
@@ -166,7 +169,7 @@ class Session:
             self.tracker.cancel()
             raw = getattr(info, "raw_cell", "") or ""
             opts = self.cell_options(raw)
-            if opts is not None and opts.scan is not None:
+            if opts is not None and (opts.scan is not None or opts.dry_run):
                 self._pending = None  # the magic measures each run of a scan itself
                 return
             if opts is None and self.auto and not _is_own_command(raw):

@@ -255,3 +255,67 @@ class ScanResult(ShowsItself):
         if self.verify_failed:
             return None
         return self.predicted
+
+
+@dataclass(frozen=True, slots=True)
+class DryRunDevice:
+    """One device of a dry run: what the model of the caching allocator predicts for the
+    storages the cell made, and what it adds beside them."""
+
+    device: int
+    peak_allocated: int  # the model's peak of allocated (blocks of live tensors)
+    peak_reserved: int  # the model's peak of reserved (segments from cudaMalloc)
+    workspaces: int  # cuBLAS/cuBLASLt workspaces in it, taken from the caching allocator
+    requests: int  # allocations the cell made (storages and workspaces)
+    segments: int  # cudaMalloc calls the model made
+    out_of_memory: str | None = None  # under a cap: the request the model could not place
+
+
+@dataclass(frozen=True, slots=True)
+class DryRunCheck:
+    """``--dry-run --check``: the same cell run for real afterwards, its allocator's own
+    figures beside the prediction."""
+
+    device: int
+    peak_allocated: int  # measured, above the cell's start
+    peak_reserved: int  # measured, above the cell's start
+    ran: bool  # False: it did not run (why in ``note``)
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DryRun(ShowsItself):
+    """``%%gpumem --dry-run`` / ``jupyter_gpumem.dry_run``: a cell's step predicted without
+    a byte of device memory: the cell ran under FakeTensorMode, its storages were replayed
+    through a model of PyTorch's caching allocator."""
+
+    devices: tuple[DryRunDevice, ...]
+    outside: int | None  # the CUDA context and libraries beside PyTorch, per process
+    outside_source: str  # measured here, or from which table
+    target: Target | None  # --fit-in
+    seconds: float  # how long the dry run took
+    world_size: int = 1  # the job the cell ran as rank 0 of
+    notes: tuple[str, ...] = ()  # what it could not see, one plain line each
+    stopped: str | None = None  # why the cell stopped before its end (then a lower bound)
+    execution_count: int | None = None
+    code: str = ""
+    checks: tuple[DryRunCheck, ...] = ()
+    torch_version: str | None = None
+    # --fit-in: the model replayed under the target's cap (the card minus the memory beside
+    # PyTorch) placed every request (True) or ran out (False); None without a target or
+    # when the run stopped early. ``headroom``: cap minus the capped peak reserved, or
+    # minus the uncapped one (negative: short by that much).
+    fits: bool | None = None
+    headroom: int | None = None
+
+    @property
+    def peak_reserved(self) -> int:
+        return max((d.peak_reserved for d in self.devices), default=0)
+
+    @property
+    def need(self) -> int | None:
+        """What one process needs on its busiest device, in a fresh process: predicted
+        peak reserved plus the memory beside PyTorch (None when that is not known)."""
+        if self.outside is None:
+            return None
+        return self.peak_reserved + self.outside

@@ -17,6 +17,7 @@ from html import escape
 from ..model import (
     Breakdown,
     CellReport,
+    DryRun,
     HistoryRow,
     Measurement,
     Replay,
@@ -86,6 +87,12 @@ def breakdown(items: Sequence[Breakdown]) -> Bundle:
     return {"text/plain": breakdown_text(items), "text/html": breakdown_html(items)}
 
 
+def dry_run(result: DryRun) -> Bundle:
+    from .dry_run import dry_run_html, dry_run_text
+
+    return {"text/plain": dry_run_text(result), "text/html": dry_run_html(result)}
+
+
 def scan(result: ScanResult) -> Bundle:
     from .scan import scan_html, scan_text
 
@@ -142,3 +149,4 @@ register(WhoReport, lambda r: who([r]))
 register(SegmentMap, lambda m: segments([m]))
 register(Breakdown, lambda b: breakdown([b]))
 register(ScanResult, scan)
+register(DryRun, dry_run)

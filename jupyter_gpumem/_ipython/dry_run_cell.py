@@ -1,0 +1,100 @@
+"""``%%gpumem --dry-run [--fit-in CARD|SIZE] [--check]``: the cell planned without running
+on the GPU, and with ``--check`` run for real afterwards, when it fits here, to put the
+measured peaks beside the predicted ones."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from ..model import DryRun, DryRunCheck
+
+if TYPE_CHECKING:
+    from .session import CellOptions, Session
+
+
+def here(session: Session, device: int) -> tuple[int, str] | None:
+    """What this process holds beside PyTorch on ``device``, measured, when it has a
+    context there (a dry run never creates one)."""
+    d = session.collector.measure().device(device)
+    if d is None or not d.initialized or d.outside_torch is None:
+        return None
+    return d.outside_torch, d.name
+
+
+def why_not(opts: CellOptions) -> str | None:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return (
+            "--dry-run needs torch: import torch before the cell (the tool never imports it itself)"
+        )
+    version = getattr(torch, "version", None)
+    if getattr(version, "cuda", None) is None and getattr(version, "hip", None) is None:
+        return (
+            f"--dry-run plans for a CUDA GPU and needs a CUDA build of torch: "
+            f"{getattr(torch, '__version__', '?')} is a CPU-only build"
+        )
+    return None
+
+
+def check(session: Session, shell: Any, result: DryRun, body: str, device: int) -> DryRun:
+    """Run the cell for real when the prediction fits this GPU now, and measure its peaks
+    above the cell's start."""
+    if result.stopped is not None:
+        return replace(result, checks=(DryRunCheck(device, 0, 0, False, "the dry run stopped"),))
+    m = session.collector.measure()
+    d = m.device(device)
+    need = result.need
+    if d is None or d.total is None or d.device_used is None or need is None:
+        note = "no figures for this GPU"
+        return replace(result, checks=(DryRunCheck(device, 0, 0, False, note),))
+    a = d.allocator
+    cached = (a.reserved - a.allocated) if a is not None else 0
+    room = d.total - d.device_used + cached
+    if need > room:
+        from ..units import format_bytes as fb
+
+        note = f"it needs {fb(need)}, this GPU has {fb(room)} for it now"
+        return replace(result, checks=(DryRunCheck(device, 0, 0, False, note),))
+    backend = session.collector.backend
+    backend.reset_peaks([device])
+    before = session.collector.measure(full=False).device(device)
+    outcome = shell.run_cell(body, store_history=False)
+    after = session.collector.measure(full=False).device(device)
+    if before is None or after is None or after.allocator is None:
+        return replace(result, checks=(DryRunCheck(device, 0, 0, False, "no figures"),))
+    b = before.allocator
+    base_alloc = b.allocated if b is not None else 0
+    base_res = b.reserved if b is not None else 0
+    failed = outcome.error_in_exec or outcome.error_before_exec
+    c = DryRunCheck(
+        device,
+        after.allocator.peak_allocated - base_alloc,
+        after.allocator.peak_reserved - base_res,
+        failed is None,
+        "" if failed is None else f"the real run raised {type(failed).__name__}",
+    )
+    return replace(result, checks=(c,))
+
+
+def run(session: Session, shell: Any, opts: CellOptions, body: str) -> DryRun | None:
+    """The magic's body: None when it could not start (the reason printed)."""
+    from ..core.dry_run import dry_run
+
+    why = why_not(opts)
+    if why is not None:
+        print(f"gpumem: {why}; the cell did not run")
+        return None
+    device = opts.device or 0
+    result = dry_run(
+        None,
+        shell=shell,
+        source=body,
+        target=opts.fit_in,
+        here=here(session, device),
+        execution_count=shell.execution_count,
+    )
+    if opts.check:
+        result = check(session, shell, result, body, device)
+    return result

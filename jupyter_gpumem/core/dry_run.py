@@ -1,0 +1,199 @@
+"""The dry run as a service: code runs under FakeTensorMode (``collectors/fake_run``), its
+storages are replayed through the model of PyTorch's caching allocator
+(``analysis/caching_allocator``), and one :class:`~jupyter_gpumem.model.DryRun` says what
+each device would need, beside the CUDA context, and whether that fits a card.
+
+What it predicts is a fresh process: an empty cache, the cell's own allocations. The
+memory beside PyTorch (the CUDA context, cuBLAS, cuDNN) is measured in this process when
+it already has a context on that GPU, else taken from :data:`OUTSIDE`, measured on this
+project's GPUs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from ..analysis.caching_allocator import Alloc, AllocatorConfig, Free, replay
+from ..analysis.targets import GPUS
+from ..model import DryRun, DryRunDevice, Target
+from ..units import format_bytes
+
+MiB = 1 << 20
+
+# The CUDA context and libraries a PyTorch process holds beside its caching allocator once
+# it has run matmuls (NVML's figure for the process minus reserved), by card.
+OUTSIDE: dict[str, tuple[int, str]] = {
+    "h100-80gb": (
+        742 * MiB,
+        "measured on an H100 80GB HBM3, torch 2.11 (CUDA 13), after cuBLAS loaded",
+    ),
+    "h200": (742 * MiB, "measured on an H200, torch 2.11 (CUDA 13), after cuBLAS loaded"),
+}
+DEFAULT_OUTSIDE = (
+    742 * MiB,
+    (
+        "not measured on this card: as on an H100 and an H200 with torch 2.11 (CUDA 13); "
+        "another driver, CUDA or card moves it by a few hundred MiB"
+    ),
+)
+# compute capability of the cards --fit-in knows: it picks cuBLAS's workspace size
+CAPABILITY: dict[str, tuple[int, int]] = {
+    "rtx3090": (8, 6),
+    "rtx4090": (8, 9),
+    "t4": (7, 5),
+    "l4": (8, 9),
+    "a10g": (8, 6),
+    "a100-40gb": (8, 0),
+    "a100-80gb": (8, 0),
+    "h100-80gb": (9, 0),
+    "h200": (9, 0),
+}
+
+
+def card_key(target: Target | None) -> str | None:
+    """The ``GPUS`` key of a card target (None for a size)."""
+    if target is None:
+        return None
+    for key, (mib, label, _) in GPUS.items():
+        if target.label.startswith(label) and target.bytes == mib * MiB:
+            return key
+    return None
+
+
+def _name_key(name: str) -> str | None:
+    low = name.lower()
+    if "h200" in low:
+        return "h200"
+    if "h100" in low:
+        return "h100-80gb"
+    return None
+
+
+def outside_for(target: Target | None, here: tuple[int, str] | None) -> tuple[int, str]:
+    """The memory beside PyTorch to count: measured here when this GPU is the target (or
+    there is no target), else the table's figure for the target card."""
+    key = card_key(target)
+    if here is not None and (target is None or key is None or key == _name_key(here[1])):
+        return here[0], f"measured in this process on {here[1]}"
+    if key in OUTSIDE:
+        return OUTSIDE[key]
+    return DEFAULT_OUTSIDE
+
+
+def predict(
+    events: list[Any],
+    *,
+    target: Target | None,
+    outside: tuple[int, str],
+    conf: str | None = None,
+) -> tuple[tuple[DryRunDevice, ...], bool | None, int | None]:
+    """Each device's prediction from the dry run's events; whether the busiest fits the
+    target, and by how much (target minus need, negative when short)."""
+    from ..collectors.fake_run import Alloc as FakeAlloc
+
+    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") if conf is None else conf
+    per_device: dict[int, list[Alloc | Free]] = defaultdict(list)
+    where: dict[int, int] = {}
+    workspaces: dict[int, int] = defaultdict(int)
+    for e in events:
+        if isinstance(e, FakeAlloc):
+            where[e.key] = e.device
+            per_device[e.device].append(Alloc(e.key, e.nbytes, e.stream))
+            if e.kind != "tensor":
+                workspaces[e.device] += e.nbytes
+        elif e.key in where:
+            per_device[where[e.key]].append(Free(e.key))
+    cap = None
+    if target is not None:
+        cap = target.bytes - outside[0] if target.whole_card else target.bytes
+    devices = []
+    fits: bool | None = None if target is None else True
+    headroom: int | None = None
+    for device, requests in sorted(per_device.items()):
+        free = replay(requests, AllocatorConfig.from_conf(conf))
+        oom_text = None
+        if cap is not None:
+            capped = replay(requests, AllocatorConfig.from_conf(conf, cap=max(cap, 0)))
+            if capped.ooms:
+                o = capped.ooms[0]
+                oom_text = (
+                    f"out of memory asking {format_bytes(o.requested)} with "
+                    f"{format_bytes(o.reserved)} reserved under the {format_bytes(cap)} cap"
+                )
+                fits = False
+                short = free.peak_reserved - cap
+                headroom = -short if headroom is None else min(headroom, -short)
+            else:
+                room = cap - capped.peak_reserved
+                headroom = room if headroom is None else min(headroom, room)
+        devices.append(
+            DryRunDevice(
+                device=device,
+                peak_allocated=free.peak_allocated,
+                peak_reserved=free.peak_reserved,
+                workspaces=workspaces[device],
+                requests=sum(1 for r in requests if type(r) is Alloc),
+                segments=free.device_allocs,
+                out_of_memory=oom_text,
+            )
+        )
+    if cap is not None and cap <= 0:
+        fits, headroom = False, cap
+    return tuple(devices), fits, headroom
+
+
+def dry_run(
+    run: Callable[[], object] | None,
+    *,
+    shell: Any = None,
+    source: str | None = None,
+    target: Target | None = None,
+    here: tuple[int, str] | None = None,
+    execution_count: int | None = None,
+    device_type: str = "cuda",
+) -> DryRun:
+    """Dry-run ``run()`` (or a cell's ``source`` in ``shell``) and predict its peaks.
+    ``device_type="cpu"`` models the CPU's storages as if they were one GPU's (tests)."""
+    from ..collectors import fake_run
+
+    t0 = time.perf_counter()
+    if source is not None:
+        seen = fake_run.run_cell_source(shell, source, first_line=2, device_type=device_type)
+    else:
+        assert run is not None
+        seen = fake_run.record(run, device_type=device_type)
+    outside = outside_for(target, here)
+    notes = list(seen.notes)
+    stopped = seen.error.line if seen.error is not None else None
+    if stopped is not None and stopped in notes:
+        notes.remove(stopped)
+    try:
+        devices, fits, headroom = predict(seen.events, target=target, outside=outside)
+    except ValueError as e:  # a PYTORCH_CUDA_ALLOC_CONF the model does not follow
+        devices, fits, headroom = (), None, None
+        notes.append(f"PYTORCH_CUDA_ALLOC_CONF: {e}")
+    if stopped is not None:
+        fits = None
+    if seen.cuda_initialized:
+        notes.append("the dry run started CUDA in this process (it should not have)")
+    import sys
+
+    torch = sys.modules.get("torch")
+    return DryRun(
+        devices=devices,
+        outside=outside[0],
+        outside_source=outside[1],
+        target=target,
+        seconds=time.perf_counter() - t0,
+        notes=tuple(notes),
+        stopped=stopped,
+        execution_count=execution_count,
+        code=source or "",
+        torch_version=getattr(torch, "__version__", None),
+        fits=fits,
+        headroom=headroom,
+    )

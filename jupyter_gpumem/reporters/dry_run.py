@@ -1,0 +1,114 @@
+"""``%%gpumem --dry-run``: the predicted peaks per device, what sits beside them, and the
+answer to "does it fit", as text and as an HTML table. Every figure is marked predicted;
+``--check``'s measured figures stand beside them."""
+
+from __future__ import annotations
+
+from html import escape
+
+from ..model import DryRun
+from ..units import format_bytes as fb
+from .html import table_html
+from .text import table_text
+
+PREDICTED = "predicted, nothing ran on the GPU"
+
+
+def _percent(predicted: int, measured: int) -> str:
+    if measured <= 0:
+        return ""
+    return f" ({100 * (predicted - measured) / measured:+.1f} %)"
+
+
+def headline(r: DryRun) -> str:
+    where = f"cell [{r.execution_count}]" if r.execution_count is not None else "function"
+    rank = f", as rank 0 of {r.world_size} processes" if r.world_size > 1 else ""
+    return f"gpumem: dry run of {where}{rank}: {PREDICTED} ({r.seconds:.2f} s)"
+
+
+def rows(r: DryRun) -> list[tuple[str, ...]]:
+    out: list[tuple[str, ...]] = []
+    for d in r.devices:
+        out.append(
+            (
+                f"cuda:{d.device}",
+                fb(d.peak_allocated),
+                fb(d.peak_reserved),
+                fb(d.workspaces),
+                str(d.requests),
+                str(d.segments),
+                d.out_of_memory or "",
+            )
+        )
+    return out
+
+
+COLUMNS = (
+    "device",
+    "peak allocated",
+    "peak reserved",
+    "of it cuBLAS workspaces",
+    "allocations",
+    "cudaMalloc",
+    "under the cap",
+)
+
+
+def answer(r: DryRun) -> str:
+    if r.target is None:
+        return ""
+    if r.stopped is not None:
+        need = f" (what it saw needs {fb(r.need)})" if r.need is not None else ""
+        return f"fits in {r.target.label}: unknown: the dry run stopped before the cell's end{need}"
+    if r.fits is None or r.headroom is None:
+        return f"fits in {r.target.label}: unknown ({r.outside_source})"
+    need = f" (needs {fb(r.need)} in a fresh process)" if r.need is not None else ""
+    if r.fits:
+        return f"fits in {r.target.label}: yes, with {fb(r.headroom)} to spare{need}"
+    return f"fits in {r.target.label}: no, about {fb(-r.headroom)} short{need}"
+
+
+def lines(r: DryRun) -> list[str]:
+    out = [headline(r)]
+    if r.stopped is not None:
+        out.append(f"  stopped: {r.stopped}")
+    out.append(table_text(COLUMNS, rows(r)))
+    if r.outside is not None:
+        out.append(
+            f"beside PyTorch: {fb(r.outside)} (CUDA context and libraries; {r.outside_source})"
+        )
+    else:
+        out.append(f"beside PyTorch: unknown ({r.outside_source})")
+    if r.target is not None:
+        out.append(answer(r))
+    for c in r.checks:
+        d = next((x for x in r.devices if x.device == c.device), None)
+        if not c.ran or d is None:
+            out.append(f"check: cuda:{c.device} did not run for real: {c.note}")
+            continue
+        out.append(
+            f"check, run for real on cuda:{c.device}: peak allocated {fb(c.peak_allocated)} "
+            f"measured, {fb(d.peak_allocated)} predicted"
+            f"{_percent(d.peak_allocated, c.peak_allocated)}; peak reserved "
+            f"{fb(c.peak_reserved)} measured, {fb(d.peak_reserved)} predicted"
+            f"{_percent(d.peak_reserved, c.peak_reserved)}"
+        )
+    out.extend(f"note: {n}" for n in r.notes)
+    return out
+
+
+def dry_run_text(r: DryRun) -> str:
+    return "\n".join(lines(r))
+
+
+def dry_run_html(r: DryRun) -> str:
+    parts = [
+        (f'<div class="jp-GpuMem-dryRun"><div style="font-weight:bold">{escape(headline(r))}</div>')
+    ]
+    if r.stopped is not None:
+        parts.append(f"<div>stopped: {escape(r.stopped)}</div>")
+    parts.append(table_html(COLUMNS, rows(r)))
+    rest = lines(r)[2 if r.stopped is None else 3 :]
+    parts.extend(f"<div>{escape(line)}</div>" for line in rest)
+    parts.append("</div>")
+    return "".join(parts)

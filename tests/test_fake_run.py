@@ -1,0 +1,488 @@
+"""The dry run (collectors/fake_run.py) on the CPU: CPU storages stand for the device's,
+cuBLAS's workspaces come from a table the test passes. Sizes are checked against tensors of
+known size, a training step against the same step run for real, and the user's namespace
+and objects against what they were before."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import weakref
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+from jupyter_gpumem.collectors.fake_run import (  # noqa: E402
+    OTHER_CARDS,
+    WORKSPACE_TABLE,
+    Alloc,
+    FakeRun,
+    Free,
+    Workspaces,
+    cuda_workspaces,
+    parse_workspace_config,
+    record,
+    run_cell_source,
+)
+
+MiB = 1 << 20
+TABLE = Workspaces(cublas=1000, cublaslt=100, source="the test's table")
+
+
+def cpu(run, **kw) -> FakeRun:
+    return record(run, device_type="cpu", **kw)
+
+
+def allocs(r: FakeRun) -> list[Alloc]:
+    return [e for e in r.events if isinstance(e, Alloc)]
+
+
+def tensor_allocs(r: FakeRun) -> list[Alloc]:
+    return [e for e in allocs(r) if e.kind == "tensor"]
+
+
+def line_of(func, marker: str) -> int:
+    """The file line holding ``marker`` in ``func``'s source."""
+    import inspect
+
+    lines, first = inspect.getsourcelines(func)
+    return first + next(i for i, text in enumerate(lines) if marker in text)
+
+
+# -- sizes ------------------------------------------------------------------------------
+
+
+def test_an_empty_tensor_is_one_allocation_of_its_bytes():
+    def run():
+        return torch.empty(1000, dtype=torch.float32)
+
+    r = cpu(run)
+    assert r.error is None
+    assert [(e.nbytes, e.device, e.stream, e.thread, e.op) for e in allocs(r)] == [
+        (4000, 0, 0, 0, "aten.empty.memory_format")
+    ]
+    assert r.events[-1] == Free(allocs(r)[0].key)  # the returned value dies with the run
+
+
+def test_views_and_in_place_ops_allocate_nothing():
+    def run():
+        x = torch.zeros(250, 4, dtype=torch.float64)  # 8000 B
+        v = x[10:].t()
+        x.add_(1).mul_(2)
+        v.clamp_(max=3)
+        x.view(-1)[:5].fill_(0)
+
+    r = cpu(run)
+    a = allocs(r)
+    assert [(e.nbytes, e.op) for e in a] == [(8000, "aten.zeros.default")]
+    assert r.events == [a[0], Free(a[0].key)]
+    assert r.ops >= 8
+
+
+def test_a_free_comes_when_the_last_view_dies_in_order():
+    def run():
+        x = torch.empty(1000)  # 4000
+        v = x[1:]
+        del x
+        y = torch.empty(10, dtype=torch.int64)  # 80, while x's storage lives through v
+        del v
+        z = torch.empty(3, dtype=torch.bool)  # 3
+        del y, z
+
+    r = cpu(run)
+    a = allocs(r)
+    assert [e.nbytes for e in a] == [4000, 80, 3]
+    assert r.events == [a[0], a[1], Free(a[0].key), a[2], Free(a[1].key), Free(a[2].key)]
+    assert r.peak == 4080
+    assert r.live_at_end() == []
+
+
+def test_a_storage_resized_in_place_is_a_new_allocation():
+    def run():
+        a = torch.ones(4, 4)
+        o = torch.empty(0)  # nothing: the allocator is not asked for 0 bytes
+        torch.mm(a, a, out=o)  # o grows to 64 B
+        o.resize_(100)  # and again, to 400 B
+        return o
+
+    r = cpu(run)
+    a = allocs(r)
+    assert [e.nbytes for e in a] == [64, 64, 400]
+    assert Free(a[1].key) in r.events and r.events.index(Free(a[1].key)) < r.events.index(a[2])
+    assert r.events.count(Free(a[2].key)) == 1
+    assert r.peak == 64 + 400
+
+
+def test_real_tensors_are_inputs_not_allocations():
+    w = torch.randn(64, 32)  # 8192 B, made before the run
+
+    def run():
+        return (w.t() @ w).sum()
+
+    r = cpu(run)
+    assert [e.nbytes for e in tensor_allocs(r)] == [32 * 32 * 4, 4]
+    assert r.input_bytes == 8192
+
+
+def real_peak(step) -> int:
+    """Peak of live storage bytes of a step run for real on the CPU, counted by an
+    independent small dispatch mode on the real tensors' storages (data pointers)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    live: dict[int, int] = {}
+    existing: set[int] = set()  # storages from before the step (parameters)
+    peak = [0]
+
+    def dead(ptr: int) -> None:
+        live.pop(ptr, None)
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            for x in tree_flatten((args, kwargs))[0]:
+                if isinstance(x, torch.Tensor) and x.untyped_storage().data_ptr() not in live:
+                    existing.add(x.untyped_storage().data_ptr())
+            out = func(*args, **(kwargs or {}))
+            for x in tree_flatten(out)[0]:
+                if isinstance(x, torch.Tensor):
+                    st = x.untyped_storage()
+                    ptr = st.data_ptr()
+                    if ptr and ptr not in live and ptr not in existing:
+                        live[ptr] = st.nbytes()
+                        weakref.finalize(st, dead, ptr)
+                        peak[0] = max(peak[0], sum(live.values()))
+            return out
+
+    with Count():
+        step()
+    return peak[0]
+
+
+def mlp_step():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+
+    def step():
+        x = torch.randn(32, 8)
+        loss = net(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    return net, opt, step
+
+
+def test_a_training_step_peaks_where_the_real_step_does():
+    # GIVEN the same small MLP step twice: once run for real, once dry
+    *_, real_step = mlp_step()
+    expected = real_peak(real_step)
+    *_, step = mlp_step()
+    # WHEN it runs dry
+    r = cpu(step)
+    # THEN the live bytes peak at what the real storages did, in backward's threshold_backward:
+    # x 1024 + relu out 2048 + loss 4 + its grad 4 + Linear 2's input grad 2048 and weight
+    # grad 256 and bias grad 16 + threshold_backward's output 2048 = 7448
+    assert r.error is None
+    assert r.peak == expected == 1024 + 2048 + 4 + 4 + 2048 + 256 + 16 + 2048
+    # and the momentum buffers (the step's only survivors) are live at the end
+    assert sorted(e.nbytes for e in r.live_at_end()) == [16, 64, 256, 512]
+
+
+# -- cuBLAS's workspaces ----------------------------------------------------------------
+
+
+def test_a_workspace_is_added_once_per_thread_at_the_first_matmul():
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    def run():
+        a, b = torch.randn(4, 4), torch.randn(4, 4)
+        torch.relu(a)
+        torch.mm(a, b)
+        torch.mm(a, b)
+        modes = _get_current_dispatch_mode_stack()
+
+        def other_thread():  # a thread of its own, the dry run's modes entered there too
+            with contextlib.ExitStack() as stack:
+                for m in modes:
+                    stack.enter_context(m)
+                torch.bmm(a[None], b[None])
+                torch.mm(a, b)
+
+        t = threading.Thread(target=other_thread)
+        t.start()
+        t.join()
+
+    r = cpu(run, workspaces=TABLE)
+    ws = [e for e in allocs(r) if e.kind != "tensor"]
+    assert [(e.nbytes, e.thread, e.op, e.kind) for e in ws] == [
+        (1000, 0, "aten.mm.default", "cublas workspace"),
+        (1000, 1, "aten.bmm.default", "cublas workspace"),
+    ]
+    # after the matmul's own output, never freed
+    first = r.events.index(ws[0])
+    assert r.events[first - 1].op == "aten.mm.default"  # type: ignore[union-attr]
+    assert all(Free(e.key) not in r.events for e in ws)
+    assert any("cuBLAS workspace of 1,000 B" in n and "the test's table" in n for n in r.notes)
+
+
+def test_linear_with_bias_takes_the_cublaslt_workspace_too():
+    lin = nn.Linear(8, 8)
+    no_bias = nn.Linear(8, 8, bias=False)
+    x = torch.randn(4, 8)
+
+    r = cpu(lambda: no_bias(x), workspaces=TABLE)
+    assert [e.kind for e in allocs(r) if e.kind != "tensor"] == ["cublas workspace"]
+    r = cpu(lambda: (no_bias(x), lin(x)), workspaces=TABLE)
+    assert [(e.kind, e.op) for e in allocs(r) if e.kind != "tensor"] == [
+        ("cublas workspace", "aten.mm.default"),
+        ("cublaslt workspace", "aten.addmm.default"),
+    ]
+
+
+def test_a_per_call_workspace_is_taken_and_given_back_around_each_call():
+    table = Workspaces(2048, 0, "per call", lifetime="per_call")
+
+    def run():
+        a = torch.randn(4, 4)
+        torch.mm(a, a)
+        torch.mm(a, a)
+
+    r = cpu(run, workspaces=table)
+    ws = [e for e in allocs(r) if e.kind != "tensor"]
+    assert len(ws) == 2
+    for w in ws:
+        assert r.events[r.events.index(w) + 1] == Free(w.key)
+
+
+def test_the_workspace_table_follows_pytorch():
+    hopper = cuda_workspaces((9, 0), env={})
+    assert (hopper.cublas, hopper.cublaslt) == (32 * MiB, 1 * MiB)
+    assert "measured" in hopper.source
+    ampere = cuda_workspaces((8, 0), env={})
+    assert ampere.cublas == 4096 * 1024 * 2 + 16 * 1024 * 8 == 8_519_680 == OTHER_CARDS.cublas
+    unknown = cuda_workspaces(None, env={})
+    assert unknown.cublas == 8_519_680 and "not known" in unknown.source
+    assert all(ws.source for ws in WORKSPACE_TABLE.values())
+    # the environment as PyTorch parses it: SIZE KiB x COUNT, added up
+    assert cuda_workspaces((9, 0), env={"CUBLAS_WORKSPACE_CONFIG": ":16:8"}).cublas == 131072
+    assert parse_workspace_config(":4096:2:16:8") == 8_519_680
+    assert parse_workspace_config("nonsense") is None
+    assert cuda_workspaces((9, 0), env={"CUBLAS_WORKSPACE_CONFIG": "x"}).cublas == 32 * MiB
+    assert cuda_workspaces((8, 6), env={"CUBLASLT_WORKSPACE_SIZE": "4096"}).cublaslt == 4 * MiB
+
+
+# -- what it cannot see -----------------------------------------------------------------
+
+
+def test_item_stops_the_run_naming_the_op_and_the_line():
+    def run():
+        loss = torch.ones(3).sum()
+        if loss.item() > 0:  # item here
+            torch.empty(10)
+
+    r = cpu(run)
+    assert r.error is not None
+    assert r.error.kind == "value read"
+    assert r.error.op == "aten._local_scalar_dense.default"
+    assert r.error.where == f"test_fake_run.py:{line_of(run, '# item here')}"
+    assert "a dry run has no values" in r.error.message
+    assert r.notes[-1] == r.error.line
+    assert r.error.line.endswith(f"at {r.error.where}")
+    assert [e.nbytes for e in allocs(r)] == [12, 4]  # what ran before it was recorded
+
+
+def test_nonzero_and_boolean_masks_stop_the_run():
+    def nonzero():
+        x = torch.ones(3)
+        return x.nonzero()  # nonzero here
+
+    def mask():
+        x = torch.ones(3)
+        return x[x > 0]  # mask here
+
+    for run, marker in ((nonzero, "# nonzero here"), (mask, "# mask here")):
+        r = cpu(run)
+        assert r.error is not None and r.error.kind == "dynamic shape"
+        assert r.error.op == "aten.nonzero.default"
+        assert r.error.where == f"test_fake_run.py:{line_of(run, marker)}"
+        assert "depends on the tensor's values" in r.error.message
+
+
+def test_a_custom_op_without_a_fake_kernel_is_named():
+    torch.library.define("gpumem_test::triple", "(Tensor x) -> Tensor")
+    torch.library.impl("gpumem_test::triple", "CPU", lambda x: x * 3)
+
+    def run():
+        return torch.ops.gpumem_test.triple(torch.ones(3))
+
+    r = cpu(run)
+    assert r.error is not None and r.error.kind == "no fake kernel"
+    assert r.error.op == "gpumem_test.triple.default"
+    assert "gpumem_test.triple.default has no fake kernel" in r.error.line
+
+
+def test_a_custom_op_with_a_fake_kernel_runs_with_a_note():
+    @torch.library.custom_op("gpumem_test::double", mutates_args=())
+    def double(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    @double.register_fake
+    def _(x):
+        return torch.empty_like(x)
+
+    r = cpu(lambda: double(torch.ones(5)))
+    assert r.error is None
+    assert [e.nbytes for e in tensor_allocs(r)] == [20, 20]
+    assert any("gpumem_test.double.default (a custom op)" in n for n in r.notes)
+
+
+def test_ops_with_scratch_memory_of_their_own_are_noted():
+    conv = nn.Conv2d(3, 8, 3)
+    r = cpu(lambda: conv(torch.randn(2, 3, 16, 16)))
+    assert r.error is None
+    expected = (
+        "not seen: cuDNN's workspace for convolutions (it depends on the algorithm picked) "
+        "(aten.convolution.default)"
+    )
+    assert [n for n in r.notes if n.startswith("not seen:")] == [expected]
+
+
+def test_an_ordinary_error_is_a_plain_line_with_its_place():
+    def run():
+        torch.empty(4)
+        return undefined_name  # type: ignore[name-defined]  # noqa: F821
+
+    r = cpu(run)
+    assert r.error is not None and r.error.kind == "error" and r.error.op is None
+    assert r.error.message == "NameError: name 'undefined_name' is not defined"
+    assert r.error.where == f"test_fake_run.py:{line_of(run, 'undefined_name')}"
+
+
+@pytest.mark.skipif(torch.version.cuda is not None, reason="a CUDA build of torch")
+def test_a_cpu_only_torch_says_a_cuda_dry_run_needs_cuda():
+    ran = []
+    r = record(lambda: ran.append(1))  # device_type="cuda" by default
+    assert ran == []
+    assert r.error is not None and r.error.kind == "no cuda build"
+    assert r.error.message.startswith("a dry run for CUDA needs a CUDA build of torch")
+
+
+def test_no_cuda_context_and_no_device_memory():
+    started = torch.cuda.is_initialized()
+    used = torch.cuda.memory_allocated() if started else 0
+    *_, step = mlp_step()
+    r = cpu(step, workspaces=TABLE)
+    assert r.error is None and r.cuda_initialized is False
+    assert torch.cuda.is_initialized() == started
+    assert (torch.cuda.memory_allocated() if started else 0) == used
+
+
+# -- the user's objects -----------------------------------------------------------------
+
+
+def test_real_parameters_gradients_and_optimizer_state_are_left_alone():
+    # GIVEN a real model and optimizer, with a gradient already there
+    net, opt, step = mlp_step()
+    params = list(net.parameters())
+    values = [p.detach().clone() for p in params]
+    params[0].grad = torch.full_like(params[0], 7.0)
+    grad0 = params[0].grad
+    history: list[float] = []
+    # WHEN a step runs dry (SGD with momentum writes parameters, grads and state)
+    r = cpu(lambda: (step(), history.append(1.0), setattr(net, "extra", 1)), keep=[net, opt])
+    # THEN the real tensors keep their values, the gradients are the ones from before
+    assert r.error is None
+    assert all(torch.equal(a, b) for a, b in zip(values, params, strict=True))
+    assert params[0].grad is grad0 and all(p.grad is None for p in params[1:])
+    assert type(params[0]) is nn.Parameter and params[0].grad.unique().tolist() == [7.0]
+    # and what it bound in the objects it was given is undone; a list it wasn't given is not
+    assert len(opt.state) == 0 and not hasattr(net, "extra")
+    assert history == [1.0]
+    assert any("put back" in n for n in r.notes)
+
+
+def test_torch_switches_and_requires_grad_are_put_back():
+    net = nn.Linear(4, 4)
+    before = torch.random.get_rng_state()
+
+    def run():
+        torch.manual_seed(123)
+        torch.set_grad_enabled(False)
+        torch.set_default_dtype(torch.float64)
+        net.requires_grad_(False)
+        net.eval()
+
+    r = cpu(run, keep=[net])
+    assert r.error is None
+    assert torch.equal(torch.random.get_rng_state(), before)
+    assert torch.is_grad_enabled() and torch.get_default_dtype() == torch.float32
+    assert all(p.requires_grad for p in net.parameters()) and net.training
+
+
+def test_a_cell_leaves_the_namespace_exactly_as_it_was(shell):
+    # GIVEN a namespace with a real model, optimizer, input and a function that rebinds
+    net, opt, _ = mlp_step()
+    x = torch.randn(32, 8)
+    values = [p.detach().clone() for p in net.parameters()]
+    shell.run_cell("def rebind():\n    global counter\n    counter = 99\n")
+    shell.user_ns.update(net=net, opt=opt, x=x, counter=1, log=[])
+    before = dict(shell.user_ns)
+    # WHEN a cell binds names, rebinds others, and takes an SGD step on the real model
+    cell = (
+        "y = net(x).square().mean()\n"
+        "y.backward()\n"
+        "opt.step()\n"
+        "net = None\n"
+        "rebind()\n"
+        "log.append(y)\n"
+    )
+    r = run_cell_source(shell, cell, device_type="cpu")
+    # THEN the namespace holds exactly what it held, names bound by the cell are gone
+    assert r.error is None
+    assert "y" not in shell.user_ns
+    assert shell.user_ns.keys() == before.keys()
+    assert all(shell.user_ns[k] is v for k, v in before.items())
+    assert shell.user_ns["counter"] == 1 and shell.user_ns["log"] == []
+    # and the real tensors kept their values, with no gradient and no optimizer state
+    params = list(net.parameters())
+    assert all(torch.equal(a, b) for a, b in zip(values, params, strict=True))
+    assert all(p.grad is None for p in params) and len(opt.state) == 0
+    assert r.peak > 0 and r.input_bytes > 0
+    for k in ("net", "opt", "x", "counter", "log", "rebind"):
+        shell.user_ns.pop(k, None)
+
+
+def test_a_cell_names_its_line_as_ipython_does(shell):
+    shell.user_ns["z"] = torch.ones(3)
+    try:
+        r = run_cell_source(shell, "a = z * 2\nb = a.nonzero()\n", first_line=2, device_type="cpu")
+    finally:
+        shell.user_ns.pop("z")
+    assert r.error is not None and r.error.kind == "dynamic shape"
+    assert r.error.where == f"In[{shell.execution_count}] line 3"
+    assert r.error.line.endswith(f"at In[{shell.execution_count}] line 3")
+    assert "a" not in shell.user_ns and "b" not in shell.user_ns
+
+
+def test_a_cell_that_does_not_compile_says_so(shell):
+    r = run_cell_source(shell, "x = (\n", device_type="cpu")
+    assert r.error is not None and r.error.kind == "syntax"
+    assert r.events == [] and r.error.message.startswith("SyntaxError")
+
+
+# -- cost -------------------------------------------------------------------------------
+
+
+def test_a_small_step_runs_dry_in_a_fraction_of_a_second():
+    *_, warm = mlp_step()
+    cpu(warm)  # the first dry run of a process imports torch._dynamo (about 1 s here)
+    *_, step = mlp_step()
+    start = time.perf_counter()
+    r = cpu(step, workspaces=TABLE)
+    took = time.perf_counter() - start
+    assert r.error is None and r.ops > 50
+    assert took < 0.5, f"{took:.3f} s for {r.ops} ops"
