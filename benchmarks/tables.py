@@ -25,6 +25,7 @@ CELL_RUNS = [
     "h200-bench_cell_ab-final.json",
     "h200-bench_cell_ab-final2.json",
     "h200-bench_cell_ab-first-hour.json",
+    "h200-bench_cell_ab-dry-run.json",
 ]
 PEERS = "h200-bench_cell.json"  # the peers, measured with the same benchmark on an H200
 WHO = "h200-who-ab-final.json"
