@@ -135,7 +135,8 @@ def loaded(shell):
         ("--check", "--check goes with --dry-run"),
         ("--dry-run --trace", "--dry-run runs nothing on the GPU; --trace"),
         ("--dry-run --breakdown", "--dry-run runs nothing on the GPU; --breakdown"),
-        ("--dry-run --scan batch=1,2", "--dry-run with --scan is not there yet"),
+        ("--dry-run --scan batch=1,2", "--scan with --dry-run needs a target"),
+        ("--dry-run --scan batch=1,2 --fit-in T4 --check", "--check goes with --dry-run of one"),
         ("--dry-run --fit-in 12XB", "--fit-in"),
     ],
 )
@@ -175,3 +176,98 @@ def test_the_function_raises_public_errors():
     if torch.version.cuda is None:
         with pytest.raises(jupyter_gpumem.NoGpuError, match="CPU-only build"):
             jupyter_gpumem.dry_run(lambda: None)
+
+
+# -- a scan without running ---------------------------------------------------------------------
+def affine(base: int, per: int, limit: int):
+    """A predictor whose need is base + per x value, fitting up to ``limit`` bytes; it
+    records the values asked for."""
+    from jupyter_gpumem.model import DryScanPoint
+
+    asked: list[float] = []
+
+    def at(v: float) -> DryScanPoint:
+        asked.append(v)
+        need = base + per * int(v)
+        return DryScanPoint(v, need, need, need, need <= limit)
+
+    return at, asked
+
+
+def test_bisection_finds_the_exact_largest_whole_value():
+    from jupyter_gpumem.core.dry_run import search
+
+    at, asked = affine(100 * MiB, 3 * MiB, 1000 * MiB)  # fits up to (900 / 3) = 300
+    points, largest, failing, notes = search(at, (8, 16, 32), integer=True)
+    assert (largest, failing) == (300, 301)  # 100 + 3 x 300 = 1000 MiB fits, 301 does not
+    assert asked[:3] == [8, 16, 32] and 64 in asked and 512 in asked  # doubling to a bracket
+    assert len(points) == len(asked) <= 24 and not notes
+
+
+def test_when_no_value_fits_or_all_fit_it_says_so():
+    from jupyter_gpumem.core.dry_run import search
+
+    at, asked = affine(2000 * MiB, MiB, 1000 * MiB)
+    _, largest, failing, _ = search(at, (4, 8), integer=True)
+    assert (largest, failing, asked) == (None, 4, [4])
+    at, _ = affine(0, 1, 1 << 60)
+    _, largest, failing, notes = search(at, (1, 2), integer=True)
+    assert failing is None and largest == 2 * 2**12 and "not looked further" in notes[0]
+
+
+def test_a_value_the_dry_run_cannot_see_through_ends_the_search():
+    from jupyter_gpumem.core.dry_run import search
+    from jupyter_gpumem.model import DryScanPoint
+
+    def at(v: float) -> DryScanPoint:
+        return DryScanPoint(v, 0, 0, None, None, "In[3] line 2: `.item()` reads a value")
+
+    points, largest, failing, notes = search(at, (8, 16), integer=True)
+    assert (len(points), largest, failing) == (1, None, None)
+    assert "could not see the whole cell" in notes[0]
+
+
+def test_the_scan_report_names_the_answer_and_what_the_next_value_needs():
+    from jupyter_gpumem.model import DryScan, DryScanPoint
+    from jupyter_gpumem.reporters.dry_run import dry_scan_html, dry_scan_text
+
+    s = DryScan(
+        name="batch",
+        target=parse_target("RTX4090"),
+        outside=742 * MiB,
+        outside_source="measured",
+        points=(
+            DryScanPoint(8, MiB, 2 * MiB, 744 * MiB, True),
+            DryScanPoint(9, MiB, 30000 * MiB, 30742 * MiB, False),
+        ),
+        largest=8,
+        smallest_failing=9,
+        integer=True,
+        seconds=1.5,
+        execution_count=4,
+    )
+    text = dry_scan_text(s)
+    assert text.startswith("gpumem: scan of cell [4] without running: batch")
+    assert (
+        "largest batch that fits in GeForce RTX 4090 (24 GB): 24564 MiB: 8 (predicted by 2 dry "
+        "runs, nothing ran on the GPU; 9 needs 30.02 GiB)"
+    ) in text
+    assert "<table" in dry_scan_html(s)
+
+
+def test_a_scan_without_running_binds_the_name_in_a_copy_and_finds_the_largest(shell):
+    """On the CPU's fake storages (a CPU build cannot fake CUDA tensors; the path is the
+    same): a cell allocating `n` MiB, a 1 GiB card with 742 MiB beside PyTorch leaves a
+    282 MiB cap; a large request takes a segment rounded up to 2 MiB, so 282 fits and 283
+    (a 284 MiB segment) does not."""
+    pytest.importorskip("torch")
+    from jupyter_gpumem.core.dry_run import dry_scan
+
+    shell.run_cell("import torch\nn = 'mine'")
+    body = "x = torch.empty(n << 20, dtype=torch.uint8)\n"
+    s = dry_scan(shell, "n", body, (8, 16, 32), True, parse_target("1GiB"), device_type="cpu")
+    assert (s.largest, s.smallest_failing) == (282, 283)
+    assert s.outside == OUTSIDE["h100-80gb"][0]
+    assert [p.value for p in s.points][:3] == [8, 16, 32]
+    assert all(p.fits == (p.value <= 282) for p in s.points)
+    assert shell.user_ns["n"] == "mine" and "x" not in shell.user_ns

@@ -8,7 +8,7 @@ import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..model import DryRun, DryRunCheck
+from ..model import DryRun, DryRunCheck, DryScan
 
 if TYPE_CHECKING:
     from .session import CellOptions, Session
@@ -98,3 +98,18 @@ def run(session: Session, shell: Any, opts: CellOptions, body: str) -> DryRun | 
     if opts.check:
         result = check(session, shell, result, body, device)
     return result
+
+
+def scan(session: Session, shell: Any, opts: CellOptions, body: str) -> DryScan | None:
+    """``--scan NAME=... --dry-run --fit-in TARGET``: None when it could not start."""
+    from ..core.dry_run import dry_scan
+
+    why = why_not(opts)
+    if why is not None:
+        print(f"gpumem: {why}; the cell did not run")
+        return None
+    assert opts.scan is not None
+    name, values, integer = opts.scan
+    return dry_scan(
+        shell, name, body, values, integer, opts.fit_in, here(session, opts.device or 0)
+    )

@@ -413,11 +413,13 @@ class GpuMemMagics(Magics):
             ):
                 if given:
                     raise UsageError(f"--scan runs the cell several times; {flag} measures one run")
-            if args.dry_run:
+            if args.dry_run and args.fit_in is None:
                 raise UsageError(
-                    "--dry-run with --scan is not there yet: scan for real, or "
-                    "dry-run one value at a time"
+                    "--scan with --dry-run needs a target: --fit-in 24GiB or a card (T4, "
+                    "RTX4090, A100-80GB, ...)"
                 )
+            if args.check:
+                raise UsageError("--check goes with --dry-run of one run, not with --scan")
         elif args.dry_run:
             for flag, given in (
                 ("--trace", trace),
@@ -471,6 +473,8 @@ class GpuMemMagics(Magics):
         # run_cell_magic() call. Then the body runs as a nested cell, still measured.
         opts = self.parse_cell_line(line)
         assert self.shell is not None
+        if opts.scan is not None and opts.dry_run:
+            return self._dry_scan(opts, cell)
         if opts.scan is not None:
             return self._scan(opts, cell)
         if opts.dry_run:
@@ -500,6 +504,20 @@ class GpuMemMagics(Magics):
             self.shell.user_ns[opts.output] = result
         if not opts.quiet:
             display(result)  # the prediction shows itself
+
+    def _dry_scan(self, opts: CellOptions, body: str) -> None:
+        from IPython.display import display
+
+        from . import dry_run_cell
+
+        assert self.shell is not None
+        result = dry_run_cell.scan(self.session, self.shell, opts, body)
+        if result is None:
+            return
+        if opts.output:
+            self.shell.user_ns[opts.output] = result
+        if not opts.quiet:
+            display(result)  # the scan shows itself
 
     def _scan(self, opts: CellOptions, body: str) -> None:
         from IPython.display import display

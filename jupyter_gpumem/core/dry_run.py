@@ -19,7 +19,7 @@ from typing import Any
 
 from ..analysis.caching_allocator import Alloc, AllocatorConfig, Free, replay
 from ..analysis.targets import GPUS
-from ..model import DryRun, DryRunDevice, Target
+from ..model import DryRun, DryRunDevice, DryScan, DryScanPoint, Target
 from ..units import format_bytes
 
 MiB = 1 << 20
@@ -196,4 +196,141 @@ def dry_run(
         torch_version=getattr(torch, "__version__", None),
         fits=fits,
         headroom=headroom,
+    )
+
+
+# -- the largest value that fits, by bisection on dry runs ------------------------------------
+MAX_DRY_RUNS = 24  # a scan's dry runs at most (each about a second for a GPT-2 step)
+MAX_DOUBLINGS = 12  # when every value given fits: look this far above the largest
+
+
+def search(
+    predict_at: Callable[[float], DryScanPoint],
+    values: tuple[float, ...],
+    integer: bool,
+    max_runs: int = MAX_DRY_RUNS,
+) -> tuple[list[DryScanPoint], float | None, float | None, list[str]]:
+    """The largest value predicted to fit: the values given first, then doubling past the
+    largest while everything fits, then bisection between the largest that fits and the
+    smallest that does not (to the unit for whole numbers, to 1 % otherwise). A value
+    whose dry run stopped early is not known to fit: it ends the search there."""
+    points: list[DryScanPoint] = []
+    notes: list[str] = []
+    fit: float | None = None
+    fail: float | None = None
+
+    def at(v: float) -> bool | None:
+        p = predict_at(v)
+        points.append(p)
+        return p.fits
+
+    for v in sorted(set(values)):
+        ok = at(v)
+        if ok is None:
+            notes.append(f"{_shown(v, integer)}: the dry run could not see the whole cell")
+            return points, fit, fail, notes
+        if ok:
+            fit = v
+        else:
+            fail = v
+            break
+    if fit is None:
+        return points, None, fail, notes
+    doublings = 0
+    while fail is None and doublings < MAX_DOUBLINGS and len(points) < max_runs:
+        v = fit * 2
+        ok = at(v)
+        doublings += 1
+        if ok is None:
+            return points, fit, fail, notes
+        if ok:
+            fit = v
+        else:
+            fail = v
+    if fail is None:
+        notes.append(f"everything up to {_shown(fit, integer)} fits; not looked further")
+        return points, fit, fail, notes
+    while len(points) < max_runs:
+        if integer:
+            if fail - fit <= 1:
+                break
+            mid: float = (int(fit) + int(fail)) // 2
+        else:
+            if fail - fit <= 0.01 * fit:
+                break
+            mid = (fit + fail) / 2
+        ok = at(mid)
+        if ok is None:
+            break
+        if ok:
+            fit = mid
+        else:
+            fail = mid
+    else:
+        notes.append(f"stopped after {max_runs} dry runs")
+    return points, fit, fail, notes
+
+
+def _shown(v: float, integer: bool) -> str:
+    return str(int(v)) if integer else f"{v:g}"
+
+
+def dry_scan(
+    shell: Any,
+    name: str,
+    body: str,
+    values: tuple[float, ...],
+    integer: bool,
+    target: Target | None,
+    here: tuple[int, str] | None = None,
+    device_type: str = "cuda",
+) -> DryScan:
+    """``%%gpumem --scan NAME=... --dry-run``: the cell dry-run with ``NAME`` bound to each
+    value tried (in a copy of the namespace: the user's own value of ``NAME`` stays)."""
+    from ..collectors import fake_run
+
+    t0 = time.perf_counter()
+    if target is None:
+        raise ValueError("a scan without running needs a target: --fit-in 24GiB or a card")
+    outside = outside_for(target, here)
+    ns = shell.user_ns
+
+    def predict_at(v: float) -> DryScanPoint:
+        value: float = int(v) if integer else v
+        had, old = name in ns, ns.get(name)
+        ns[name] = value
+        try:
+            seen = fake_run.run_cell_source(shell, body, first_line=2, device_type=device_type)
+        finally:
+            if had:
+                ns[name] = old
+            else:
+                ns.pop(name, None)
+        stopped = seen.error.line if seen.error is not None else None
+        devices, fits, _ = predict(seen.events, target=target, outside=outside)
+        busiest = max(devices, key=lambda d: d.peak_reserved, default=None)
+        if busiest is None:
+            return DryScanPoint(value, 0, 0, None, None if stopped else True, stopped)
+        return DryScanPoint(
+            value,
+            busiest.peak_allocated,
+            busiest.peak_reserved,
+            busiest.peak_reserved + outside[0],
+            None if stopped else fits,
+            stopped,
+        )
+
+    points, largest, failing, notes = search(predict_at, values, integer)
+    return DryScan(
+        name=name,
+        target=target,
+        outside=outside[0],
+        outside_source=outside[1],
+        points=tuple(points),
+        largest=largest,
+        smallest_failing=failing,
+        integer=integer,
+        seconds=time.perf_counter() - t0,
+        execution_count=getattr(shell, "execution_count", None),
+        notes=tuple(notes),
     )

@@ -319,3 +319,33 @@ class DryRun(ShowsItself):
         if self.outside is None:
             return None
         return self.peak_reserved + self.outside
+
+
+@dataclass(frozen=True, slots=True)
+class DryScanPoint:
+    """One value a dry-run scan predicted."""
+
+    value: float
+    peak_allocated: int  # predicted, busiest device
+    peak_reserved: int  # predicted, busiest device, no cap
+    need: int | None  # peak reserved plus the memory beside PyTorch
+    fits: bool | None  # under the target's cap, as the allocator model placed it
+    stopped: str | None = None  # the dry run could not see the whole cell
+
+
+@dataclass(frozen=True, slots=True)
+class DryScan(ShowsItself):
+    """``%%gpumem --scan NAME=V1,V2 --dry-run``: the largest value that fits a target,
+    found by bisection on dry runs' predictions; nothing runs on the GPU."""
+
+    name: str
+    target: Target
+    outside: int  # beside PyTorch, per process
+    outside_source: str
+    points: tuple[DryScanPoint, ...]  # in the order they were predicted
+    largest: float | None  # the largest value predicted to fit (None: none of them)
+    smallest_failing: float | None  # the smallest predicted not to fit (None: none)
+    integer: bool
+    seconds: float
+    execution_count: int | None = None
+    notes: tuple[str, ...] = ()

@@ -18,6 +18,7 @@ from ..model import (
     Breakdown,
     CellReport,
     DryRun,
+    DryScan,
     HistoryRow,
     Measurement,
     Replay,
@@ -93,6 +94,12 @@ def dry_run(result: DryRun) -> Bundle:
     return {"text/plain": dry_run_text(result), "text/html": dry_run_html(result)}
 
 
+def dry_scan(result: DryScan) -> Bundle:
+    from .dry_run import dry_scan_html, dry_scan_text
+
+    return {"text/plain": dry_scan_text(result), "text/html": dry_scan_html(result)}
+
+
 def scan(result: ScanResult) -> Bundle:
     from .scan import scan_html, scan_text
 
@@ -150,3 +157,4 @@ register(SegmentMap, lambda m: segments([m]))
 register(Breakdown, lambda b: breakdown([b]))
 register(ScanResult, scan)
 register(DryRun, dry_run)
+register(DryScan, dry_scan)

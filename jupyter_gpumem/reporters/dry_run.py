@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from html import escape
 
-from ..model import DryRun
+from ..model import DryRun, DryScan
 from ..units import format_bytes as fb
 from .html import table_html
 from .text import table_text
@@ -112,3 +112,76 @@ def dry_run_html(r: DryRun) -> str:
     parts.extend(f"<div>{escape(line)}</div>" for line in rest)
     parts.append("</div>")
     return "".join(parts)
+
+
+# -- a scan without running ------------------------------------------------------------------
+SCAN_COLUMNS = ("value", "peak allocated", "peak reserved", "with the context", "fits")
+
+
+def _v(v: float | None, integer: bool) -> str:
+    if v is None:
+        return "-"
+    return str(int(v)) if integer else f"{v:g}"
+
+
+def scan_rows(s: DryScan) -> list[tuple[str, ...]]:
+    out: list[tuple[str, ...]] = []
+    for p in s.points:
+        fits = "?" if p.fits is None else ("yes" if p.fits else "no")
+        out.append(
+            (
+                _v(p.value, s.integer),
+                fb(p.peak_allocated),
+                fb(p.peak_reserved),
+                fb(p.need) if p.need is not None else "-",
+                fits,
+            )
+        )
+    return out
+
+
+def scan_answer(s: DryScan) -> str:
+    where = s.target.label
+    if s.largest is None:
+        first = s.points[0] if s.points else None
+        need = (
+            f": {_v(first.value, s.integer)} needs {fb(first.need)}" if first and first.need else ""
+        )
+        return f"no value tried fits in {where}{need} (predicted); scan smaller values"
+    tail = ""
+    if s.smallest_failing is not None:
+        p = next((p for p in s.points if p.value == s.smallest_failing), None)
+        if p is not None and p.need is not None:
+            tail = f"; {_v(p.value, s.integer)} needs {fb(p.need)}"
+    return (
+        f"largest {s.name} that fits in {where}: {_v(s.largest, s.integer)} "
+        f"(predicted by {len(s.points)} dry runs, nothing ran on the GPU{tail})"
+    )
+
+
+def dry_scan_lines(s: DryScan) -> list[str]:
+    where = f"cell [{s.execution_count}]" if s.execution_count is not None else "function"
+    return [
+        f"gpumem: scan of {where} without running: {s.name} ({s.seconds:.1f} s)",
+        table_text(SCAN_COLUMNS, scan_rows(s)),
+        (
+            f"target: {s.target.label} ({s.target.source}); beside PyTorch {fb(s.outside)} "
+            f"({s.outside_source})"
+        ),
+        scan_answer(s),
+        *(f"note: {n}" for n in s.notes),
+    ]
+
+
+def dry_scan_text(s: DryScan) -> str:
+    return "\n".join(dry_scan_lines(s))
+
+
+def dry_scan_html(s: DryScan) -> str:
+    lines = dry_scan_lines(s)
+    return (
+        f'<div class="jp-GpuMem-dryRun"><div style="font-weight:bold">{escape(lines[0])}</div>'
+        + table_html(SCAN_COLUMNS, scan_rows(s))
+        + "".join(f"<div>{escape(line)}</div>" for line in lines[2:])
+        + "</div>"
+    )
