@@ -24,7 +24,7 @@ from jupyter_gpumem.model import (
     Target,
 )
 
-MiB, GiB = 1 << 20, 1 << 30
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 CAP = 12 * GiB
 
 
@@ -118,20 +118,26 @@ def test_memory_of_the_failed_run_is_a_first_step_not_a_fix():
     assert pm.need == 9 * GiB + 352 * MiB
 
 
+MAYBE = "maybe: it may need more after the point where it failed"
+
+
 def test_a_fix_that_covers_the_need_so_far_is_maybe_and_one_that_does_not_is_no():
     segments, held, after = situation(OWNERS)
     # the cell needed 11 GiB so far: after the first steps 10.5 GiB is free for it
     need = Need(so_far=11 * GiB, bound=frozenset({"out"}))
     pm = explain_oom(EVENT, after, segments, held, need=need)
     gopt = fix(pm, "del gopt")  # frees 1 GiB: the 0.5 GiB short is covered, so far
-    assert gopt.fits is None and "covers the 11.00 GiB the cell needed so far" in gopt.text
+    assert gopt.fits is None and gopt.text == (
+        "`del gopt` frees 1.00 GiB: covers the 512.00 MiB still missing after the first "
+        f"steps (of the 11.00 GiB the cell needed so far; {MAYBE})"
+    )
     model = fix(pm, "del model")  # frees 0.5 GiB: exactly the shortfall
     assert model.fits is None
     need = Need(so_far=12 * GiB, bound=frozenset({"out"}))
     pm = explain_oom(EVENT, after, segments, held, need=need)
     model = fix(pm, "del model")
     assert model.fits is False and model.shortfall == 1 * GiB
-    assert "would still be 1.00 GiB short" in model.text
+    assert model.text.endswith("and this would leave it 1.00 GiB short")
     assert all(f.fits is not True for f in pm.fixes)  # nothing fits without the whole need
 
 
@@ -140,9 +146,16 @@ def test_with_the_whole_need_known_a_fix_fits_or_not():
     whole = Need(so_far=9 * GiB, full=11 * GiB + 256 * MiB, bound=frozenset({"out"}))
     pm = explain_oom(EVENT, after, segments, held, need=whole)
     assert fix(pm, "del gopt").fits is True  # 10.5 + 1 >= 11.25
-    assert "enough for the whole cell (it needs 11.25 GiB)" in fix(pm, "del gopt").text
+    assert fix(pm, "del gopt").text == (
+        "`del gopt` frees 1.00 GiB: enough for the whole cell: covers the 768.00 MiB still "
+        "missing after the first steps (it needs 11.25 GiB)"
+    )
     assert fix(pm, "del model").fits is False  # 10.5 + 0.5 < 11.25
     assert fix(pm, "del model").shortfall == 256 * MiB
+    assert fix(pm, "del model").text == (
+        "`del model` frees 512.00 MiB: not enough, 768.00 MiB of the 11.25 GiB the whole cell "
+        "needs is still missing after the first steps and this would leave it 256.00 MiB short"
+    )
     # the ones that fit come first: lifting the cap the user set, then deleting their data
     assert [f.command for f in pm.fixes if f.fits is True] == ["%gpumem limit off", "del gopt"]
     bigger = Need(so_far=9 * GiB, full=13 * GiB, bound=frozenset({"out"}))
@@ -151,6 +164,162 @@ def test_with_the_whole_need_known_a_fix_fits_or_not():
     assert gopt.fits is False and gopt.shortfall == 13 * GiB - 10 * GiB - 512 * MiB - 1 * GiB
     # lifting the cap moves the limit: 60 GiB free on the device
     assert fix(pm, "%gpumem limit off").fits is True
+
+
+def test_when_the_first_steps_alone_make_room_later_fixes_are_not_needed():
+    # The issue's case: after releasing the traceback and `del out` the 9.34 GiB the cell
+    # needed so far fits; `del ids` (64 KiB) must not read "covers the 9.34 GiB".
+    segments, held, after = situation({**OWNERS, "ids": ("tensor", 64 * KiB)})
+    need = Need(so_far=9 * GiB + 256 * MiB + 96 * MiB, bound=frozenset({"out"}))
+    pm = explain_oom(EVENT, after, segments, held, need=need)
+    assert pm.room is not None and pm.need is not None and pm.room >= pm.need
+    first = [f for f in pm.fixes if f.first_step]
+    assert [f.command for f in first] == ["%gpumem release-traceback", "del out"]
+    assert first[-1].text == (
+        "first, before any retry: `del out` frees 1.00 GiB that the failed cell bound "
+        "(re-running it allocates them again while these are still held); the first steps "
+        "alone make room for the 9.34 GiB the cell needed so far: re-run after them"
+    )
+    assert "make room" not in first[0].text  # said once, after the last of them
+    not_needed = (
+        ": not needed once the first steps are done (they make room for the 9.34 GiB the cell "
+        "needed so far); extra room if it needs more after the point where it failed"
+    )
+    ids = fix(pm, "del ids")
+    assert ids.text == "`del ids` frees 64.00 KiB" + not_needed
+    assert ids.fits is None and ids.shortfall is None
+    assert fix(pm, "%gpumem limit off").text.endswith(not_needed)
+    assert not any("covers" in f.text for f in pm.fixes)
+    # the ordering rules hold: first steps, then by verdict, priority and bytes freed
+    assert [f.command for f in pm.fixes] == [
+        "%gpumem release-traceback",
+        "del out",
+        "%gpumem limit off",
+        "del gopt",
+        "del model",
+        "del ids",
+        "%gpumem empty-cache",
+        "",
+    ]
+
+
+def test_with_the_whole_need_known_the_first_steps_alone_may_make_room_for_it():
+    segments, held, after = situation(OWNERS)
+    whole = Need(so_far=9 * GiB, full=10 * GiB, bound=frozenset({"out"}))  # room: 10.5 GiB
+    pm = explain_oom(EVENT, after, segments, held, need=whole)
+    assert fix(pm, "del out").text.endswith(
+        "; the first steps alone make room for the 10.00 GiB the whole cell needs: re-run "
+        "after them"
+    )
+    gopt = fix(pm, "del gopt")
+    assert gopt.fits is True and gopt.text == (
+        "`del gopt` frees 1.00 GiB: not needed once the first steps are done (they make room "
+        "for the 10.00 GiB the whole cell needs); extra room"
+    )
+
+
+def test_a_later_fix_is_judged_against_what_the_first_steps_leave_missing():
+    segments, held, after = situation(OWNERS)
+    need = Need(so_far=12 * GiB, bound=frozenset({"out"}))
+    pm = explain_oom(EVENT, after, segments, held, need=need)
+    # the module's definitions: free now is what PyTorch may still take under the cap
+    # (nothing is cached); the first steps free the traceback's 9.25 GiB and `out`'s 1 GiB
+    allocated = sum(s["total_size"] for s in segments)
+    free_now = CAP - allocated
+    first = sum(f.frees or 0 for f in pm.fixes if f.first_step)
+    assert (allocated, free_now, first) == (11 * GiB + 768 * MiB, 256 * MiB, 10 * GiB + 256 * MiB)
+    remainder = need.so_far - first - free_now
+    assert remainder == 1 * GiB + 512 * MiB == pm.need - pm.room
+    assert fix(pm, "del out").text.endswith(
+        "; after the first steps 1.50 GiB of the 12.00 GiB the cell needed so far is still "
+        "missing: the fixes below are judged against that"
+    )
+    gopt = fix(pm, "del gopt")
+    assert gopt.fits is False and gopt.shortfall == remainder - 1 * GiB == 512 * MiB
+    assert gopt.text == (
+        "`del gopt` frees 1.00 GiB: not enough, 1.50 GiB of the 12.00 GiB the cell needed so "
+        "far is still missing after the first steps and this would leave it 512.00 MiB short"
+    )
+    model = fix(pm, "del model")
+    assert model.fits is False and model.shortfall == remainder - 512 * MiB
+    # lifting the cap adds 60 GiB of device memory: it covers the remainder, so far
+    cap = fix(pm, "%gpumem limit off")
+    assert cap.fits is None and cap.text.endswith(
+        ": covers the 1.50 GiB still missing after the first steps (of the 12.00 GiB the "
+        f"cell needed so far; {MAYBE})"
+    )
+
+
+def test_when_the_first_steps_make_room_but_no_block_for_the_request_the_line_says_so():
+    # one segment: the traceback's two 1 GiB blocks around the model's 512 MiB, at a cap
+    # of 2.5 GiB; after the first steps 2 GiB is free, in two runs of 1 GiB
+    sizes = [("traceback: f() at In[3] line 2: a", GiB), ("model", 512 * MiB)]
+    sizes.append(("traceback: f() at In[3] line 3: b", GiB))
+    address, blocks, refs = 1 << 32, [], {}
+    for order, (name, size) in enumerate(sizes):
+        blocks.append(
+            {"address": address, "size": size, "requested_size": size,
+             "state": "active_allocated", "frames": []}
+        )  # fmt: skip
+        via = "traceback" if name.startswith("traceback:") else "parameters"
+        refs[address] = Reference(0, address, size, name, via, name, order)
+        address += size
+    total = sum(size for _, size in sizes)
+    segment = {"device": 0, "address": 1 << 32, "total_size": total, "allocated_size": total}
+    held = DeviceHoldings(
+        0, False, {b["address"]: b for b in blocks}, refs, 0, SiteResolver(NoCells())
+    )
+    after = DeviceSample(0, "gpu", "cuda", True, None, 80 * GiB, 20 * GiB, None)
+    event = OomEvent(0, 1536 * MiB, total, 60 * GiB)
+    pm = explain_oom(event, after, [{**segment, "blocks": blocks}], held, need=Need(1536 * MiB))
+    release = fix(pm, "%gpumem release-traceback")
+    assert release.text.endswith(
+        "; after the first steps there is room for the 1.50 GiB the cell needed so far, but "
+        "the 1.50 GiB request still fits in no free block (fragmentation)"
+    )
+    # lifting the cap lets the request have a segment of its own
+    assert fix(pm, "%gpumem limit off").fits is None
+
+
+def test_memory_nobody_can_reach_is_judged_against_the_remainder_too():
+    segments, held, after = situation({**OWNERS, "lost": ("tensor", 1 * GiB)})
+    lost = next(a for a, r in held.owners.items() if r.owner == "lost")
+    del held.owners[lost]  # a live block no name leads to
+    pm = explain_oom(
+        EVENT, after, segments, held, need=Need(so_far=10 * GiB, bound=frozenset({"out"}))
+    )
+    # room: the cap less model, gopt and the lost block (2.5 GiB): 9.5 GiB of 10 GiB
+    unreachable = next(f for f in pm.fixes if "not reachable" in f.text)
+    assert unreachable.text == (
+        "1.00 GiB is not reachable from the namespace (held by objects this walk does not "
+        "open, or kept by C++): finding and freeing it would cover the 512.00 MiB still "
+        "missing after the first steps"
+    )
+
+
+def test_without_first_steps_the_words_are_against_the_need_itself():
+    owners = {
+        "model": ("parameters", 512 * MiB),
+        "gopt": ("optimizer state", 1 * GiB),
+        "acts": ("tensor", 10 * GiB),
+    }
+    segments, held, after = situation(owners)  # 11.5 GiB held: 512 MiB left under the cap
+    pm = explain_oom(EVENT, after, segments, held, need=Need(so_far=1 * GiB))
+    assert not any(f.first_step for f in pm.fixes)
+    assert fix(pm, "del acts").text == (
+        f"`del acts` frees 10.00 GiB: covers the 1.00 GiB the cell needed so far ({MAYBE})"
+    )
+    pm = explain_oom(EVENT, after, segments, held, need=Need(so_far=2 * GiB))
+    assert fix(pm, "del model").text == (
+        "`del model` frees 512.00 MiB: not enough, the cell needs 2.00 GiB and would still "
+        "be 1.00 GiB short"
+    )
+    # nothing missing: the need fits in what PyTorch can still take here
+    pm = explain_oom(EVENT, after, segments, held, need=Need(so_far=256 * MiB))
+    assert fix(pm, "del acts").text == (
+        "`del acts` frees 10.00 GiB: not needed, there is room for the 256.00 MiB the cell "
+        "needed so far already; extra room if it needs more after the point where it failed"
+    )
 
 
 def test_the_names_a_cell_binds():

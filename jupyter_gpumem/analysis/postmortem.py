@@ -14,6 +14,14 @@ before any retry. A fix then "fits" only when, after it and the first steps, the
 need fits under the device's free memory and the cap; "maybe" when it covers the need so
 far (the cell may need more after the point where it failed); otherwise "no", with the
 shortfall. ``would_fit`` also checks the failed request block by block (fragmentation).
+
+The first steps come first, so every later fix is worded against what is still missing
+after them: the need less the *room* (what PyTorch can use on the device, within the cap,
+once the first steps are done: free memory plus its own cache plus what they free, less
+what stays allocated). When the first steps alone make room for the need known so far,
+the last of them says so, and later fixes read "not needed once the first steps are
+done" (extra room); otherwise the last first step names the remainder, each later fix
+says whether it covers it, and a shortfall is the remainder less what the fix adds.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..model import (
     DeviceSample,
@@ -165,7 +173,12 @@ def explain_oom(
     )
     outside = after.outside_torch
     need = need if need is not None else Need(so_far=request)
-    expandable_on = bool((settings or {}).get("expandable_segments")) or space.expandable
+    # The setting as far as this failure shows it: the snapshot's allocator_settings, or a
+    # segment that is an expandable one; None when neither says.
+    expandable_known: bool | None = space.expandable or None
+    if settings is not None and "expandable_segments" in settings:
+        expandable_known = bool(settings["expandable_segments"]) or space.expandable
+    expandable_on = bool(expandable_known)
 
     owners = _by_owner(held) if held is not None else {}
     tb = [a for o, (addrs, _) in owners.items() if o.startswith("traceback:") for a in addrs]
@@ -203,6 +216,16 @@ def explain_oom(
             return False, short
         return (None if block_ok else False), None
 
+    # The first steps alone: what every later fix is worded against.
+    base_ok, base_short = judge()
+    base = _Baseline(
+        need=need,
+        request=request,
+        first=bool(tb or own_names),
+        covered=base_ok is not False,
+        missing=base_short or 0,
+    )
+
     fixes: list[Fix] = []
     if tb:
         size = _size(held, tb)
@@ -233,30 +256,30 @@ def explain_oom(
                 first_step=True,
             )
         )
+    if fixes:
+        fixes[-1] = replace(fixes[-1], text=fixes[-1].text + _after_first_steps(base))
     if space.pieces_bytes + space.releasable >= request > space.largest_free_block:
         ok, short = judge(expandable=True)
         if expandable_on:
+            # PyTorch unmaps the free pages of expandable segments before it raises, and
+            # ignores max_split_size for splitting while they are on (``should_split``).
             text = (
                 f"largest free block {fb(space.largest_free_block)} < {fb(request)} requested "
                 f"while {fb(space.pieces_bytes)} is free in {space.pieces} pieces: fragmentation, "
-                "although expandable_segments is on; max_split_size_mb keeps large blocks "
-                "from being split"
+                "although expandable_segments is on (PyTorch unmapped the free pages of its "
+                "segments before raising): what is left lies in pages shared with live blocks "
+                "or in segments made without it (before it was turned on, CUDA graphs' pools); "
+                "freeing the live blocks around them helps, max_split_size_mb does not (it "
+                "does not stop splitting while expandable segments are on); `%gpumem "
+                "segments` shows where they are"
             )
-            fixes.append(
-                Fix(
-                    "fragmentation",
-                    text,
-                    space.pieces_bytes,
-                    None,
-                    "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:512",
-                )
-            )
+            fixes.append(Fix("fragmentation", text, space.pieces_bytes, None))
         else:
             text = (
                 f"largest free block {fb(space.largest_free_block)} < {fb(request)} requested "
                 f"while {fb(space.pieces_bytes)} is free in {space.pieces} pieces: "
                 "fragmentation; set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before the "
-                "first CUDA call (restart the kernel with it)" + _verdict(ok, short, need)
+                "first CUDA call (restart the kernel with it)" + _verdict(ok, short, base)
             )
             fixes.append(
                 Fix(
@@ -276,7 +299,7 @@ def explain_oom(
                 "cap",
                 f"the cap of {fb(cap)} stops it; without it PyTorch could use "
                 f"{fb(uncapped)} here: `%gpumem limit off` or a larger cap"
-                + _verdict(ok, short, need),
+                + _verdict(ok, short, base),
                 None,
                 ok,
                 "%gpumem limit off",
@@ -284,7 +307,7 @@ def explain_oom(
             )
         )
     if held is not None:
-        fixes += _holder_fixes(held, owners, set(own_names), judge, need)
+        fixes += _holder_fixes(held, owners, set(own_names), judge, base)
     others = sum(b for _, _, b in other_processes)
     if others:
         names = ", ".join(f"PID {p} {n} {fb(b)}" for p, n, b in other_processes[:3])
@@ -296,7 +319,7 @@ def explain_oom(
             Fix(
                 "other_process",
                 f"other processes hold {fb(others)} on this device ({names})"
-                + _verdict(ok, short, need),
+                + _verdict(ok, short, base),
                 others,
                 ok,
                 shortfall=short,
@@ -368,6 +391,7 @@ def explain_oom(
         need_full=need.full,
         room=room,
         hint=need.hint,
+        expandable_segments=expandable_known,
     )
 
 
@@ -388,7 +412,7 @@ def _holder_fixes(
     owners: dict[str, tuple[list[int], set[str]]],
     own: set[str],
     judge: Judge,
-    need: Need,
+    base: _Baseline,
 ) -> list[Fix]:
     out: list[Fix] = []
     history = [
@@ -402,7 +426,7 @@ def _holder_fixes(
             Fix(
                 "output_history",
                 f"`%reset -f out` frees {fb(size)} that the output history ({names}) keeps"
-                + _verdict(ok, short, need),
+                + _verdict(ok, short, base),
                 size,
                 ok,
                 "%reset -f out",
@@ -422,7 +446,7 @@ def _holder_fixes(
                     "graph",
                     f"`{owner} = {owner}.detach()` frees {fb(size)}: the autograd "
                     f"graph `{owner}` keeps (accumulate `loss.item()`, not `loss`)"
-                    + _verdict(ok, short, need),
+                    + _verdict(ok, short, base),
                     size,
                     ok,
                     f"{owner} = {owner}.detach()",
@@ -438,7 +462,7 @@ def _holder_fixes(
         out.append(
             Fix(
                 "delete",
-                f"`del {owner}` frees {fb(size)}" + _verdict(ok, short, need),
+                f"`del {owner}` frees {fb(size)}" + _verdict(ok, short, base),
                 size,
                 ok,
                 f"del {owner}",
@@ -450,12 +474,20 @@ def _holder_fixes(
         size = _size(held, unreachable)
         ok, short = judge(size, freed=unreachable)
         if ok is not False:
+            if base.covered:
+                tail = _verdict(ok, short, base)
+            elif base.first and base.missing:
+                tail = (
+                    f": finding and freeing it would cover the {fb(base.missing)} still missing "
+                    "after the first steps"
+                )
+            else:
+                tail = ": finding and freeing it would be enough for what the cell needed so far"
             out.append(
                 Fix(
                     "delete",
                     f"{fb(size)} is {UNREACHABLE} (held by objects this walk does "
-                    "not open, or kept by C++): finding and freeing it would be enough for "
-                    "what the cell needed so far",
+                    "not open, or kept by C++)" + tail,
                     size,
                     None,
                 )
@@ -469,15 +501,74 @@ def _size(held: DeviceHoldings | None, addresses: Sequence[int]) -> int:
     return sum(held.blocks[a]["size"] for a in addresses)
 
 
-def _verdict(ok: bool | None, short: int | None, need: Need) -> str:
+@dataclass(frozen=True, slots=True)
+class _Baseline:
+    """Where the first steps alone leave the cell: what later fixes are worded against."""
+
+    need: Need
+    request: int
+    first: bool  # there are first steps
+    covered: bool  # after them the need known so far fits (the request in one block too)
+    missing: int  # bytes of that need still missing after them (0: none)
+
+    @property
+    def known(self) -> str:
+        """The need known so far, in words: "the 9.79 GiB the cell needed so far"."""
+        if self.need.full is not None:
+            return f"the {fb(self.need.full)} the whole cell needs"
+        return f"the {fb(self.need.so_far)} the cell needed so far"
+
+
+def _after_first_steps(base: _Baseline) -> str:
+    """The plain line the last first step ends with."""
+    if base.covered:
+        return f"; the first steps alone make room for {base.known}: re-run after them"
+    if base.missing:
+        return (
+            f"; after the first steps {fb(base.missing)} of {base.known} is still missing: "
+            "the fixes below are judged against that"
+        )
+    return (
+        f"; after the first steps there is room for {base.known}, but the "
+        f"{fb(base.request)} request still fits in no free block (fragmentation)"
+    )
+
+
+def _verdict(ok: bool | None, short: int | None, base: _Baseline) -> str:
+    need = base.need
+    if base.covered and ok is not False:
+        more = "" if need.full is not None else " if it needs more after the point where it failed"
+        if base.first:
+            return (
+                f": not needed once the first steps are done (they make room for "
+                f"{base.known}); extra room{more}"
+            )
+        return f": not needed, there is room for {base.known} already; extra room{more}"
+    remainder = base.first and base.missing > 0
     if ok is True:
+        if remainder:
+            return (
+                f": enough for the whole cell: covers the {fb(base.missing)} still missing "
+                f"after the first steps (it needs {fb(need.full)})"
+            )
         return f": enough for the whole cell (it needs {fb(need.full)})"
     if ok is None:
+        if remainder:
+            return (
+                f": covers the {fb(base.missing)} still missing after the first steps (of the "
+                f"{fb(need.so_far)} the cell needed so far; maybe: it may need more after the "
+                "point where it failed)"
+            )
         return (
             f": covers the {fb(need.so_far)} the cell needed so far (maybe: it may need "
             "more after the point where it failed)"
         )
     if short is not None:
+        if remainder:
+            return (
+                f": not enough, {fb(base.missing)} of {base.known} is still missing after the "
+                f"first steps and this would leave it {fb(short)} short"
+            )
         whole = need.full if need.full is not None else need.so_far
         return f": not enough, the cell needs {fb(whole)} and would still be {fb(short)} short"
     return ": not enough (the request still would not fit in one block)"

@@ -88,3 +88,6 @@ class PostMortem:
     need_full: int | None = None
     room: int | None = None
     hint: str = ""  # the largest value that fits (after a scan), or the scan to run
+    # Whether PyTorch's allocator had expandable_segments on, as the failure shows it (the
+    # snapshot's allocator_settings, or an expandable segment); None when it does not say.
+    expandable_segments: bool | None = None
