@@ -249,38 +249,33 @@ def test_buttons_are_off_with_the_reason_where_actions_cannot_run(ip, state):
         w.close()
 
 
-def test_a_cpu_only_torch_turns_the_buttons_off(ip):
+def _all_buttons_off_saying(ip, reason: str) -> None:
+    """`%gpumem panel` on the real backend: every action button is off, with ``reason``
+    as its tooltip and in bold over the bars."""
     from jupyter_gpumem.collectors.allocator import TorchBackend
 
+    current().collector.backend = TorchBackend()
+    assert run(ip, "%gpumem panel")[0].success
+    w = GpuMemWidget._current[id(current())]
+    try:
+        buttons = [w.empty, w.caching, w.reset, w.set_cap, w.clear_cap]
+        assert all(b.disabled for b in buttons)
+        assert {b.tooltip for b in buttons} == {reason}
+        assert f"<b>{reason}</b>" in w.bars.value
+    finally:
+        w.close()
+
+
+def test_a_cpu_only_torch_turns_the_buttons_off(ip):
     torch = pytest.importorskip("torch")
     if torch.version.cuda or torch.version.hip:
         pytest.skip("this torch has a GPU allocator")
-    current().collector.backend = TorchBackend()
-    assert run(ip, "%gpumem panel")[0].success
-    w = GpuMemWidget._current[id(current())]
-    try:
-        buttons = [w.empty, w.caching, w.reset, w.set_cap, w.clear_cap]
-        assert all(b.disabled for b in buttons)
-        assert {b.tooltip for b in buttons} == {"This torch is a CPU-only build"}
-        assert "<b>This torch is a CPU-only build</b>" in w.bars.value
-    finally:
-        w.close()
+    _all_buttons_off_saying(ip, "This torch is a CPU-only build")
 
 
 def test_without_torch_the_buttons_are_off(ip, monkeypatch):
-    from jupyter_gpumem.collectors.allocator import TorchBackend
-
     monkeypatch.delitem(sys.modules, "torch", raising=False)
-    current().collector.backend = TorchBackend()
-    assert run(ip, "%gpumem panel")[0].success
-    w = GpuMemWidget._current[id(current())]
-    try:
-        buttons = [w.empty, w.caching, w.reset, w.set_cap, w.clear_cap]
-        assert all(b.disabled for b in buttons)
-        assert {b.tooltip for b in buttons} == {"torch is not imported yet"}
-        assert "<b>torch is not imported yet</b>" in w.bars.value
-    finally:
-        w.close()
+    _all_buttons_off_saying(ip, "torch is not imported yet")
 
 
 def test_the_stream_lives_while_the_extension_is_loaded(panel, monkeypatch):
