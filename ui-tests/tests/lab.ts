@@ -2,7 +2,7 @@
  * Helpers to drive a real JupyterLab page. The server runs with
  * `--LabApp.expose_app_in_browser=True`, so `window.jupyterapp` is there.
  */
-import { expect, Page } from '@playwright/test';
+import { Browser, expect, Page } from '@playwright/test';
 import * as fs from 'fs';
 import * as path from 'path';
 
@@ -28,6 +28,34 @@ export function checkEnvironment(): void {
 }
 
 /** Write an empty Python 3 notebook into the server's root directory. */
+/**
+ * A page of its own for a test file: the environment checked, `notebook` written (when
+ * given), the browser's uncaught errors logged (and, with `gpumemConsole`, console errors
+ * that name the extension).
+ */
+export async function newPage(
+  browser: Browser,
+  notebook?: string,
+  gpumemConsole = false
+): Promise<Page> {
+  checkEnvironment();
+  if (notebook) {
+    writeNotebook(notebook);
+  }
+  const page = await browser.newPage();
+  page.on('pageerror', error =>
+    console.log(`[page error] ${error.stack ?? error.message}`)
+  );
+  if (gpumemConsole) {
+    page.on('console', message => {
+      if (message.type() === 'error' && /gpumem/i.test(message.text())) {
+        console.log(`[console] ${message.text()}`);
+      }
+    });
+  }
+  return page;
+}
+
 export function writeNotebook(name: string): void {
   const notebook = {
     cells: [

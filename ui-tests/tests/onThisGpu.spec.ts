@@ -18,7 +18,7 @@ import * as fs from 'fs';
 
 import {
   BODY,
-  checkEnvironment,
+  newPage,
   openNotebook,
   openPanel,
   PANEL,
@@ -124,11 +124,7 @@ test.describe('On this GPU', () => {
     tabPanel().locator(`tr[data-kernel-id="${k.id}"]`);
 
   test.beforeAll(async ({ browser }: { browser: Browser }) => {
-    checkEnvironment();
-    page = await browser.newPage();
-    page.on('pageerror', error =>
-      console.log(`[page error] ${error.stack ?? error.message}`)
-    );
+    page = await newPage(browser);
   });
 
   test.afterAll(async () => {

@@ -16,7 +16,7 @@ import * as path from 'path';
 
 import {
   BODY,
-  checkEnvironment,
+  newPage,
   MODE,
   openNotebook,
   openPanel,
@@ -40,17 +40,7 @@ test.describe.configure({ mode: 'serial' });
 let page: Page;
 
 test.beforeAll(async ({ browser }: { browser: Browser }) => {
-  checkEnvironment();
-  writeNotebook(NOTEBOOK);
-  page = await browser.newPage();
-  page.on('pageerror', error =>
-    console.log(`[page error] ${error.stack ?? error.message}`)
-  );
-  page.on('console', message => {
-    if (message.type() === 'error' && /gpumem/i.test(message.text())) {
-      console.log(`[console] ${message.text()}`);
-    }
-  });
+  page = await newPage(browser, NOTEBOOK, true);
 });
 
 test.afterAll(async () => {

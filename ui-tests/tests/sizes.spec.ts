@@ -8,13 +8,12 @@ import { Browser, expect, Page, test } from '@playwright/test';
 
 import {
   BODY,
-  checkEnvironment,
+  newPage,
   MODE,
   openNotebook,
   openPanel,
   PANEL,
-  runCellAndWait,
-  writeNotebook
+  runCellAndWait
 } from './lab';
 
 const NOTEBOOK = 'sizes.ipynb';
@@ -25,9 +24,7 @@ test.describe.configure({ mode: 'serial' });
 let page: Page;
 
 test.beforeAll(async ({ browser }: { browser: Browser }) => {
-  checkEnvironment();
-  writeNotebook(NOTEBOOK);
-  page = await browser.newPage();
+  page = await newPage(browser, NOTEBOOK);
   // Its own workspace: the default one is what other test files' Lab restores.
   await openNotebook(page, NOTEBOOK, 'sizes');
   await runCellAndWait(page, '%load_ext jupyter_gpumem');

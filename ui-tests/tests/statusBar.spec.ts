@@ -12,7 +12,7 @@ import * as path from 'path';
 
 import {
   BODY,
-  checkEnvironment,
+  newPage,
   MODE,
   openNotebook,
   openPanel,
@@ -23,8 +23,7 @@ import {
   setSetting,
   setTheme,
   statusItem,
-  statusLine,
-  writeNotebook
+  statusLine
 } from './lab';
 import { formatBytes } from './eightGpus';
 
@@ -62,12 +61,7 @@ function recording(): IRecording {
 let page: Page;
 
 test.beforeAll(async ({ browser }: { browser: Browser }) => {
-  checkEnvironment();
-  writeNotebook(NOTEBOOK);
-  page = await browser.newPage();
-  page.on('pageerror', error =>
-    console.log(`[page error] ${error.stack ?? error.message}`)
-  );
+  page = await newPage(browser, NOTEBOOK);
   // Its own workspace: the default one is what other test files' Lab restores.
   await openNotebook(page, NOTEBOOK, 'status-bar');
   await closeSidebar();
