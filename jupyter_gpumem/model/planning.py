@@ -15,18 +15,22 @@ Category = Literal[
     "gradients",
     "optimizer state",
     "activations",
+    "library workspaces",
     "temporaries",
     "kept from before",
     "block slack",
 ]
 # The order a block's owner is decided in (a parameter that autograd also saved is a
-# parameter), and the order views list the categories in.
+# parameter), and the order views list the categories in. "library workspaces" (cuBLAS's,
+# taken from the caching allocator) is a dry run's (analysis/dry_breakdown.py): a measured
+# breakdown counts them as temporaries or kept from before.
 CATEGORIES: tuple[Category, ...] = (
     "parameters",
     "buffers",
     "gradients",
     "optimizer state",
     "activations",
+    "library workspaces",
     "temporaries",
     "kept from before",
     "block slack",
@@ -142,6 +146,19 @@ RunKind = Literal["probe", "repeat", "verify"]
 
 
 @dataclass(frozen=True, slots=True)
+class ScanPhase:
+    """The allocator's peaks while a scanned run was in one phase of a step (forward,
+    backward, optimizer step, other), read between the phase marks of
+    ``collectors/step.py``'s :class:`PhasePeaks`: each phase's peak is fitted on its own,
+    since the phase that makes a step's peak can change with the scanned value."""
+
+    phase: str
+    peak_allocated: int
+    peak_reserved: int
+    fragmentation: int  # inactive_split's peak in that phase
+
+
+@dataclass(frozen=True, slots=True)
 class ScanRun:
     """One run of the scanned cell (or function) at one value, measured as ``%%gpumem``
     measures a cell."""
@@ -161,6 +178,23 @@ class ScanRun:
     # hold live blocks: inactive_split's peak), which a cap can't reclaim
     fragmentation: int | None = None
     request: int | None = None  # the allocation that ran out of memory
+    phases: tuple[ScanPhase, ...] = ()  # the peaks of each phase (empty: not known)
+    # reserved when the run ended: for a run out of memory, when it failed (what the
+    # allocator still held after freeing its cache and retrying), its tensors still alive
+    held: int | None = None
+
+    @property
+    def peak_phase(self) -> str | None:
+        """The phase the run's peak allocated fell in (None: phases not known)."""
+        if not self.phases:
+            return None
+        return max(self.phases, key=lambda p: p.peak_allocated).phase
+
+    def phase_peak(self, phase: str) -> int | None:
+        for p in self.phases:
+            if p.phase == phase:
+                return p.peak_allocated
+        return None
 
     @property
     def margin(self) -> int | None:
@@ -181,7 +215,12 @@ FitKind = Literal["affine", "quadratic"]
 
 @dataclass(frozen=True, slots=True)
 class Fit:
-    """peak(x) = a + b·x (+ c·x²), least squares over the probe runs."""
+    """peak(x) = a + b·x (+ c·x²), least squares over the probe runs.
+
+    With ``phases`` (each phase's peak fitted on its own, when the runs' phases are known)
+    the peak is the largest of the phases' fitted peaks: ``fit(x)`` is that maximum, and
+    ``kind``, ``a``, ``b``, ``c`` and ``phase`` are those of the phase that binds at the
+    prediction; ``ys`` are the whole runs' peaks and ``residuals`` theirs."""
 
     kind: FitKind
     a: float
@@ -190,8 +229,12 @@ class Fit:
     xs: tuple[float, ...]
     ys: tuple[int, ...]
     residuals: tuple[float, ...]  # measured minus fitted, bytes, per point
+    phase: str = ""  # the phase whose peak this curve fits ("": the whole run's peak)
+    phases: tuple[Fit, ...] = ()  # one curve per phase; the peak is their maximum
 
     def __call__(self, x: float) -> float:
+        if self.phases:
+            return max(f(x) for f in self.phases)
         return self.a + self.b * x + self.c * x * x
 
 
@@ -269,6 +312,9 @@ class DryRunDevice:
     requests: int  # allocations the cell made (storages and workspaces)
     segments: int  # cudaMalloc calls the model made
     out_of_memory: str | None = None  # under a cap: the request the model could not place
+    # what the predicted peak allocated is made of (categories, phase, modules; exact=False,
+    # note says predicted); None when not computed (a scan's dry runs, hand-made events)
+    breakdown: Breakdown | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,3 +395,4 @@ class DryScan(ShowsItself):
     seconds: float
     execution_count: int | None = None
     notes: tuple[str, ...] = ()
+    world_size: int = 1  # each dry run as rank 0 of a job of this many processes

@@ -11,7 +11,17 @@ from ..model import ScanResult, ScanRun
 from ..units import format_bytes as fb
 from ..units import format_delta as fd
 
-COLUMNS = ("run", "value", "peak allocated", "peak reserved", "margin", "kept", "time", "result")
+COLUMNS = (
+    "run",
+    "value",
+    "peak allocated",
+    "peak in",
+    "peak reserved",
+    "margin",
+    "kept",
+    "time",
+    "result",
+)
 _KIND = {"probe": "probe", "repeat": "probe again", "verify": "verify"}
 
 
@@ -33,6 +43,7 @@ def run_rows(runs: Sequence[ScanRun], integer: bool) -> list[tuple[str, ...]]:
                 _KIND[r.kind],
                 _value(r.value, integer),
                 fb(r.peak_allocated),
+                r.peak_phase or "",
                 fb(r.peak_reserved),
                 fb(r.margin),
                 fd(r.kept),
@@ -68,7 +79,15 @@ def fit_lines(r: ScanResult) -> list[str]:
     res = ", ".join(
         f"{_value(x, r.integer)}: {fd(round(e))}" for x, e in zip(f.xs, f.residuals, strict=True)
     )
-    return [f"fit ({f.kind}): {formula(f, r.name)}", f"  residuals (measured - fitted): {res}"]
+    if not f.phases:
+        return [f"fit ({f.kind}): {formula(f, r.name)}", f"  residuals (measured - fitted): {res}"]
+    lines = [f"fit per phase: peak({r.name}) = the largest of the phases' peaks"]
+    for c in f.phases:
+        binds = " (binds at the prediction)" if c.phase == f.phase and r.predicted else ""
+        peaks = ", ".join(fb(y) for y in c.ys)
+        lines.append(f"  {c.phase} ({c.kind}): {formula(c, r.name)}{binds}; measured {peaks}")
+    lines.append(f"  residuals of the peak (measured - fitted): {res}")
+    return lines
 
 
 def scan_text(r: ScanResult) -> str:

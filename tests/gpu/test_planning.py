@@ -17,7 +17,15 @@ import pytest
 
 from jupyter_gpumem.units import parse_size
 from tests.conftest import run
-from tests.gpu.planning_cases import CASES, Case, runs_under_cap, true_largest
+from tests.gpu.planning_cases import (
+    CASES,
+    REAL_CASES,
+    Case,
+    RealCase,
+    runs_under_cap,
+    scan_real_case,
+    true_largest,
+)
 
 torch = pytest.importorskip("torch")
 pytestmark = [
@@ -215,8 +223,12 @@ def test_scan_finds_the_largest_value(gip, case: Case):
     assert r.verified is not None, r.verify_note
     step = gip.user_ns["step"]
     assert runs_under_cap(torch, step, int(r.verified), r.cap)
-    lo = int(max(p.value for p in r.probes if (p.peak_reserved or 0) <= r.cap))
-    truth, runs = true_largest(torch, step, r.cap, lo, int(r.predicted * 1.5) + 2)
+    # The bisection starts from the answer, which ran under the cap (checked above): the
+    # real allocator is not monotone near the cap (the CNN's 1240 and 1208 ran on an H200
+    # where a bisection from its largest probe had seen 1208 fail and called 1186 the
+    # largest), so a bisection from below can miss values that run.
+    lo = int(r.verified)
+    truth, runs = true_largest(torch, step, r.cap, lo, max(int(r.predicted * 1.5) + 2, lo + 1))
     record(
         test="scan",
         case=case.name,
@@ -248,9 +260,24 @@ def test_scan_finds_the_largest_value(gip, case: Case):
         ],
     )
     assert r.verified <= truth
-    assert r.verified >= 0.95 * truth
+    assert r.verified >= 0.97 * truth  # within 3 % below the true largest value
     assert abs(r.predicted - truth) <= 0.05 * truth
     # the namespace is as it was: the scanned name and the runs' names are gone
+    assert case.var not in gip.user_ns
+
+
+@pytest.mark.parametrize("case", REAL_CASES, ids=lambda c: c.name)
+def test_scan_of_a_real_model_answers_within_three_percent_of_the_truth(gip, case: RealCase):
+    # Models nobody here wrote, where the scan once answered 33 % (a decoder LLM whose peak
+    # moves from the optimizer step to the backward pass), 15 % (ResNet-50 inference) and
+    # 4.5 % (ResNet-50 training) below the true largest value.
+    pytest.importorskip(case.needs)
+    rec = scan_real_case(gip, torch, case)
+    record(**rec)
+    assert rec["probe_runs"] <= len(case.probes) + 1
+    assert rec["verify_runs"] <= 3
+    assert rec["answer"] is not None, rec["verify_note"]
+    assert rec["within_3pct"], rec
     assert case.var not in gip.user_ns
 
 
