@@ -154,18 +154,20 @@ def dry_run(
     predicted peak allocated and reserved in a fresh process, the memory beside PyTorch
     and, with ``fit_in`` (``"24GiB"`` or a card such as ``"RTX4090"``), whether it fits.
     Build the model inside ``fn`` under ``with torch.device("cuda")`` to plan one this GPU
-    cannot hold. Raises :class:`NoGpuError` without torch or with a CPU-only build."""
+    cannot hold. ``world_size=N``: ``fn`` runs as rank 0 of a job of N processes, with
+    PyTorch's fake process group as the job's group (its own ``fully_shard``, DDP or
+    ``ZeroRedundancyOptimizer`` shard as on rank 0), and the prediction is one rank's.
+    Raises :class:`NoGpuError` without torch or with a CPU-only build, and
+    :class:`GpuMemError` for a world size that is not a whole number from 1 to 65536 or
+    when this process already has a process group."""
     import sys
 
     from .analysis.targets import parse_target
+    from .collectors.fake_group import check_world_size, refusal
     from .core.dry_run import dry_run as run
     from .reporters import bundles  # noqa: F401  (the result shows itself: its views)
 
-    if world_size != 1:
-        raise GpuMemError(
-            f"dry_run(world_size={world_size!r}): several processes are not predicted yet; "
-            "give world_size=1"
-        )
+    world_size = check_world_size(world_size)
     torch = sys.modules.get("torch")
     if torch is None:
         raise NoGpuError("dry_run() needs torch: import torch first")
@@ -174,16 +176,21 @@ def dry_run(
         raise NoGpuError(
             f"dry_run() needs a CUDA build of torch: {torch.__version__} is a CPU-only build"
         )
+    why = refusal(world_size)
+    if why is not None:
+        raise GpuMemError(why)
     target = parse_target(fit_in) if fit_in is not None else None
-    from ._ipython import current
+    session = None
+    if "IPython" in sys.modules:  # a loaded extension: it measures this GPU's context
+        from ._ipython import current
 
-    session = current()
+        session = current()
     here = None
     if session is not None:
         from ._ipython.dry_run_cell import here as measured_here
 
         here = measured_here(session, 0)
-    return run(lambda: fn(*args, **kwargs), target=target, here=here)
+    return run(lambda: fn(*args, **kwargs), target=target, here=here, world_size=world_size)
 
 
 def scan(

@@ -170,8 +170,8 @@ def test_without_torch_the_magic_says_to_import_it(loaded, capsys, monkeypatch):
 
 
 def test_the_function_raises_public_errors():
-    with pytest.raises(jupyter_gpumem.GpuMemError, match="world_size=2"):
-        jupyter_gpumem.dry_run(lambda: None, world_size=2)
+    with pytest.raises(jupyter_gpumem.GpuMemError, match=r"from 1 to 65536.*got 0"):
+        jupyter_gpumem.dry_run(lambda: None, world_size=0)
     torch = pytest.importorskip("torch")
     if torch.version.cuda is None:
         with pytest.raises(jupyter_gpumem.NoGpuError, match="CPU-only build"):
@@ -271,3 +271,57 @@ def test_a_scan_without_running_binds_the_name_in_a_copy_and_finds_the_largest(s
     assert [p.value for p in s.points][:3] == [8, 16, 32]
     assert all(p.fits == (p.value <= 282) for p in s.points)
     assert shell.user_ns["n"] == "mine" and "x" not in shell.user_ns
+
+
+# -- what libraries hold beside PyTorch --------------------------------------------------------
+def test_cudnn_and_nccl_are_added_beside_pytorch_from_the_measured_table():
+    from jupyter_gpumem.core.dry_run import LIBRARIES, with_libraries
+
+    base = (742 * MiB, "table")
+    cudnn, nccl = LIBRARIES["cudnn"][0], LIBRARIES["nccl"][0]
+    assert with_libraries(base, frozenset(), 1, measured=False) == base
+    size, why = with_libraries(base, frozenset({"cudnn"}), 1, measured=False)
+    assert size == 742 * MiB + cudnn and "cuDNN" in why and "measured on an H200" in why
+    # a figure measured in this process already holds what it loaded
+    assert with_libraries(base, frozenset({"cudnn"}), 1, measured=True) == base
+    # NCCL: only for a job of several processes that ran collectives
+    assert with_libraries(base, frozenset({"nccl"}), 1, measured=True) == base
+    size, why = with_libraries(base, frozenset({"nccl", "cudnn"}), 2, measured=True)
+    assert size == 742 * MiB + nccl and "two H200s" in why
+
+
+def test_a_convolution_marks_cudnn_as_loaded():
+    torch = pytest.importorskip("torch")
+    from jupyter_gpumem.collectors.fake_run import record
+
+    def run():
+        conv = torch.nn.Conv2d(3, 8, 3)
+        conv(torch.randn(2, 3, 16, 16)).sum().backward()
+
+    r = record(run, device_type="cpu")
+    assert r.error is None and r.libraries == frozenset({"cudnn"})
+    assert record(lambda: torch.ones(4) * 2, device_type="cpu").libraries == frozenset()
+
+
+def test_a_card_target_takes_that_cards_cublas_workspace():
+    from jupyter_gpumem.collectors.fake_run import OTHER_CARDS, WORKSPACE_TABLE
+    from jupyter_gpumem.core.dry_run import workspaces_for
+
+    assert workspaces_for(parse_target("T4")) == OTHER_CARDS  # 7.5: 8,519,680 B
+    assert workspaces_for(parse_target("RTX4090")).cublas == 4096 * 1024 * 2 + 16 * 1024 * 8
+    assert workspaces_for(parse_target("H100")) == WORKSPACE_TABLE[9]  # 32 MiB
+    assert workspaces_for(parse_target("24GiB")) is None  # a size: the GPU here decides
+    assert workspaces_for(None) is None
+
+
+def test_the_docs_card_table_is_the_code_s():
+    """docs/planning.md's table of the cards --fit-in knows is core/dry_run.card_table()."""
+    import pathlib
+
+    from jupyter_gpumem.core.dry_run import card_table
+
+    docs = (pathlib.Path(__file__).parent.parent / "docs" / "planning.md").read_text()
+    rows = card_table()
+    assert len(rows) == 9
+    for row in rows:
+        assert row in docs, row

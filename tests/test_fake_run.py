@@ -278,21 +278,86 @@ def test_the_workspace_table_follows_pytorch():
 # -- what it cannot see -----------------------------------------------------------------
 
 
-def test_item_stops_the_run_naming_the_op_and_the_line():
+def test_a_value_read_to_the_host_goes_on_with_zero_and_says_where():
+    """`.item()` and `if tensor` are in most training loops (logging the loss): the run
+    goes on as if the value were 0 (False), and a note names the line."""
+
     def run():
         loss = torch.ones(3).sum()
         if loss.item() > 0:  # item here
-            torch.empty(10)
+            torch.empty(10)  # not reached: the value is taken as 0
+        kept = torch.empty(25)
+        flag = torch.ones(1, dtype=torch.bool)
+        if flag:  # bool here
+            torch.empty(1000)
+        return kept
 
     r = cpu(run)
-    assert r.error is not None
-    assert r.error.kind == "value read"
-    assert r.error.op == "aten._local_scalar_dense.default"
-    assert r.error.where == f"test_fake_run.py:{line_of(run, '# item here')}"
-    assert "a dry run has no values" in r.error.message
-    assert r.notes[-1] == r.error.line
-    assert r.error.line.endswith(f"at {r.error.where}")
-    assert [e.nbytes for e in allocs(r)] == [12, 4]  # what ran before it was recorded
+    assert r.error is None
+    # ones(3)=12 B, sum=4 B, then 25 floats and one bool: nothing of the skipped branches
+    assert [e.nbytes for e in allocs(r)] == [12, 4, 100, 1]
+    item_line = f"test_fake_run.py:{line_of(run, '# item here')}"
+    bool_line = f"test_fake_run.py:{line_of(run, '# bool here')}"
+    reads = [n for n in r.notes if n.startswith("a value read to the host")]
+    assert len(reads) == 2
+    assert f"at {item_line} " in reads[0] and f"at {bool_line} " in reads[1]
+    assert "as if it were 0 (False)" in reads[0]
+
+
+def test_a_loop_that_waits_on_a_value_is_stopped(monkeypatch):
+    from jupyter_gpumem.collectors import fake_run
+
+    monkeypatch.setattr(fake_run, "MAX_HOST_READS", 50)
+
+    def run():
+        done = torch.zeros(1, dtype=torch.bool)
+        while not done:  # for ever in a dry run: done reads as False
+            torch.empty(4)
+
+    r = cpu(run)
+    assert r.error is not None and "read 50 values to the host" in r.error.message
+
+
+def test_a_module_of_fake_tensors_can_be_moved_and_cast():
+    """`.to(dtype)`, `.half()` (and `.cuda()` on a GPU) of a module built in the run swap
+    its parameters in place, which torch refuses for tensors with weak references (the
+    fake mode keeps some): the dry run lets it, and puts torch back afterwards."""
+    import weakref
+
+    import torch.utils
+
+    def run():
+        net = torch.nn.Linear(256, 128)
+        net.to(torch.float64)
+        assert net.weight.dtype == torch.float64
+        net.half()
+        return net
+
+    r = cpu(run)
+    assert r.error is None, r.error
+    sizes = [e.nbytes for e in allocs(r)]
+    # built in float32, copied to float64, then to float16 (weight and bias each)
+    assert sizes[:2] == [256 * 128 * 4, 128 * 4]
+    assert 256 * 128 * 8 in sizes and 256 * 128 * 2 in sizes
+    assert torch.utils.weakref is weakref  # put back
+
+
+def test_the_patches_are_put_back_and_answer_bf16_without_cuda():
+    import torch.optim.optimizer as optimizer
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    from jupyter_gpumem.collectors.fake_patches import patched
+
+    before = torch.cuda.is_bf16_supported
+    with patched(torch, "cuda", capability=lambda i: (7, 5)):
+        assert FakeTensor in optimizer._foreach_supported_types  # the real run's choice
+        assert torch.cuda.is_bf16_supported() is True  # a T4 emulates it
+        assert torch.cuda.is_bf16_supported(including_emulation=False) is False
+    with patched(torch, "cuda", capability=lambda i: (9, 0)):
+        assert torch.cuda.is_bf16_supported(including_emulation=False) is True
+    assert FakeTensor not in optimizer._foreach_supported_types
+    assert torch.cuda.is_bf16_supported is before
+    assert not torch.cuda.is_initialized()
 
 
 def test_nonzero_and_boolean_masks_stop_the_run():
@@ -486,3 +551,189 @@ def test_a_small_step_runs_dry_in_a_fraction_of_a_second():
     took = time.perf_counter() - start
     assert r.error is None and r.ops > 50
     assert took < 0.5, f"{took:.3f} s for {r.ops} ops"
+
+
+# -- what the peak is made of: the breakdown's hooks -------------------------------------------
+
+
+def global_hooks() -> tuple[int, ...]:
+    from torch.nn.modules import module
+    from torch.optim import optimizer
+
+    return (
+        len(module._global_forward_pre_hooks),
+        len(module._global_forward_hooks),
+        len(module._global_forward_hooks_always_called),
+        len(optimizer._global_optimizer_pre_hooks),
+        len(optimizer._global_optimizer_post_hooks),
+    )
+
+
+def test_the_hooks_are_there_during_the_run_only_also_when_it_fails():
+    before = global_hooks()
+    during = []
+
+    def run():
+        during.append((global_hooks(), torch._C._autograd._top_saved_tensors_default_hooks(False)))
+        raise ValueError("boom")
+
+    r = cpu(run)
+    assert r.error is not None and r.error.message == "ValueError: boom"
+    ((hooks, saved),) = during
+    # one more forward pre-hook and forward hook (always called), optimizer pre and post
+    assert [n - b for n, b in zip(hooks, before, strict=True)] == [1, 1, 1, 1, 1]
+    assert saved is not None
+    assert global_hooks() == before
+    assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
+    disable = torch._C._autograd._saved_tensors_hooks_disable
+    assert disable.__name__ == "_saved_tensors_hooks_disable"  # torch's own, put back
+
+
+def test_the_hooks_change_no_event():
+    """The pack hook keeps saved outputs as detached aliases (no reference cycle, which
+    would free them only at the garbage collector's pass), saved inputs as they are: the
+    storages die exactly when they do without the hooks."""
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = nn.LayerNorm(32)
+            self.lin = nn.Linear(32, 32)
+
+        def forward(self, x):
+            h = self.lin(self.norm(x)).sigmoid()  # saves its output
+            h = torch.softmax(h * h.tanh(), dim=-1)
+            return nn.functional.gelu(h).exp().sum()
+
+    def step():
+        torch.manual_seed(0)
+        net = Net()
+        opt = torch.optim.Adam(net.parameters())
+        for _ in range(2):
+            net(torch.randn(16, 32)).backward()
+            opt.step()
+            opt.zero_grad()
+
+    import gc
+
+    gc.disable()  # a cycle would show as a missing or late free
+    try:
+        plain = cpu(step, breakdown=False)
+        watched = cpu(step)
+    finally:
+        gc.enable()
+    assert plain.seen is None and watched.seen is not None
+    assert watched.seen.saved and watched.seen.marks
+    assert [(type(e), e.key, getattr(e, "nbytes", 0)) for e in watched.events] == [
+        (type(e), e.key, getattr(e, "nbytes", 0)) for e in plain.events
+    ]
+
+
+def test_a_step_is_marked_and_its_storages_claimed_by_key():
+    net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))  # real, from before
+
+    def run():
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        model(torch.randn(32, 8)).square().mean().backward()
+        opt.step()
+        net(torch.randn(2, 8))  # a real model: its parameters are not the run's allocations
+
+    r = cpu(run)
+    assert r.error is None and r.seen is not None
+    seen = r.seen
+    phases = [m.phase for m in seen.marks]
+    assert phases == [
+        "forward",
+        "other",
+        "backward",
+        "backward done",
+        "optimizer step",
+        "other",
+        "forward",
+        "other",
+    ]
+    assert [m.at for m in seen.marks] == sorted(m.at for m in seen.marks)
+    sizes = {e.key: e.nbytes for e in allocs(r)}
+    by = {}
+    for key, category in seen.claims.items():
+        by.setdefault(category, []).append(sizes[key])
+    assert sorted(by["parameters"]) == sorted([8 * 16 * 4, 16 * 4, 16 * 4 * 4, 4 * 4])
+    assert sorted(by["gradients"]) == sorted(by["parameters"])
+    assert sorted(by["optimizer state"]) == sorted(by["parameters"])  # momentum buffers
+    # the modules: by class (the function binds no name the run can see), innermost
+    names = seen.modules
+    assert names[:4] == ["Sequential", "Sequential.0", "Sequential.1", "Sequential.2"]
+    made = {names[e.module] for e in allocs(r) if e.module >= 0}
+    assert {"Sequential.0", "Sequential.1", "Sequential.2"} <= made
+    # saved: the input by Linear 1, ReLU's output by ReLU (and by Linear 2), by key
+    saved = [(sizes[s.key], names[s.module] if s.module >= 0 else "") for s in seen.saved]
+    assert (32 * 8 * 4, "Sequential.0") in saved and (32 * 16 * 4, "Sequential.1") in saved
+
+
+def test_roots_are_named_after_the_variables_of_the_cell_or_the_namespace(shell):
+    shell.user_ns.update(torch=torch, nn=nn, before=nn.Linear(4, 4))
+    cell = (
+        "x = torch.ones(2, 4)\n"
+        "model = nn.Sequential(nn.Linear(4, 4))\n"
+        "model(x)\n"  # bound before its first forward: found then
+        "before(x)\n"  # in the namespace before the cell
+        "nn.Linear(4, 4)(x)\n"  # never bound: its class
+        "late = nn.Linear(4, 2)\n"
+        "y = late(x)\n"
+        "alias = late\n"
+    )
+    try:
+        r = run_cell_source(shell, cell, device_type="cpu")
+    finally:
+        for k in ("torch", "nn", "before"):
+            shell.user_ns.pop(k)
+    assert r.error is None and r.seen is not None
+    names = r.seen.modules
+    assert {"model", "model.0", "before", "Linear", "late"} <= set(names)
+    assert "alias" not in names
+
+
+def test_a_module_the_run_drops_is_freed_as_without_the_hooks():
+    def run():
+        m = nn.Linear(256, 256)  # 256 KiB of weight
+        m(torch.randn(4, 256))
+        del m
+        torch.empty(10)
+
+    r = cpu(run)
+    a = allocs(r)
+    weight = next(e for e in a if e.nbytes == 256 * 256 * 4)
+    assert r.events.index(Free(weight.key)) < r.events.index(a[-1])
+
+
+def test_a_tensor_modified_in_place_after_it_was_saved_raises_autograd_s_error():
+    def run():
+        w = torch.ones(4, requires_grad=True)
+        y = w.sigmoid()
+        y.mul_(2)  # sigmoid's backward needs its output
+        y.sum().backward()
+
+    real = None
+    try:
+        run()
+    except RuntimeError as e:
+        real = str(e)
+    assert real is not None and "modified by an inplace operation" in real
+    r = cpu(run)
+    assert r.error is not None and "modified by an inplace operation" in r.error.message
+
+
+def test_a_run_that_switches_saved_tensor_hooks_off_runs_again_without_them():
+    runs = []
+
+    def run():
+        runs.append(1)
+        w = torch.ones(4, requires_grad=True)
+        with torch.autograd.graph.disable_saved_tensors_hooks("not with hooks"):
+            (w * w).sum().backward()
+
+    r = cpu(run)
+    assert r.error is None and len(runs) == 2
+    assert r.seen is None
+    assert "switches saved-tensor hooks off" in r.notes[0]

@@ -1,6 +1,7 @@
-"""``%%gpumem --dry-run [--fit-in CARD|SIZE] [--check]``: the cell planned without running
-on the GPU, and with ``--check`` run for real afterwards, when it fits here, to put the
-measured peaks beside the predicted ones."""
+"""``%%gpumem --dry-run [--fit-in CARD|SIZE] [--check] [--world-size N]``: the cell planned
+without running on the GPU (with ``--world-size``, as rank 0 of a job of N processes), and
+with ``--check`` run for real afterwards, when it fits here, to put the measured peaks
+beside the predicted ones."""
 
 from __future__ import annotations
 
@@ -35,6 +36,10 @@ def why_not(opts: CellOptions) -> str | None:
             f"--dry-run plans for a CUDA GPU and needs a CUDA build of torch: "
             f"{getattr(torch, '__version__', '?')} is a CPU-only build"
         )
+    if opts.world_size > 1:
+        from ..collectors.fake_group import refusal
+
+        return refusal(opts.world_size)
     return None
 
 
@@ -94,6 +99,7 @@ def run(session: Session, shell: Any, opts: CellOptions, body: str) -> DryRun | 
         target=opts.fit_in,
         here=here(session, device),
         execution_count=shell.execution_count,
+        world_size=opts.world_size,
     )
     if opts.check:
         result = check(session, shell, result, body, device)
@@ -111,5 +117,12 @@ def scan(session: Session, shell: Any, opts: CellOptions, body: str) -> DryScan 
     assert opts.scan is not None
     name, values, integer = opts.scan
     return dry_scan(
-        shell, name, body, values, integer, opts.fit_in, here(session, opts.device or 0)
+        shell,
+        name,
+        body,
+        values,
+        integer,
+        opts.fit_in,
+        here(session, opts.device or 0),
+        world_size=opts.world_size,
     )

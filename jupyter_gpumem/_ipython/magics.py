@@ -156,6 +156,17 @@ def _cell_parser() -> MagicArgumentParser:
         help="with --dry-run: then run the cell for real, when it fits here, and show the "
         "measured peaks beside the predicted ones",
     )
+    p.add_argument(
+        "--world-size",
+        metavar="N",
+        type=_world_size,
+        help="with --dry-run: as rank 0 of a job of N processes (one GPU each), with "
+        "PyTorch's fake process group as the job's group: the cell's own sharding "
+        "(fully_shard, DistributedDataParallel, ZeroRedundancyOptimizer) runs as on "
+        "rank 0, collectives move no data, and the report predicts one rank's peak, the "
+        "buffers collectives take from PyTorch's allocator included (NCCL's own are not "
+        "seen). Also jupyter_gpumem.dry_run(fn, world_size=N)",
+    )
     return p
 
 
@@ -210,6 +221,16 @@ def _target(text: str) -> Any:
         return parse_target(text)
     except ValueError as e:
         raise UsageError(str(e)) from None
+
+
+def _world_size(text: str) -> int:
+    from ..collectors.fake_group import check_world_size
+    from ..errors import GpuMemError
+
+    try:
+        return check_world_size(text)
+    except GpuMemError as e:
+        raise UsageError(f"--world-size: {e}") from None
 
 
 def _entries(text: str) -> int:
@@ -434,6 +455,16 @@ class GpuMemMagics(Magics):
             )
         if args.check and not args.dry_run:
             raise UsageError("--check goes with --dry-run")
+        if args.world_size is not None and not args.dry_run:
+            raise UsageError(
+                "--world-size goes with --dry-run: a cell that runs is one process (run the "
+                "job with torchrun to measure its ranks)"
+            )
+        if args.check and (args.world_size or 1) > 1:
+            raise UsageError(
+                "--check runs the cell here as one process: with --world-size it would not "
+                "run the job that was predicted"
+            )
         entries = args.entries
         if entries is None:
             entries = BREAKDOWN_ENTRIES if args.breakdown and not trace else 20_000
@@ -451,6 +482,7 @@ class GpuMemMagics(Magics):
             verify=args.verify,
             dry_run=args.dry_run,
             check=args.check,
+            world_size=args.world_size or 1,
         )
 
     # -- the magic -------------------------------------------------------------------

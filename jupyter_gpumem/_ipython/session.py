@@ -73,6 +73,7 @@ class CellOptions:
     verify: bool = True
     dry_run: bool = False  # the magic runs the body under FakeTensorMode itself
     check: bool = False  # with dry_run: then run it for real and compare
+    world_size: int = 1  # with dry_run: as rank 0 of a job of this many processes
 
 
 class Session:

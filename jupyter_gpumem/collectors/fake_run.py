@@ -15,9 +15,14 @@ takes from its caching allocator the first time a handle (one per device and thr
 a stream (see :data:`WORKSPACE_TABLE`). Scratch memory an op takes and returns inside its
 kernel (cuDNN's convolution workspace, sorts) is not seen; the notes say when such ops ran.
 
-What it cannot see stops the run, with one plain line saying what and where: a value read
-to the host (``.item()``, ``if loss > 0``), an output whose shape depends on values
+A value read to the host (``.item()``, ``if loss > 0``, ``GradScaler``'s check for
+infinities) has none in a dry run: the run goes on as if it were 0 (``False``), and a note
+names the line (:meth:`_State.host_read`). What it cannot go on without stops the run,
+with one plain line saying what and where: an output whose shape depends on values
 (``nonzero``, boolean masks), an op without a fake kernel (custom ops, extensions).
+``collectors/fake_patches.py`` lists what the run changes in torch while it runs (and puts
+back) so that it takes the real run's path: foreach optimizers, moving a module with
+``.cuda()`` / ``.to()``, tensors made from data on the GPU, bfloat16 autocast.
 
 The user's objects are left as they were: the fake mode never writes real tensors, and
 what the run binds in the objects it was given (gradients of real parameters, optimizer
@@ -26,8 +31,28 @@ and the default dtype. torch is imported inside functions only.
 
 CUDA: torch itself is never started and PyTorch's allocator is never asked (the fake
 mode's warm-up tensor is skipped, see :func:`_no_warmup_tensor`). The driver may still
-create a context: autograd asks for the current stream when it records an op on a fake
-CUDA tensor (seen on an H200 with torch 2.11); a note says so when it happens.
+create a context: ``torch.tensor(data, device="cuda")`` does under the fake mode (a device
+guard; seen on an H200 with torch 2.11, ``benchmarks/probes/probe_context_ops.py``), which
+``fake_patches`` avoids by building such tensors on the CPU first; a note says so when a
+context appears anyway.
+
+What the peak is made of (:class:`Seen`, read by ``analysis/dry_breakdown.py``): while the
+run runs, and only then, the hooks ``%%gpumem --breakdown`` uses (``collectors/step.py``)
+watch it, with positions that are indices into the run's events instead of the
+allocator's counters: global module forward hooks (the innermost module running at each
+allocation, ``Alloc.module``; where the forward pass begins and ends), optimizer step
+hooks (the parameters' gradients before each step, the optimizer state after it) and
+autograd's saved-tensor hooks (the storages saved for backward: activations; the first
+unpack marks the backward pass, a callback queued on the engine its end). Each claim names
+a storage by its allocation's key, so a storage is never confused with another. The pack
+hook keeps a saved output as a detached alias (the tensor itself would make a reference
+cycle, which would delay its free to the garbage collector and change the events), a saved
+input as it is, and its version; the unpack hook raises autograd's own error for a tensor
+modified in place since, as the hooks switch that check off. Modules are named by the
+variable the cell (or the namespace before it) binds their root to, else by the root's
+class. A cell that switches saved-tensor hooks off
+(``torch.autograd.graph.disable_saved_tensors_hooks``) runs again without them: its
+activations are then temporaries.
 """
 
 from __future__ import annotations
@@ -45,7 +70,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 MiB = 1 << 20
 
@@ -73,6 +98,9 @@ class Alloc:
     thread: int
     op: str  # the op that made it: "aten.mm.default"
     kind: AllocKind = "tensor"
+    # the innermost module whose forward was running (an index into Seen.modules; -1: none,
+    # or a thread other than the run's)
+    module: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +109,54 @@ class Free:
 
 
 Event = Alloc | Free
+
+PhaseName = Literal["forward", "backward", "backward done", "optimizer step", "other"]
+
+
+class PhaseMark(NamedTuple):
+    """The phase that begins after ``events[:at]`` (``backward done``: the backward pass
+    that began last is over, its saved tensors are let go)."""
+
+    at: int
+    phase: PhaseName
+
+
+class Saved(NamedTuple):
+    """Autograd saved the storage allocated under ``key`` for backward, after
+    ``events[:at]``, while ``module`` (an index into :attr:`Seen.modules`, -1: none) ran."""
+
+    key: int
+    at: int
+    module: int
+
+
+# what a storage can be claimed as, first wins (as model.planning.CATEGORIES orders them)
+CLAIMS: tuple[str, ...] = ("parameters", "buffers", "gradients", "optimizer state")
+_RANK: dict[str, int] = {c: i for i, c in enumerate(CLAIMS)}
+
+
+@dataclass(slots=True)
+class Seen:
+    """What the breakdown's hooks saw during a dry run, beside its events: plain records,
+    with positions that are indices into the run's events."""
+
+    marks: list[PhaseMark] = field(default_factory=list)
+    # allocation key -> what it was seen as: parameters, buffers, gradients, optimizer state
+    # (a storage seen as two is the first of :data:`CLAIMS`)
+    claims: dict[int, str] = field(default_factory=dict)
+    saved: list[Saved] = field(default_factory=list)  # activations, in the order saved
+    modules: list[str] = field(default_factory=list)  # qualified names, "model.h.3.attn"
+
+
+class Events(list[Event]):
+    """A run's events (a list of :data:`Event`) that carry the run's :class:`Seen`, so
+    that whoever is handed the events (``core/dry_run.predict``) has it too."""
+
+    __slots__ = ("seen",)
+
+    def __init__(self, events: Iterable[Event] = (), seen: Seen | None = None) -> None:
+        super().__init__(events)
+        self.seen = seen
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +273,8 @@ class FakeRun:
     ops: int = 0  # ops the run dispatched
     input_bytes: int = 0  # storages of the user's real tensors the run read or wrote
     cuda_initialized: bool = False  # whether the run started CUDA (it should not)
+    libraries: frozenset[str] = frozenset()  # "cudnn", "nccl": what its ops would load
+    seen: Seen | None = None  # what the breakdown's hooks saw (None: they did not run)
 
     @property
     def peak(self) -> int:
@@ -234,8 +312,14 @@ _SCRATCH_OPS = {
     "_cudnn_rnn": "cuDNN's workspace for RNNs",
     "_scaled_dot_product_cudnn_attention": "cuDNN attention's workspace",
 }
+# ops that load cuDNN (its handle and kernels sit beside PyTorch: core/dry_run.LIBRARIES)
+_CUDNN_OPS = frozenset(
+    {"convolution", "convolution_backward", "_cudnn_rnn", "_scaled_dot_product_cudnn_attention"}
+)
 # torch's own namespaces; an op from any other is a custom op or an extension's
-_OWN_NAMESPACES = frozenset({"aten", "prims", "prim", "profiler", "debugprims", "higher_order"})
+_OWN_NAMESPACES = frozenset(
+    {"aten", "prims", "prim", "profiler", "debugprims", "higher_order", "fsdp"}
+)
 _COLLECTIVES = frozenset({"c10d", "_c10d_functional", "_c10d_functional_autograd", "_dtensor"})
 
 
@@ -288,6 +372,19 @@ class _State:
         self.failed: tuple[Any, BaseException] | None = None  # (op, what it raised)
         self.kinds: dict[Any, str] = {}  # op -> "cublas" / "cublaslt" / "addmm" / ""
         self.noted: set[str] = set()
+        self.module_now = -1  # the innermost module running in the run's thread (_Watch)
+        self.libraries: set[str] = set()  # "cudnn", "nccl": loaded by the ops that ran
+        self.scalar_read = t.ops.aten._local_scalar_dense.default
+        from torch.utils._python_dispatch import is_traceable_wrapper_subclass_type
+
+        self.is_wrapper = is_traceable_wrapper_subclass_type
+        self.wrappers: dict[type, bool] = {}
+        from torch._subclasses.fake_tensor import DataDependentOutputException
+
+        self.data_dependent = DataDependentOutputException
+        self.reads = 0  # values read to the host (.item(), bool(), `if tensor`)
+        self.read_at: dict[str, int] = {}  # where, in the user's code -> how many times
+        self.cell_names: Callable[[str], int | None] | None = None
         from torch._subclasses.fake_tensor import FakeTensor
 
         self.fake_type = FakeTensor
@@ -326,7 +423,10 @@ class _State:
     def alloc(self, nbytes: int, device: int, op: str, kind: AllocKind) -> int:
         self.next_key += 1
         key = self.next_key
-        self.events.append(Alloc(key, nbytes, device, self.stream(device), self.thread(), op, kind))
+        thread = self.thread()
+        module = self.module_now if thread == 0 else -1
+        stream = self.stream(device)
+        self.events.append(Alloc(key, nbytes, device, stream, thread, op, kind, module))
         return key
 
     # -- inputs ------------------------------------------------------------------------
@@ -419,14 +519,17 @@ class _State:
             )
             return
         if kind == "collective":
+            self.libraries.add("nccl")
             self.note(
                 "collective",
                 f"collectives ran ({func}): NCCL's own buffers are outside PyTorch's "
-                "allocator and not seen",
+                "allocator, counted beside it",
             )
             return
         if kind == "scratch":
             name = func._opname
+            if name in _CUDNN_OPS:
+                self.libraries.add("cudnn")
             self.note(f"scratch:{name}", f"not seen: {_SCRATCH_OPS[name]} ({func})")
             return
         if self.workspaces is None:
@@ -456,6 +559,60 @@ class _State:
                 f"{'cuBLASLt' if lib == 'cublaslt' else 'cuBLAS'} workspace of {nbytes:,} B "
                 f"added {when}, first at {op} ({ws.source})",
             )
+
+    def wrapped(self, types: Any) -> bool:
+        """Whether an op's tensor types include a wrapper subclass other than FakeTensor."""
+        for ty in types:
+            if ty is not self.fake_type:
+                found = self.wrappers.get(ty)
+                if found is None:
+                    found = self.wrappers[ty] = bool(self.is_wrapper(ty))
+                if found:
+                    return True
+        return False
+
+    def resized(self, st: Any, nbytes: int) -> None:
+        """A storage resized in place (``untyped_storage().resize_``: FSDP2 frees and
+        re-allocates its unsharded parameters so): its block is freed, a new one made."""
+        if not self.recording:
+            return
+        sid = id(st)
+        entry = self.live.get(sid)
+        if entry is not None and entry[0] is not None:
+            self.events.append(Free(entry[0]))
+        key = None
+        try:
+            device = st.device
+        except Exception:
+            return
+        if nbytes > 0 and device.type == self.device_type:
+            key = self.alloc(nbytes, device.index or 0, "UntypedStorage.resize_", "tensor")
+        self._watch(st, key, nbytes)
+
+    def host_read(self, x: Any) -> Any:
+        """A value read to the host (``.item()``, ``bool()``, ``if tensor``): a dry run has
+        none, so it goes on with zero (``False``), and says where. A loop that reads values
+        for ever is stopped after :data:`MAX_HOST_READS` of them."""
+        self.reads += 1
+        if self.reads > MAX_HOST_READS:
+            raise RuntimeError(
+                f"the run read {MAX_HOST_READS:,} values to the host (each taken as 0): a loop "
+                "that waits on a value never ends in a dry run"
+            )
+        where = _here(self.t, self.cell_names) or "?"
+        if where not in self.read_at and len(self.read_at) < 8:
+            self.notes.append(
+                f"a value read to the host at {where} (.item(), bool(), `if tensor`): a dry "
+                "run has no values; it went on as if it were 0 (False), so what depends on "
+                "that value may differ from the real run"
+            )
+        self.read_at[where] = self.read_at.get(where, 0) + 1
+        dtype = x.dtype
+        if dtype == self.t.bool:
+            return False
+        if dtype.is_complex:
+            return 0j
+        return 0.0 if dtype.is_floating_point else 0
 
     def note(self, key: str, line: str) -> None:
         if key not in self.noted:
@@ -492,7 +649,16 @@ def _recorder_class() -> Any:
             ) -> Any:
                 state = self.state
                 kwargs = kwargs or {}
+                if state.wrapped(types):
+                    # a tensor subclass that wraps others (DTensor): its own ops run on its
+                    # local tensors and come back here at their real, sharded sizes
+                    return NotImplemented
                 state.ops += 1
+                if func is state.scalar_read and args and isinstance(args[0], state.fake_type):
+                    try:  # a constant the fake mode knows (AdamW's step count) it answers
+                        return func(*args, **kwargs)
+                    except state.data_dependent:
+                        return state.host_read(args[0])
                 state.see_inputs(args, kwargs)
                 try:
                     out = func(*args, **kwargs)
@@ -504,6 +670,306 @@ def _recorder_class() -> Any:
 
         _RECORDER = Recorder
     return _RECORDER
+
+
+# -- what the peak is made of ---------------------------------------------------------
+
+INPLACE_ERROR = (
+    "one of the variables needed for gradient computation has been modified by an inplace "
+    "operation: saved at version {saved}, now at version {now}. (a dry run watches saved "
+    "tensors with saved_tensors_hooks, which switch off autograd's own check; this is that "
+    "check.)"
+)
+
+
+class _Watch:
+    """The breakdown's hooks for one run (``start`` ... ``stop``, then ``finish`` before the
+    user's objects are put back): claims, phase marks and module names into a :class:`Seen`.
+
+    Modules and optimizers are held by weak references only: holding one would keep its
+    storages alive past the point where the cell drops it, and change the events.
+    ``names``: the namespace's (name, object) pairs, where roots get their names."""
+
+    def __init__(
+        self, state: _State, t: Any, names: Callable[[], Iterable[tuple[str, Any]]] | None
+    ) -> None:
+        self.state = state
+        self.t = t
+        self.names = names
+        self.seen = Seen()
+        self.thread = threading.get_ident()
+        self.active = False
+        self.in_backward = False
+        self.stack: list[int] = []  # the running modules' indices, innermost last
+        self.index: dict[int, tuple[int, Any]] = {}  # id(module) -> (index, weak ref)
+        self.looked: set[int] = set()  # ids of the namespace's modules already named
+        # roots named by their class: (weak ref, [(index, path below the root)])
+        self.unnamed: list[tuple[Any, list[tuple[int, str]]]] = []
+        self.roots: dict[int, Any] = {}  # id -> weak ref: modules run at the top
+        self.optimizers: dict[int, Any] = {}  # id -> weak ref
+        self.disabled: list[str] = []  # messages of disable_saved_tensors_hooks in the run
+        self._handles: list[Any] = []
+        self._hooks: Any = None
+        self._disable: Any = None  # torch's _saved_tensors_hooks_disable, while wrapped
+        self._sequence_nr: Callable[[], int] = getattr(
+            t._C._autograd, "_get_sequence_nr", lambda: 1 << 62
+        )  # the next autograd node's number in this thread (without it: detach always)
+
+    # -- claims ---------------------------------------------------------------------
+    def claim(self, x: Any, category: str) -> None:
+        if x is None:
+            return
+        try:
+            st = x.untyped_storage()
+        except Exception:  # no storage (sparse, nested, subclasses)
+            return
+        entry = self.state.live.get(id(st))
+        if entry is None or entry[0] is None:
+            return  # a storage from before the run (the user's real tensors)
+        key = entry[0]
+        old = self.seen.claims.get(key)
+        if old is None or _RANK[category] < _RANK[old]:
+            self.seen.claims[key] = category
+
+    def claim_module(self, m: Any) -> None:
+        try:
+            for p in m.parameters():
+                self.claim(p, "parameters")
+                self.claim(p.grad, "gradients")
+            for b in m.buffers():
+                self.claim(b, "buffers")
+        except Exception:
+            pass
+
+    def claim_optimizer(self, opt: Any, state: bool = True) -> None:
+        try:
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    self.claim(p, "parameters")
+                    self.claim(p.grad, "gradients")
+            if state:
+                Tensor = self.t.Tensor
+                for per_param in opt.state.values():
+                    if isinstance(per_param, dict):
+                        for v in per_param.values():
+                            if isinstance(v, Tensor):
+                                self.claim(v, "optimizer state")
+        except Exception:
+            pass
+
+    def mark(self, phase: PhaseName) -> None:
+        self.seen.marks.append(PhaseMark(len(self.state.events), phase))
+
+    # -- module names -----------------------------------------------------------------
+    def _register(self, module: Any, name: str) -> list[tuple[int, str]]:
+        """Index ``module`` and its submodules not yet indexed, under ``name``."""
+        added: list[tuple[int, str]] = []
+        try:
+            members = list(module.named_modules())
+        except Exception:
+            members = [("", module)]
+        modules, index = self.seen.modules, self.index
+        for sub, child in members:
+            entry = index.get(id(child))
+            if entry is not None and entry[1]() is child:
+                continue
+            i = len(modules)
+            modules.append(f"{name}.{sub}" if sub else name)
+            index[id(child)] = (i, weakref.ref(child))
+            added.append((i, sub))
+        return added
+
+    def _from_namespace(self) -> None:
+        """Name the namespace's modules not named yet (their submodules with them)."""
+        if self.names is None:
+            return
+        Module = self.t.nn.Module
+        try:
+            pairs = list(self.names())
+        except Exception:
+            return
+        for name, obj in pairs:
+            if id(obj) not in self.looked and isinstance(obj, Module):
+                self.looked.add(id(obj))
+                self._register(obj, name)
+
+    def _new(self, module: Any) -> int:
+        self._from_namespace()
+        entry = self.index.get(id(module))
+        if entry is not None and entry[1]() is module:
+            return entry[0]
+        added = self._register(module, type(module).__name__)
+        if not self.stack and added:
+            self.unnamed.append((weakref.ref(module), added))
+        return self.index[id(module)][0]
+
+    # -- hooks ------------------------------------------------------------------------
+    def pre(self, module: Any, args: Any) -> None:
+        if threading.get_ident() != self.thread:
+            return  # DataParallel replicas, recomputation in backward threads
+        entry = self.index.get(id(module))
+        if entry is not None and entry[1]() is module:
+            i = entry[0]
+        else:
+            try:
+                i = self._new(module)
+            except Exception:  # a module that can't be named (no weak references): none
+                i = -1
+        if not self.stack:
+            if not self.in_backward:
+                self.mark("forward")
+            ref = self.roots.get(id(module))
+            if ref is None or ref() is not module:
+                with contextlib.suppress(TypeError):
+                    self.roots[id(module)] = weakref.ref(module)
+            self.claim_module(module)  # its parameters now (also after .to(), .half())
+        self.stack.append(i)
+        self.state.module_now = i
+
+    def post(self, module: Any, args: Any, output: Any) -> None:
+        if threading.get_ident() != self.thread or not self.stack:
+            return
+        stack = self.stack
+        stack.pop()
+        self.state.module_now = stack[-1] if stack else -1
+        if not stack and not self.in_backward:
+            self.mark("other")
+
+    def opt_pre(self, opt: Any, args: Any, kwargs: Any) -> None:
+        self.mark("optimizer step")
+        ref = self.optimizers.get(id(opt))
+        if ref is None or ref() is not opt:
+            with contextlib.suppress(TypeError):
+                self.optimizers[id(opt)] = weakref.ref(opt)
+        self.claim_optimizer(opt, state=False)  # the gradients the backward pass made
+
+    def opt_post(self, opt: Any, args: Any, kwargs: Any) -> None:
+        self.claim_optimizer(opt)  # and the state the step made
+        self.mark("other")
+
+    def pack(self, x: Any) -> Any:
+        if self.active:
+            try:
+                entry = self.state.live.get(id(x.untyped_storage()))
+                if entry is not None and entry[0] is not None:
+                    here = threading.get_ident() == self.thread
+                    module = self.state.module_now if here else -1
+                    self.seen.saved.append(Saved(entry[0], len(self.state.events), module))
+            except Exception:
+                pass
+        # A saved output (its grad_fn is the node saving it, the newest one of this thread)
+        # would make a reference cycle: keep a detached alias of it. A saved input can be
+        # kept as it is (a detach costs ~70 us under the fake mode; most saved are inputs).
+        fn = x.grad_fn
+        if fn is not None and fn._sequence_nr() >= self._sequence_nr() - 1:
+            return (x.detach(), x._version)
+        return (x, x._version)
+
+    def unpack(self, packed: Any) -> Any:
+        alias, version = packed
+        if alias._version != version:
+            raise RuntimeError(INPLACE_ERROR.format(saved=version, now=alias._version))
+        if self.active and not self.in_backward:
+            try:
+                self.t.autograd.Variable._execution_engine.queue_callback(self._backward_done)
+            except Exception:  # not inside a backward pass after all
+                return alias
+            self.in_backward = True
+            self.mark("backward")
+        return alias
+
+    def _backward_done(self) -> None:
+        self.in_backward = False
+        if self.active:
+            self.mark("backward done")
+
+    def _disable_wrapper(self, message: Any, *args: Any, **kwargs: Any) -> Any:
+        self.disabled.append(str(message))
+        return self._disable(message, *args, **kwargs)
+
+    def refused(self, e: BaseException) -> bool:
+        """Whether ``e`` is the run switching saved-tensor hooks off while these were on."""
+        text = str(e)
+        return bool(self.disabled) and any(m and m in text for m in self.disabled)
+
+    # -- start / stop -------------------------------------------------------------------
+    def start(self) -> None:
+        t = self.t
+        modules = importlib.import_module("torch.nn.modules.module")
+        optim = importlib.import_module("torch.optim.optimizer")
+        self.active = True
+        try:
+            self._handles = [
+                modules.register_module_forward_pre_hook(self.pre),
+                modules.register_module_forward_hook(self.post, always_call=True),
+                optim.register_optimizer_step_pre_hook(self.opt_pre),
+                optim.register_optimizer_step_post_hook(self.opt_post),
+            ]
+            autograd_c = t._C._autograd
+            self._disable = getattr(autograd_c, "_saved_tensors_hooks_disable", None)
+            if self._disable is not None:
+                autograd_c._saved_tensors_hooks_disable = self._disable_wrapper
+            hooks = t.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+            hooks.__enter__()
+            self._hooks = hooks
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Remove every hook (safe to call twice)."""
+        self.active = False
+        self.in_backward = False
+        self.state.module_now = -1
+        self.stack.clear()
+        try:
+            if self._hooks is not None:
+                self._hooks.__exit__(None, None, None)
+                self._hooks = None
+        finally:
+            for h in self._handles:
+                h.remove()
+            self._handles = []
+            if self._disable is not None:
+                self.t._C._autograd._saved_tensors_hooks_disable = self._disable
+                self._disable = None
+
+    def finish(self) -> Seen:
+        """The claims at the end (what the run leaves: gradients, parameters and state of
+        the modules and optimizers it ran or bound), the names roots were bound to."""
+        for ref in list(self.roots.values()):
+            m = ref()
+            if m is not None:
+                self.claim_module(m)
+        for ref in list(self.optimizers.values()):
+            opt = ref()
+            if opt is not None:
+                self.claim_optimizer(opt)
+        bound: dict[int, str] = {}
+        if self.names is not None:
+            Module, Optimizer = self.t.nn.Module, self.t.optim.Optimizer
+            try:
+                pairs = list(self.names())
+            except Exception:
+                pairs = []
+            for name, obj in pairs:
+                if isinstance(obj, Module):
+                    bound.setdefault(id(obj), name)
+                    self.claim_module(obj)
+                elif isinstance(obj, Optimizer):
+                    self.claim_optimizer(obj)
+        modules = self.seen.modules
+        for ref, added in self.unnamed:
+            m = ref()
+            root = bound.get(id(m)) if m is not None else None
+            if root:
+                for i, sub in added:
+                    modules[i] = f"{root}.{sub}" if sub else root
+        self.roots.clear()
+        self.optimizers.clear()
+        self.index.clear()
+        self.unnamed.clear()
+        return self.seen
 
 
 # -- the user's objects ---------------------------------------------------------------
@@ -651,6 +1117,31 @@ def _locate(
     return (cell or where or inside), inside
 
 
+MAX_HOST_READS = 100_000  # a dry run's reads of values before it stops (see host_read)
+
+
+def _here(t: Any, cell_names: Callable[[str], int | None] | None) -> str | None:
+    """The user's line that is running now (as :func:`_locate` names it)."""
+    skip = (_torch_dir(t), _own_dir())
+    libraries = _library_dirs()
+    frame = sys._getframe(1)
+    inside = None
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        absolute = os.path.abspath(filename)
+        if not (absolute.startswith(skip) or filename.startswith("<frozen")):
+            count = cell_names(filename) if cell_names is not None else None
+            if count is not None:
+                return f"In[{count}] line {frame.f_lineno}"
+            label = f"{os.path.basename(filename)}:{frame.f_lineno}"
+            if inside is None:
+                inside = label
+            if not absolute.startswith(libraries) or filename.startswith("<"):
+                return label
+        frame = frame.f_back  # type: ignore[assignment]
+    return inside
+
+
 def _caused(e: BaseException | None, by: BaseException) -> bool:
     """Whether ``e`` is ``by`` or was raised while handling it."""
     for _ in range(8):
@@ -767,6 +1258,28 @@ def _skip_warmup(device: Any) -> None:
     return None
 
 
+@contextlib.contextmanager
+def _storage_resizes(t: Any, state: _State) -> Iterator[None]:
+    """``UntypedStorage.resize_`` seen while the run records (it is no dispatched op)."""
+    cls = t.UntypedStorage
+    original = cls.resize_
+
+    def resize_(self: Any, size: int) -> Any:
+        out = original(self, size)
+        if isinstance(size, int):
+            try:
+                state.resized(self, size)
+            except Exception:
+                pass
+        return out
+
+    cls.resize_ = resize_
+    try:
+        yield
+    finally:
+        cls.resize_ = original
+
+
 def _contexts(t: Any) -> set[int]:
     """The devices that have a CUDA context (asked of the driver: creates none)."""
     has = getattr(t._C, "_cuda_hasPrimaryContext", None)
@@ -788,6 +1301,8 @@ def record(
     workspaces: Workspaces | None = None,
     keep: Iterable[object] = (),
     cell_names: Callable[[str], int | None] | None = None,
+    names: Callable[[], Iterable[tuple[str, Any]]] | None = None,
+    breakdown: bool = True,
 ) -> FakeRun:
     """Run ``run()`` under ``FakeTensorMode`` and record every storage it allocates on
     ``device_type`` and when each dies.
@@ -796,6 +1311,9 @@ def record(
     compute capability; none on other devices). ``keep``: the user's objects whose insides
     the run must leave as they were (what it binds in them is put back). ``cell_names``:
     a code file name to the number of the cell it is (IPython's), for ``In[7] line 3``.
+    ``names``: the namespace's (name, object) pairs, asked when a module runs that has no
+    name yet and at the end (root modules are named after the variable bound to them).
+    ``breakdown``: watch the run with the breakdown's hooks (``seen``; the events carry it).
     The run's exceptions become ``error``; KeyboardInterrupt and SystemExit propagate after
     the objects are put back.
     """
@@ -831,16 +1349,36 @@ def record(
     switches = _Switches(t)
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     state = _State(t, fake_mode, device_type, spaces)
+    state.cell_names = cell_names
     recorder = _recorder_class()(state)
+    watch = _Watch(state, t, names) if breakdown else None
+    refused = False
     start = time.perf_counter()
     try:
         try:
-            with _no_warmup_tensor(), fake_mode, recorder:
-                value = run()
-                del value  # what the run returns dies with it, as a cell's unused value
+            from .fake_patches import data_on_cpu_mode, patched
+
+            on_cpu = data_on_cpu_mode(t, device_type)
+            with (
+                _no_warmup_tensor(),
+                patched(t, device_type, lambda i: _capability(t, i)),
+                _storage_resizes(t, state),
+                fake_mode,
+                recorder,
+                on_cpu if on_cpu is not None else contextlib.nullcontext(),
+            ):
+                if watch is not None:
+                    watch.start()
+                try:
+                    value = run()
+                    del value  # what the run returns dies with it, as a cell's unused value
+                finally:
+                    if watch is not None:
+                        watch.stop()
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as e:
+            refused = watch is not None and watch.refused(e)
             failed = state.failed
             op = failed[0] if failed is not None and _caused(e, failed[1]) else None
             kind, op_name, message = _describe(e, op, t)
@@ -851,13 +1389,16 @@ def record(
     finally:
         result.seconds = time.perf_counter() - start
         state.recording = False
+        if watch is not None:  # before the user's objects are put back
+            result.seen = watch.finish()
         state.restore_grads()
         state.failed = None
         changed = keeper.restore()
         switches.restore()
-        result.events = state.events
+        result.events = Events(state.events, result.seen)
         result.ops = state.ops
         result.input_bytes = state.input_bytes
+        result.libraries = frozenset(state.libraries)
         result.notes[:0] = state.notes
         if changed:
             result.notes.append(
@@ -881,6 +1422,22 @@ def record(
             f"device memory allocated changed by {t.cuda.memory_allocated() - used_before:,} B "
             "during the run: something in it made real tensors"
         )
+    if refused:  # the run switched saved-tensor hooks off: again, without the hooks
+        again = record(
+            run,
+            device_type=device_type,
+            workspaces=workspaces,
+            keep=keep,
+            cell_names=cell_names,
+            names=names,
+            breakdown=False,
+        )
+        again.notes.insert(
+            0,
+            "the cell switches saved-tensor hooks off (disable_saved_tensors_hooks): it ran "
+            "again without the breakdown's hooks, so its activations count as temporaries",
+        )
+        return again
     return result
 
 
@@ -891,13 +1448,16 @@ def run_cell_source(
     first_line: int = 1,
     device_type: str = "cuda",
     workspaces: Workspaces | None = None,
+    breakdown: bool = True,
 ) -> FakeRun:
     """Dry-run a cell's source: compiled as IPython compiles cells (its transforms, the
     cell's own file name, so that lines read ``In[N] line L``; ``first_line`` is the line of
     the cell the source starts on) and executed in a shallow copy of the user's namespace.
     Afterwards ``shell.user_ns`` holds exactly what it held: names the cell bound are gone,
     names it rebound (through functions' ``global``) get their objects back, and what it
-    bound inside the user's objects is put back."""
+    bound inside the user's objects is put back. Modules are named after the cell's names
+    (those it had before and those it binds). ``breakdown=False``: without the breakdown's
+    hooks (a scan's dry runs need only the peaks)."""
     ns: dict[str, Any] = shell.user_ns
     before = dict(ns)
     try:
@@ -915,6 +1475,11 @@ def run_cell_source(
     hidden = getattr(shell, "user_ns_hidden", {}) or {}
     keep = [v for k, v in before.items() if k not in hidden and not k.startswith("_")]
     scratch = dict(before)
+
+    def bound() -> list[tuple[str, Any]]:
+        """The names the cell sees (those before it and those it bound so far)."""
+        return [(k, v) for k, v in list(scratch.items()) if k not in hidden and k[:1] != "_"]
+
     try:
         return record(
             lambda: exec(code, scratch),
@@ -922,6 +1487,8 @@ def run_cell_source(
             workspaces=workspaces,
             keep=keep,
             cell_names=names.get,
+            names=bound,
+            breakdown=breakdown,
         )
     finally:
         scratch.clear()

@@ -40,7 +40,49 @@ DEFAULT_OUTSIDE = (
         "another driver, CUDA or card moves it by a few hundred MiB"
     ),
 )
-# compute capability of the cards --fit-in knows: it picks cuBLAS's workspace size
+# Libraries a run's ops load, whose memory sits beside PyTorch's allocator on top of the
+# figures above (which a process has after cuBLAS), measured with
+# benchmarks/measure_outside.py (NVML's figure for the process minus reserved, before and
+# after; benchmarks/results/h200x2-measure-outside.jsonl).
+LIBRARIES: dict[str, tuple[int, str]] = {
+    "cudnn": (
+        14 * MiB,
+        (
+            "cuDNN's handle and kernels after a convolution: 14 MiB, measured on an H200, "
+            "torch 2.11 (CUDA 13)"
+        ),
+    ),
+    "nccl": (
+        838 * MiB,
+        (
+            "NCCL's buffers in each rank of a job of 2 (an all-reduce, all-gather and "
+            "reduce-scatter): 838 MiB, measured on two H200s over NVLink, torch 2.11 with its "
+            "NCCL; more ranks on one host, or other links, take another amount"
+        ),
+    ),
+}
+
+
+def with_libraries(
+    outside: tuple[int, str], libraries: frozenset[str], world_size: int, measured: bool
+) -> tuple[int, str]:
+    """``outside`` plus what the libraries the run loaded hold beside PyTorch: NCCL's
+    buffers for a job of several processes that ran collectives, and cuDNN's handle when
+    the figure is the table's (a measured figure has what this process already loaded)."""
+    size, source = outside
+    added = []
+    if "cudnn" in libraries and not measured:
+        added.append(LIBRARIES["cudnn"])
+    if "nccl" in libraries and world_size > 1:
+        added.append(LIBRARIES["nccl"])
+    for extra, why in added:
+        size += extra
+        source += f"; plus {why}"
+    return size, source
+
+
+# compute capability of the cards --fit-in knows (NVIDIA's list of CUDA GPUs): it picks
+# cuBLAS's workspace size on that card
 CAPABILITY: dict[str, tuple[int, int]] = {
     "rtx3090": (8, 6),
     "rtx4090": (8, 9),
@@ -52,6 +94,38 @@ CAPABILITY: dict[str, tuple[int, int]] = {
     "h100-80gb": (9, 0),
     "h200": (9, 0),
 }
+
+
+def card_table() -> list[str]:
+    """docs/planning.md's table of the cards ``--fit-in`` knows, one Markdown row each:
+    which figure was measured and which comes from elsewhere."""
+    from ..collectors.fake_run import cuda_workspaces
+
+    rows = []
+    for key, (mib, label, _) in GPUS.items():
+        major, minor = CAPABILITY[key]
+        ws = cuda_workspaces((major, minor), env={})
+        measured = key in OUTSIDE
+        memory = "measured here" if measured else "nvidia-smi's total as reported for this card"
+        space = "measured" if major == 9 else "PyTorch's source"
+        beside = OUTSIDE.get(key, DEFAULT_OUTSIDE)[0] // MiB
+        rows.append(
+            f"| {label} | {mib:,} MiB ({memory}) | {major}.{minor} | "
+            f"{(ws.cublas + ws.cublaslt) / MiB:.2f} MiB ({space}) | "
+            f"{beside} MiB ({'measured' if measured else 'as on the H100 and H200'}) |"
+        )
+    return rows
+
+
+def workspaces_for(target: Target | None) -> Any:
+    """cuBLAS's workspaces on the target card (by its compute capability), or None (a
+    size, or no target: the card this runs on decides, as ``fake_run`` finds it)."""
+    key = card_key(target)
+    if key is None or key not in CAPABILITY:
+        return None
+    from ..collectors.fake_run import cuda_workspaces
+
+    return cuda_workspaces(CAPABILITY[key])
 
 
 def card_key(target: Target | None) -> str | None:
@@ -90,12 +164,16 @@ def predict(
     target: Target | None,
     outside: tuple[int, str],
     conf: str | None = None,
+    breakdown: bool = True,
 ) -> tuple[tuple[DryRunDevice, ...], bool | None, int | None]:
     """Each device's prediction from the dry run's events; whether the busiest fits the
-    target, and by how much (target minus need, negative when short)."""
+    target, and by how much (target minus need, negative when short). ``breakdown``: also
+    what each peak is made of, when the events carry what the run's hooks saw
+    (``fake_run.Events.seen``; one more replay per device, ~1 % of a dry run)."""
     from ..collectors.fake_run import Alloc as FakeAlloc
 
     conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") if conf is None else conf
+    seen = getattr(events, "seen", None) if breakdown else None
     per_device: dict[int, list[Alloc | Free]] = defaultdict(list)
     where: dict[int, int] = {}
     workspaces: dict[int, int] = defaultdict(int)
@@ -130,6 +208,11 @@ def predict(
             else:
                 room = cap - capped.peak_reserved
                 headroom = room if headroom is None else min(headroom, room)
+        parts = None
+        if seen is not None:
+            from ..analysis.dry_breakdown import analyze
+
+            parts = analyze(device, events, seen, config=AllocatorConfig.from_conf(conf))
         devices.append(
             DryRunDevice(
                 device=device,
@@ -139,6 +222,7 @@ def predict(
                 requests=sum(1 for r in requests if type(r) is Alloc),
                 segments=free.device_allocs,
                 out_of_memory=oom_text,
+                breakdown=parts,
             )
         )
     if cap is not None and cap <= 0:
@@ -155,19 +239,29 @@ def dry_run(
     here: tuple[int, str] | None = None,
     execution_count: int | None = None,
     device_type: str = "cuda",
+    world_size: int = 1,
 ) -> DryRun:
     """Dry-run ``run()`` (or a cell's ``source`` in ``shell``) and predict its peaks.
-    ``device_type="cpu"`` models the CPU's storages as if they were one GPU's (tests)."""
+    ``device_type="cpu"`` models the CPU's storages as if they were one GPU's (tests).
+    ``world_size`` > 1: as rank 0 of a job of that many processes, in PyTorch's fake
+    process group (``collectors/fake_group``); the prediction is rank 0's."""
     from ..collectors import fake_run
+    from ..collectors.fake_group import STARTED_CUDA, fake_job
 
     t0 = time.perf_counter()
-    if source is not None:
-        seen = fake_run.run_cell_source(shell, source, first_line=2, device_type=device_type)
-    else:
-        assert run is not None
-        seen = fake_run.record(run, device_type=device_type)
+    spaces = workspaces_for(target) if device_type == "cuda" else None
+    with fake_job(world_size) as job:
+        if source is not None:
+            seen = fake_run.run_cell_source(
+                shell, source, first_line=2, device_type=device_type, workspaces=spaces
+            )
+        else:
+            assert run is not None
+            seen = fake_run.record(run, device_type=device_type, workspaces=spaces)
     outside = outside_for(target, here)
-    notes = list(seen.notes)
+    measured = outside[1].startswith("measured in this process")
+    outside = with_libraries(outside, seen.libraries, job.world_size, measured)
+    notes = job.explain(list(seen.notes))
     stopped = seen.error.line if seen.error is not None else None
     if stopped is not None and stopped in notes:
         notes.remove(stopped)
@@ -179,7 +273,11 @@ def dry_run(
     if stopped is not None:
         fits = None
     if seen.cuda_initialized:
-        notes.append("the dry run started CUDA in this process (it should not have)")
+        notes.append(
+            STARTED_CUDA
+            if job.world_size > 1
+            else "the dry run started CUDA in this process (it should not have)"
+        )
     import sys
 
     torch = sys.modules.get("torch")
@@ -189,6 +287,7 @@ def dry_run(
         outside_source=outside[1],
         target=target,
         seconds=time.perf_counter() - t0,
+        world_size=job.world_size,
         notes=tuple(notes),
         stopped=stopped,
         execution_count=execution_count,
@@ -284,30 +383,47 @@ def dry_scan(
     target: Target | None,
     here: tuple[int, str] | None = None,
     device_type: str = "cuda",
+    world_size: int = 1,
 ) -> DryScan:
     """``%%gpumem --scan NAME=... --dry-run``: the cell dry-run with ``NAME`` bound to each
-    value tried (in a copy of the namespace: the user's own value of ``NAME`` stays)."""
+    value tried (in a copy of the namespace: the user's own value of ``NAME`` stays);
+    ``world_size`` > 1: each as rank 0 of a fake job of that many processes."""
     from ..collectors import fake_run
+    from ..collectors.fake_group import check_world_size, fake_job
 
     t0 = time.perf_counter()
     if target is None:
         raise ValueError("a scan without running needs a target: --fit-in 24GiB or a card")
     outside = outside_for(target, here)
+    measured = outside[1].startswith("measured in this process")
+    used = [outside]  # the largest figure beside PyTorch of the values tried
+    spaces = workspaces_for(target) if device_type == "cuda" else None
     ns = shell.user_ns
+    world_size = check_world_size(world_size)
 
     def predict_at(v: float) -> DryScanPoint:
         value: float = int(v) if integer else v
         had, old = name in ns, ns.get(name)
         ns[name] = value
         try:
-            seen = fake_run.run_cell_source(shell, body, first_line=2, device_type=device_type)
+            with fake_job(world_size):
+                seen = fake_run.run_cell_source(
+                    shell,
+                    body,
+                    first_line=2,
+                    device_type=device_type,
+                    workspaces=spaces,
+                    breakdown=False,
+                )
         finally:
             if had:
                 ns[name] = old
             else:
                 ns.pop(name, None)
         stopped = seen.error.line if seen.error is not None else None
-        devices, fits, _ = predict(seen.events, target=target, outside=outside)
+        beside = with_libraries(outside, seen.libraries, world_size, measured)
+        used[0] = max(used[0], beside, key=lambda o: o[0])
+        devices, fits, _ = predict(seen.events, target=target, outside=beside, breakdown=False)
         busiest = max(devices, key=lambda d: d.peak_reserved, default=None)
         if busiest is None:
             return DryScanPoint(value, 0, 0, None, None if stopped else True, stopped)
@@ -315,7 +431,7 @@ def dry_scan(
             value,
             busiest.peak_allocated,
             busiest.peak_reserved,
-            busiest.peak_reserved + outside[0],
+            busiest.peak_reserved + beside[0],
             None if stopped else fits,
             stopped,
         )
@@ -324,8 +440,8 @@ def dry_scan(
     return DryScan(
         name=name,
         target=target,
-        outside=outside[0],
-        outside_source=outside[1],
+        outside=used[0][0],
+        outside_source=used[0][1],
         points=tuple(points),
         largest=largest,
         smallest_failing=failing,
@@ -333,4 +449,5 @@ def dry_scan(
         seconds=time.perf_counter() - t0,
         execution_count=getattr(shell, "execution_count", None),
         notes=tuple(notes),
+        world_size=world_size,
     )

@@ -16,6 +16,7 @@ COLORS: dict[str, str] = {
     "gradients": "#8e24aa",
     "optimizer state": "#ba68c8",
     "activations": "#fb8c00",
+    "library workspaces": "#26a69a",
     "temporaries": "#fdd835",
     "kept from before": "#78909c",
     "block slack": "#b0bec5",
@@ -26,6 +27,7 @@ MEANING: dict[str, str] = {
     "gradients": "the parameters' .grad",
     "optimizer state": "tensors the optimizer keeps (momenta, ...)",
     "activations": "tensors autograd saved for backward",
+    "library workspaces": "cuBLAS's workspaces, taken from PyTorch's caching allocator",
     "temporaries": "allocated in the cell, alive at the peak, none of the above",
     "kept from before": "alive when the cell began, none of the above",
     "block slack": "the allocator's blocks beyond the tensors' rounded sizes",
@@ -65,23 +67,30 @@ def breakdown_text(items: Sequence[Breakdown]) -> str:
     lines = []
     for b in items:
         lines.append(f"  what the peak is made of: {headline(b)}")
-        width = max((len(c.category) for c in b.categories), default=10)
-        for c in b.categories:
-            lines.append(
-                f"    {c.category:<{width}}  {fb(c.bytes):>12}  {_share(c.bytes, b.peak):>7}"
-                f"  {c.blocks} block(s)"
-            )
-        lines.append(f"    {'total':<{width}}  {fb(sum(c.bytes for c in b.categories)):>12}")
-        for n in _notes(b):
-            lines.append(f"    {n}")
-        if b.modules:
-            lines.append("    modules by bytes alive at the peak (activations + temporaries):")
-            for m in b.modules:
-                lines.append(
-                    f"      {m.module}: {fb(m.bytes)} ({fb(m.activations)} activations, "
-                    f"{fb(m.temporaries)} temporaries)"
-                )
+        lines.extend(body_lines(b))
     return "\n".join(lines)
+
+
+def body_lines(b: Breakdown) -> list[str]:
+    """One breakdown's categories, notes and modules, indented under its title."""
+    lines = []
+    width = max((len(c.category) for c in b.categories), default=10)
+    for c in b.categories:
+        lines.append(
+            f"    {c.category:<{width}}  {fb(c.bytes):>12}  {_share(c.bytes, b.peak):>7}"
+            f"  {c.blocks} block(s)"
+        )
+    lines.append(f"    {'total':<{width}}  {fb(sum(c.bytes for c in b.categories)):>12}")
+    for n in _notes(b):
+        lines.append(f"    {n}")
+    if b.modules:
+        lines.append("    modules by bytes alive at the peak (activations + temporaries):")
+        for m in b.modules:
+            lines.append(
+                f"      {m.module}: {fb(m.bytes)} ({fb(m.activations)} activations, "
+                f"{fb(m.temporaries)} temporaries)"
+            )
+    return lines
 
 
 def _bar(b: Breakdown) -> str:
@@ -111,43 +120,50 @@ _NUM = "padding:1px 8px;text-align:right;font-variant-numeric:tabular-nums;white
 def breakdown_html(items: Sequence[Breakdown]) -> str:
     out = []
     for b in items:
-        rows = []
-        for c in b.categories:
-            swatch = (
-                f'<span style="display:inline-block;width:10px;height:10px;margin-right:6px;'
-                f'background:{COLORS[c.category]}"></span>'
-            )
-            rows.append(
-                f'<tr title="{escape(MEANING[c.category])}"><td style="{_CELL}">{swatch}'
-                f'{escape(c.category)}</td><td style="{_NUM}">{fb(c.bytes)}</td>'
-                f'<td style="{_NUM}">{_share(c.bytes, b.peak)}</td>'
-                f'<td style="{_NUM}">{c.blocks}</td></tr>'
-            )
-        total = sum(c.bytes for c in b.categories)
-        rows.append(
-            f'<tr><td style="{_CELL}"><b>total</b></td><td style="{_NUM}"><b>{fb(total)}</b>'
-            f'</td><td style="{_NUM}"></td><td style="{_NUM}"></td></tr>'
-        )
-        notes = "".join(f"<div>{escape(n)}</div>" for n in _notes(b))
-        modules = ""
-        if b.modules:
-            mrows = "".join(
-                f'<tr><td style="{_CELL}">{escape(m.module)}</td><td style="{_NUM}">'
-                f'{fb(m.activations)}</td><td style="{_NUM}">{fb(m.temporaries)}</td></tr>'
-                for m in b.modules
-            )
-            modules = (
-                '<table style="border-collapse:collapse;margin-top:4px"><tr>'
-                f'<th style="{_CELL}">module</th><th style="{_NUM}">activations</th>'
-                f'<th style="{_NUM}">temporaries</th></tr>{mrows}</table>'
-            )
         out.append(
             '<div class="jp-GpuMem-breakdown" style="margin:6px 0">'
             f"<div><b>{escape('what the peak is made of: ' + headline(b))}</b></div>"
-            f"{_bar(b)}"
-            '<table style="border-collapse:collapse">'
-            f'<tr><th style="{_CELL}">category</th><th style="{_NUM}">bytes</th>'
-            f'<th style="{_NUM}">share</th><th style="{_NUM}">blocks</th></tr>'
-            f"{''.join(rows)}</table>{notes}{modules}</div>"
+            f"{body_html(b)}</div>"
         )
     return "".join(out)
+
+
+def body_html(b: Breakdown) -> str:
+    """One breakdown's bar, table, notes and modules (the HTML twin of body_lines)."""
+    rows = []
+    for c in b.categories:
+        swatch = (
+            f'<span style="display:inline-block;width:10px;height:10px;margin-right:6px;'
+            f'background:{COLORS[c.category]}"></span>'
+        )
+        rows.append(
+            f'<tr title="{escape(MEANING[c.category])}"><td style="{_CELL}">{swatch}'
+            f'{escape(c.category)}</td><td style="{_NUM}">{fb(c.bytes)}</td>'
+            f'<td style="{_NUM}">{_share(c.bytes, b.peak)}</td>'
+            f'<td style="{_NUM}">{c.blocks}</td></tr>'
+        )
+    total = sum(c.bytes for c in b.categories)
+    rows.append(
+        f'<tr><td style="{_CELL}"><b>total</b></td><td style="{_NUM}"><b>{fb(total)}</b>'
+        f'</td><td style="{_NUM}"></td><td style="{_NUM}"></td></tr>'
+    )
+    notes = "".join(f"<div>{escape(n)}</div>" for n in _notes(b))
+    modules = ""
+    if b.modules:
+        mrows = "".join(
+            f'<tr><td style="{_CELL}">{escape(m.module)}</td><td style="{_NUM}">'
+            f'{fb(m.activations)}</td><td style="{_NUM}">{fb(m.temporaries)}</td></tr>'
+            for m in b.modules
+        )
+        modules = (
+            '<table style="border-collapse:collapse;margin-top:4px"><tr>'
+            f'<th style="{_CELL}">module</th><th style="{_NUM}">activations</th>'
+            f'<th style="{_NUM}">temporaries</th></tr>{mrows}</table>'
+        )
+    return (
+        f"{_bar(b)}"
+        '<table style="border-collapse:collapse">'
+        f'<tr><th style="{_CELL}">category</th><th style="{_NUM}">bytes</th>'
+        f'<th style="{_NUM}">share</th><th style="{_NUM}">blocks</th></tr>'
+        f"{''.join(rows)}</table>{notes}{modules}"
+    )

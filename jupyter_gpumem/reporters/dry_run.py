@@ -1,13 +1,17 @@
-"""``%%gpumem --dry-run``: the predicted peaks per device, what sits beside them, and the
-answer to "does it fit", as text and as an HTML table. Every figure is marked predicted;
-``--check``'s measured figures stand beside them."""
+"""``%%gpumem --dry-run``: the predicted peaks per device, what each peak would be made of
+(the ``--breakdown`` report: categories, phase, modules), what sits beside them, and, last,
+the answer to "does it fit", as text and as HTML (an HTML table, the breakdown's bar).
+Every figure is marked predicted; ``--check``'s measured figures stand beside them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from html import escape
 
-from ..model import DryRun, DryScan
+from ..analysis.dry_breakdown import is_predicted
+from ..model import Breakdown, DryRun, DryScan
 from ..units import format_bytes as fb
+from .breakdown import body_html, body_lines
 from .html import table_html
 from .text import table_text
 
@@ -68,19 +72,54 @@ def answer(r: DryRun) -> str:
     return f"fits in {r.target.label}: no, about {fb(-r.headroom)} short{need}"
 
 
+def breakdown_title(b: Breakdown) -> str:
+    """The heading of a device's predicted breakdown."""
+    when = (
+        f"during the {b.phase}"
+        if b.phase != "other"
+        else "outside forward, backward and optimizer steps"
+    )
+    return (
+        f"what the peak would be made of (predicted): cuda:{b.device} peak allocated "
+        f"{fb(b.peak)}, {when}"
+    )
+
+
+def _body(b: Breakdown) -> Breakdown:
+    """The breakdown as the dry run's report shows it: its title already says predicted."""
+    return replace(b, note="") if is_predicted(b) else b
+
+
+def breakdown_lines(r: DryRun) -> list[str]:
+    out: list[str] = []
+    for d in r.devices:
+        if d.breakdown is not None:
+            out.append(f"  {breakdown_title(d.breakdown)}")
+            out.extend(body_lines(_body(d.breakdown)))
+    return out
+
+
 def lines(r: DryRun) -> list[str]:
+    """The report's lines: headline, stopped, the table, the breakdowns, then
+    :func:`tail_lines` (what sits beside, checks, notes, and last the answer)."""
     out = [headline(r)]
     if r.stopped is not None:
         out.append(f"  stopped: {r.stopped}")
     out.append(table_text(COLUMNS, rows(r)))
+    out.extend(breakdown_lines(r))
+    out.extend(tail_lines(r))
+    return out
+
+
+def tail_lines(r: DryRun) -> list[str]:
+    """What follows the breakdowns; the answer against the card is the last line."""
+    out: list[str] = []
     if r.outside is not None:
         out.append(
             f"beside PyTorch: {fb(r.outside)} (CUDA context and libraries; {r.outside_source})"
         )
     else:
         out.append(f"beside PyTorch: unknown ({r.outside_source})")
-    if r.target is not None:
-        out.append(answer(r))
     for c in r.checks:
         d = next((x for x in r.devices if x.device == c.device), None)
         if not c.ran or d is None:
@@ -94,6 +133,8 @@ def lines(r: DryRun) -> list[str]:
             f"{_percent(d.peak_reserved, c.peak_reserved)}"
         )
     out.extend(f"note: {n}" for n in r.notes)
+    if r.target is not None:
+        out.append(answer(r))
     return out
 
 
@@ -102,14 +143,29 @@ def dry_run_text(r: DryRun) -> str:
 
 
 def dry_run_html(r: DryRun) -> str:
+    """The HTML twin of :func:`dry_run_text`, in the same order: headline, stopped, the
+    table, each device's predicted breakdown (bar, categories, modules), what sits beside,
+    checks, notes, and last the answer (in bold)."""
     parts = [
         (f'<div class="jp-GpuMem-dryRun"><div style="font-weight:bold">{escape(headline(r))}</div>')
     ]
     if r.stopped is not None:
         parts.append(f"<div>stopped: {escape(r.stopped)}</div>")
     parts.append(table_html(COLUMNS, rows(r)))
-    rest = lines(r)[2 if r.stopped is None else 3 :]
-    parts.extend(f"<div>{escape(line)}</div>" for line in rest)
+    for d in r.devices:
+        if d.breakdown is not None:
+            parts.append(
+                '<div class="jp-GpuMem-breakdown" style="margin:6px 0">'
+                f"<div><b>{escape(breakdown_title(d.breakdown))}</b></div>"
+                f"{body_html(_body(d.breakdown))}</div>"
+            )
+    tail = tail_lines(r)
+    last = answer(r) if r.target is not None else None
+    for line in tail:
+        if line == last:
+            parts.append(f'<div style="font-weight:bold">{escape(line)}</div>')
+        else:
+            parts.append(f"<div>{escape(line)}</div>")
     parts.append("</div>")
     return "".join(parts)
 
@@ -161,8 +217,9 @@ def scan_answer(s: DryScan) -> str:
 
 def dry_scan_lines(s: DryScan) -> list[str]:
     where = f"cell [{s.execution_count}]" if s.execution_count is not None else "function"
+    rank = f", as rank 0 of {s.world_size} processes" if s.world_size > 1 else ""
     return [
-        f"gpumem: scan of {where} without running: {s.name} ({s.seconds:.1f} s)",
+        f"gpumem: scan of {where} without running{rank}: {s.name} ({s.seconds:.1f} s)",
         table_text(SCAN_COLUMNS, scan_rows(s)),
         (
             f"target: {s.target.label} ({s.target.source}); beside PyTorch {fb(s.outside)} "

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -98,6 +99,80 @@ def _bert_base() -> None:
     opt.step()
 
 
+def _gpt2_amp_fp16_gradscaler() -> None:
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    with torch.device("cuda"):
+        model = GPT2LMHeadModel(GPT2Config())
+        ids = torch.randint(0, 50257, (8, 512))
+    opt = torch.optim.AdamW(model.parameters())
+    scaler = torch.amp.GradScaler("cuda")
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = model(ids, labels=ids).loss
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+
+
+def llama_config(size: str) -> Any:
+    from transformers import LlamaConfig
+
+    if size == "1b":  # TinyLlama-1.1B's shape
+        return LlamaConfig(
+            hidden_size=2048,
+            intermediate_size=5632,
+            num_hidden_layers=22,
+            num_attention_heads=32,
+            num_key_value_heads=4,
+            vocab_size=32000,
+        )
+    # Llama-3-8B's shape
+    return LlamaConfig(
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        vocab_size=128256,
+        max_position_embeddings=8192,
+        rope_theta=500000.0,
+    )
+
+
+def _llama(size: str, batch: int, seq: int, dtype: str, lora: bool = False) -> None:
+    """A Llama-architecture model from its config (no checkpoint), built in ``dtype``
+    directly, one training step with AdamW (with ``lora``: peft's LoRA on q/v, r=16;
+    with ``dtype="float32"``: bf16 autocast over fp32 weights)."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    config = llama_config(size)
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16 if dtype == "bfloat16" else torch.float32)
+    try:
+        with torch.device("cuda"):
+            model = LlamaForCausalLM(config)
+            if lora:
+                from peft import LoraConfig, get_peft_model
+
+                model = get_peft_model(
+                    model, LoraConfig(r=16, lora_alpha=32, target_modules=["q_proj", "v_proj"])
+                )
+            ids = torch.randint(0, config.vocab_size, (batch, seq))
+    finally:
+        torch.set_default_dtype(old)
+    model.train()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad])
+    if dtype == "float32":
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+    else:
+        loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    opt.step()
+
+
 CASES: dict[str, Callable[[], None]] = {
     "mlp_adamw": _mlp_adamw,
     "resnet50_adamw": _resnet50_adamw,
@@ -106,31 +181,66 @@ CASES: dict[str, Callable[[], None]] = {
     "gpt2_checkpointing": lambda: _gpt2(checkpointing=True),
     "gpt2_bf16_autocast": _gpt2_bf16_autocast,
     "bert_base_adamw": _bert_base,
+    "gpt2_amp_fp16_gradscaler": _gpt2_amp_fp16_gradscaler,
+    "llama_1b_bf16_adamw": lambda: _llama("1b", 4, 1024, "bfloat16"),
+    # too large for most single GPUs: LoRA fits an H100, full fine-tuning fits no H200
+    "llama_8b_lora": lambda: _llama("8b", 1, 1024, "bfloat16", lora=True),
+    "llama_8b_full_fp32_autocast": lambda: _llama("8b", 1, 2048, "float32"),
 }
+# cases also planned for a card they do not fit, and run for real under that card's cap
+# (the cap the dry run assumes: the card's memory minus what sits beside PyTorch), where
+# the real run must run out of memory. "here": this GPU's own memory, no cap.
+TARGETS: dict[str, str] = {
+    "llama_8b_lora": "T4",  # it runs under an RTX 4090's cap (23.35 GB allocated, H200)
+    "llama_8b_full_fp32_autocast": "here",
+}
+NOT_RUN_WHOLE = {"llama_8b_full_fp32_autocast"}  # no GPU here holds it: real run = OOM only
 
 
-def real(name: str) -> dict:
+def cap_of(card: str) -> int | None:
+    if card == "here":
+        return None
+    from jupyter_gpumem.analysis.targets import parse_target
+    from jupyter_gpumem.core.dry_run import outside_for
+
+    target = parse_target(card)
+    return target.bytes - outside_for(target, None)[0]
+
+
+def real(name: str, card: str | None = None) -> dict:
     import torch
 
     torch.cuda.init()
-    CASES[name]()
-    torch.cuda.synchronize()
-    return {
-        "peak_allocated": torch.cuda.max_memory_allocated(),
-        "peak_reserved": torch.cuda.max_memory_reserved(),
-    }
+    cap = cap_of(card) if card else None
+    if cap is not None:
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(cap / total)
+    out: dict = {"cap": cap}
+    try:
+        CASES[name]()
+        torch.cuda.synchronize()
+        out["out_of_memory"] = False
+    except torch.OutOfMemoryError as e:
+        out["out_of_memory"] = True
+        out["message"] = str(e).splitlines()[0][:300]
+    out["peak_allocated"] = torch.cuda.max_memory_allocated()
+    out["peak_reserved"] = torch.cuda.max_memory_reserved()
+    return out
 
 
-def predicted(name: str) -> dict:
+def predicted(name: str, card: str | None = None) -> dict:
     import time
 
     import torch
 
     import jupyter_gpumem
 
+    if card == "here":
+        card = torch.cuda.get_device_name(0)  # NVML's name reading: no CUDA start
+        card = "H200" if "H200" in card else "H100"
     t0 = time.perf_counter()
-    r = jupyter_gpumem.dry_run(CASES[name])
-    d = r.devices[0] if r.devices else None
+    r = jupyter_gpumem.dry_run(CASES[name], fit_in=card)
+    d = max(r.devices, key=lambda d: d.peak_reserved) if r.devices else None
     return {
         "peak_allocated": d.peak_allocated if d else None,
         "peak_reserved": d.peak_reserved if d else None,
@@ -138,14 +248,22 @@ def predicted(name: str) -> dict:
         "seconds": time.perf_counter() - t0,
         "stopped": r.stopped,
         "notes": list(r.notes),
+        "target": card,
+        "fits": r.fits,
+        "headroom": r.headroom,
+        "need": r.need,
         "cuda_initialized": torch.cuda.is_initialized(),
     }
 
 
-def one(name: str, how: str) -> dict:
+def one(name: str, how: str, card: str | None = None) -> dict:
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     p = subprocess.run(
-        [sys.executable, __file__, "--one", how, name], env=env, capture_output=True, text=True
+        [sys.executable, __file__, "--one", how, name, card or ""],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     if p.returncode != 0:
         return {"error": p.stderr[-1500:]}
@@ -153,13 +271,23 @@ def one(name: str, how: str) -> dict:
 
 
 def measure(name: str) -> dict:
-    return {"case": name, "real": one(name, "real"), "predicted": one(name, "predicted")}
+    out: dict = {"case": name}
+    if name not in NOT_RUN_WHOLE:
+        out["real"] = one(name, "real")
+        out["predicted"] = one(name, "predicted")
+    card = TARGETS.get(name)
+    if card is not None:
+        out["target"] = card
+        out["predicted_for_target"] = one(name, "predicted", card)
+        out["real_under_target"] = one(name, "real", card)
+    return out
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--one"]:
         how, name = sys.argv[2], sys.argv[3]
-        print(json.dumps(real(name) if how == "real" else predicted(name)))
+        card = (sys.argv[4] if len(sys.argv) > 4 else "") or None
+        print(json.dumps(real(name, card) if how == "real" else predicted(name, card)))
     else:
         for case in sys.argv[1:] or list(CASES):
             print(json.dumps(measure(case)), flush=True)

@@ -25,6 +25,8 @@ sys.path.insert(0, ROOT)
 CASES = {
     "gpt2_batch_rtx4090": ("RTX4090", "gpt2", (2, 4, 8)),
     "resnet50_batch_t4": ("T4", "resnet50", (16, 32, 64)),
+    # a Llama-architecture model of 130M parameters (bf16, AdamW), batch 1: sequence length
+    "llama_seq_len_t4": ("T4", "llama_seq", (1024, 2048, 4096)),
 }
 
 
@@ -39,6 +41,26 @@ def step(kind: str, batch: int) -> None:
             ids = torch.randint(0, 50257, (batch, 512))
         opt = torch.optim.AdamW(model.parameters())
         model(ids, labels=ids).loss.backward()
+        opt.step()
+    elif kind == "llama_seq":
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        config = LlamaConfig(
+            hidden_size=768,
+            intermediate_size=3072,
+            num_hidden_layers=12,
+            num_attention_heads=12,
+            num_key_value_heads=12,
+            vocab_size=32000,
+            max_position_embeddings=1 << 17,
+        )
+        torch.set_default_dtype(torch.bfloat16)
+        with torch.device("cuda"):
+            model = LlamaForCausalLM(config)
+            ids = torch.randint(0, 32000, (1, batch))
+        torch.set_default_dtype(torch.float32)
+        opt = torch.optim.AdamW(model.parameters())
+        model(input_ids=ids, labels=ids).loss.backward()
         opt.step()
     else:
         import torchvision
@@ -69,7 +91,7 @@ def real_fits(kind: str, batch: int, cap: int) -> bool:
         f"try:\n    step({kind!r}, {batch}); print('ok')\n"
         "except torch.OutOfMemoryError:\n    print('oom')\n"
     )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     out = p.stdout.strip()
     if not out.endswith(("ok", "oom")):
         raise RuntimeError(f"{kind} batch {batch}: {p.stderr[-1500:]}")

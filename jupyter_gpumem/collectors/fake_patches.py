@@ -1,0 +1,134 @@
+"""What a dry run changes in torch while it runs, and puts back afterwards: each change
+makes the fake run take the path the real run takes, or keeps it from starting CUDA.
+
+- **foreach optimizers.** ``torch.optim``'s default picks the foreach implementation only
+  for parameters whose type is ``torch.Tensor`` or ``Parameter`` (DTensor adds itself the
+  same way); a fake parameter's type is ``FakeTensor``, so a dry run took the one-tensor-
+  at-a-time loop, whose temporaries are one parameter's, where the real step's foreach
+  kernels hold a copy of every state at once (``_foreach_sqrt`` of AdamW's second
+  moments: 32 GB for an 8B model in fp32). Listing ``FakeTensor`` makes the choice the
+  real one.
+- **moving a module.** ``Module.to``, ``.cuda()``, ``.half()`` on a module of fake
+  tensors swap each parameter in place (``torch.utils.swap_tensors``), which refuses
+  tensors that have weak references; the fake mode keeps weak references to the fake
+  tensors it made. For fake tensors only, the check is skipped: what holds them weakly is
+  the fake mode's own memo, which the swap leaves consistent.
+- **a tensor from data on the GPU** (``torch.tensor(data, device="cuda")``,
+  ``as_tensor``, ``asarray``, ``new_tensor``): torch builds it with a device guard, which
+  makes the driver create a CUDA context (hundreds of MiB) even under the fake mode. It is
+  built on the CPU and moved, which the fake mode does without the device.
+- **bfloat16 autocast** asks ``torch.cuda.is_bf16_supported()``, which starts CUDA. While
+  CUDA has not started, the answer comes from the card's compute capability read through
+  NVML (8.0 and later: yes; earlier cards emulate it, as torch's own check then finds).
+
+Each is undone on exit, also when the run raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+import weakref
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any
+
+_FROM_DATA = ("tensor", "as_tensor", "asarray")
+
+
+def _foreach_lists(t: Any) -> list[list[Any]]:
+    out = []
+    for path in ("torch.optim.optimizer", "torch.utils._foreach_utils"):
+        module = _module(path)
+        found = getattr(module, "_foreach_supported_types", None) if module else None
+        if isinstance(found, list):
+            out.append(found)
+    return out
+
+
+def _module(path: str) -> Any:
+    import sys
+
+    return sys.modules.get(path)
+
+
+@contextlib.contextmanager
+def patched(t: Any, device_type: str, capability: Callable[[int], Any]) -> Iterator[None]:
+    """The changes above, for one dry run of ``device_type`` storages."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    undo: list[Callable[[], None]] = []
+    try:
+        # foreach optimizers
+        import importlib
+
+        importlib.import_module("torch.optim.optimizer")  # the optimizers' own module
+        for types_list in _foreach_lists(t):
+            if FakeTensor not in types_list:
+                types_list.append(FakeTensor)
+                undo.append(partial(types_list.remove, FakeTensor))
+
+        # moving a module of fake tensors
+        utils = t.utils
+        real_weakref = getattr(utils, "weakref", None)
+        if real_weakref is weakref:
+
+            def getweakrefs(x: Any) -> list[Any]:
+                return [] if isinstance(x, FakeTensor) else weakref.getweakrefs(x)
+
+            utils.weakref = types.SimpleNamespace(getweakrefs=getweakrefs)
+            undo.append(lambda: setattr(utils, "weakref", real_weakref))
+
+        if device_type == "cuda":
+            cuda = t.cuda
+            original_bf16 = cuda.is_bf16_supported
+
+            def is_bf16_supported(including_emulation: bool = True) -> bool:
+                if cuda.is_initialized():
+                    return bool(original_bf16(including_emulation))
+                cap = capability(0)
+                if cap is None or cap[0] >= 8:
+                    return True
+                return including_emulation
+
+            cuda.is_bf16_supported = is_bf16_supported
+            undo.append(lambda: setattr(cuda, "is_bf16_supported", original_bf16))
+        yield
+    finally:
+        for step in reversed(undo):
+            step()
+
+
+def data_on_cpu_mode(t: Any, device_type: str) -> Any:
+    """A torch function mode that builds tensors from data on the CPU and moves them to
+    ``device_type`` (see the module's docstring); None for the CPU itself."""
+    if device_type == "cpu":
+        return None
+    from torch.overrides import TorchFunctionMode
+
+    targets = {getattr(t, name) for name in _FROM_DATA if hasattr(t, name)}
+    new_tensor = t.Tensor.new_tensor
+
+    class DataOnCpu(TorchFunctionMode):
+        def __torch_function__(
+            self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+        ) -> Any:
+            kwargs = dict(kwargs or {})
+            if func in targets or func is new_tensor:
+                device = kwargs.get("device")
+                if device is None and func is new_tensor and args:
+                    device = args[0].device
+                elif device is None:
+                    device = t.get_default_device()
+                device = t.device(device)
+                if device.type == device_type:
+                    grad = bool(kwargs.pop("requires_grad", False))
+                    kwargs.pop("pin_memory", None)
+                    kwargs["device"] = "cpu"
+                    with t.device("cpu"):
+                        out = func(*args, **kwargs)
+                    out = out.to(device)
+                    return out.requires_grad_(True) if grad else out
+            return func(*args, **kwargs)
+
+    return DataOnCpu()
