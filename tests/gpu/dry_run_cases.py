@@ -235,9 +235,12 @@ def predicted(name: str, card: str | None = None) -> dict:
 
     import jupyter_gpumem
 
-    if card == "here":
-        card = torch.cuda.get_device_name(0)  # NVML's name reading: no CUDA start
-        card = "H200" if "H200" in card else "H100"
+    if card == "here":  # this GPU's card, read through NVML (torch's would start CUDA)
+        import pynvml
+
+        pynvml.nvmlInit()
+        name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
+        card = "H200" if "H200" in str(name) else "H100"
     t0 = time.perf_counter()
     r = jupyter_gpumem.dry_run(CASES[name], fit_in=card)
     d = max(r.devices, key=lambda d: d.peak_reserved) if r.devices else None
