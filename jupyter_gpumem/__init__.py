@@ -153,10 +153,11 @@ def dry_run(
     :class:`~jupyter_gpumem.model.DryRun` (it shows itself in a notebook): each device's
     predicted peak allocated and reserved in a fresh process, the memory beside PyTorch
     and, with ``fit_in`` (``"24GiB"`` or a card such as ``"RTX4090"``), whether it fits.
-    Build the model inside ``fn`` under ``with torch.device("cuda")`` to plan one this GPU
-    cannot hold. ``world_size=N``: ``fn`` runs as rank 0 of a job of N processes, with
-    PyTorch's fake process group as the job's group (its own ``fully_shard``, DDP or
-    ``ZeroRedundancyOptimizer`` shard as on rank 0), and the prediction is one rank's.
+    Build the model inside ``fn`` (under ``with torch.device("cuda")``, or with ``.cuda()``)
+    to plan one this GPU cannot hold: nothing is initialised for real. ``world_size=N``:
+    ``fn`` runs as rank 0 of a job of N processes, with PyTorch's fake process group as
+    the job's group (its own ``fully_shard``, DDP or ``ZeroRedundancyOptimizer`` shard as
+    on rank 0), and the prediction is one rank's.
     Raises :class:`NoGpuError` without torch or with a CPU-only build, and
     :class:`GpuMemError` for a world size that is not a whole number from 1 to 65536 or
     when this process already has a process group."""

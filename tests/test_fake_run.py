@@ -737,3 +737,21 @@ def test_a_run_that_switches_saved_tensor_hooks_off_runs_again_without_them():
     assert r.error is None and len(runs) == 2
     assert r.seen is None
     assert "switches saved-tensor hooks off" in r.notes[0]
+
+
+def test_torch_s_warnings_about_fake_tensors_are_not_shown_but_the_user_s_are():
+    import warnings
+
+    def run():
+        layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
+        net = torch.nn.TransformerEncoder(layer, 2)  # deep-copies the fake layer
+        warnings.warn("the user's own warning", UserWarning, stacklevel=1)
+        return net
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = cpu(run)
+    assert r.error is None
+    texts = [str(w.message) for w in caught]
+    assert "the user's own warning" in texts
+    assert not any("data pointer of FakeTensor" in t for t in texts), texts

@@ -17,6 +17,8 @@ makes the fake run take the path the real run takes, or keeps it from starting C
   ``as_tensor``, ``asarray``, ``new_tensor``): torch builds it with a device guard, which
   makes the driver create a CUDA context (hundreds of MiB) even under the fake mode. It is
   built on the CPU and moved, which the fake mode does without the device.
+- **warnings about fake tensors** (torch's, for a data pointer asked of a fake tensor when
+  a module is deep-copied) are not shown: they are about the dry run, not the user's code.
 - **bfloat16 autocast** asks ``torch.cuda.is_bf16_supported()``, which starts CUDA. While
   CUDA has not started, the answer comes from the card's compute capability read through
   NVML (8.0 and later: yes; earlier cards emulate it, as torch's own check then finds).
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import types
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -58,6 +61,12 @@ def patched(t: Any, device_type: str, capability: Callable[[int], Any]) -> Itera
     from torch._subclasses.fake_tensor import FakeTensor
 
     undo: list[Callable[[], None]] = []
+    quiet = warnings.catch_warnings()
+    quiet.__enter__()
+    undo.append(lambda: quiet.__exit__(None, None, None))
+    # copy.deepcopy of a fake module (nn.TransformerEncoder clones its layer) asks for a
+    # data pointer, which torch warns about for fake tensors: the user's code is fine
+    warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
     try:
         # foreach optimizers
         import importlib
@@ -113,8 +122,9 @@ def data_on_cpu_mode(t: Any, device_type: str) -> Any:
         def __torch_function__(
             self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
         ) -> Any:
-            kwargs = dict(kwargs or {})
+            kwargs = kwargs or {}
             if func in targets or func is new_tensor:
+                kwargs = dict(kwargs)
                 device = kwargs.get("device")
                 if device is None and func is new_tensor and args:
                     device = args[0].device
