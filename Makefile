@@ -25,7 +25,7 @@ HAS_GPU = $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 DEMO_ARGS ?=
 
 .PHONY: lab demo test install test-install labext wheel wheel-test lint pytest ts-test \
-        ui-test ui-deps gpu-test bench clean screenshots architecture bench-readme
+        ui-test ui-deps gpu-test plan-cases bench clean screenshots architecture bench-readme
 
 # -- the main job ------------------------------------------------------------------------
 $(VENV)/bin/python:
@@ -143,6 +143,14 @@ test: lint ts-test pytest ui-test wheel-test
 # On a machine with a CUDA GPU and torch: the GPU tests and the benchmarks.
 gpu-test:
 	$(PY) -m pytest -q -ra -m gpu tests/gpu
+
+# docs/planning.md's accuracy tables measured again: one JSON line per case (one GPU;
+# fsdp_world_cases needs two)
+plan-cases:
+	$(PY) tests/gpu/dry_run_cases.py
+	$(PY) tests/gpu/dry_scan_cases.py
+	$(PY) tests/gpu/record_planning.py --scan-cases
+	$(PY) tests/gpu/fsdp_world_cases.py --all
 
 bench:
 	$(PY) benchmarks/bench_cell_overhead.py
