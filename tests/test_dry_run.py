@@ -121,6 +121,27 @@ def test_check_puts_the_measured_peaks_beside_the_predicted_ones():
     assert "did not run for real: it needs 9 GiB" in dry_run_text(r)
 
 
+def test_check_puts_the_measured_categories_beside_the_predicted_ones():
+    from dataclasses import replace
+
+    from jupyter_gpumem.model import Breakdown, CategoryShare
+
+    def breakdown(phase, **parts):
+        cats = tuple(CategoryShare(k.replace("_", " "), v, 1) for k, v in parts.items())
+        return Breakdown(0, sum(parts.values()), 0, cats, phase, (), None, None, False, 9, 5)
+
+    pred = breakdown("backward", parameters=4 * MiB, activations=8 * MiB)
+    real = breakdown("backward", parameters=4 * MiB, activations=10 * MiB, temporaries=MiB)
+    r = result(checks=(DryRunCheck(0, 15 * MiB, 20 * MiB, True, "", real),))
+    r = replace(r, devices=(replace(r.devices[0], breakdown=pred),))
+    text = dry_run_text(r)
+    assert "predicted / measured: during the backward / during the backward" in text
+    rows = {line.split()[0]: line.split()[1:] for line in text.splitlines() if "MiB" in line}
+    assert rows["parameters"] == ["4.00", "MiB", "4.00", "MiB", "+0.0", "%"]
+    assert rows["activations"] == ["8.00", "MiB", "10.00", "MiB", "-20.0", "%"]
+    assert rows["temporaries"] == ["0", "B", "1.00", "MiB", "-100.0", "%"]
+
+
 # -- the front ends ------------------------------------------------------------------------------
 @pytest.fixture
 def loaded(shell):

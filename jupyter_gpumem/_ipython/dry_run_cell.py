@@ -62,23 +62,39 @@ def check(session: Session, shell: Any, result: DryRun, body: str, device: int) 
 
         note = f"it needs {fb(need)}, this GPU has {fb(room)} for it now"
         return replace(result, checks=(DryRunCheck(device, 0, 0, False, note),))
-    backend = session.collector.backend
-    backend.reset_peaks([device])
-    before = session.collector.measure(full=False).device(device)
-    outcome = shell.run_cell(body, store_history=False)
-    after = session.collector.measure(full=False).device(device)
-    if before is None or after is None or after.allocator is None:
-        return replace(result, checks=(DryRunCheck(device, 0, 0, False, "no figures"),))
-    b = before.allocator
-    base_alloc = b.allocated if b is not None else 0
-    base_res = b.reserved if b is not None else 0
+    return measured(session, shell, result, body, device)
+
+
+def measured(session: Session, shell: Any, result: DryRun, body: str, device: int) -> DryRun:
+    """Run the cell for real as ``%%gpumem --breakdown`` measures it (quietly; the run goes
+    into the history like any measured cell): its peaks above the cell's start and what
+    the peak was made of, beside the prediction."""
+    from .session import CellOptions
+
+    opts = CellOptions(device=device, quiet=True, breakdown=True)
+    session.tracker.cancel()
+    session.begin(opts)
+    session.nested = True  # the cell's own run: not measured again as a cell of its own
+    try:
+        outcome = shell.run_cell(body, store_history=False)
+    finally:
+        session.nested = False
     failed = outcome.error_in_exec or outcome.error_before_exec
+    report = session.finish(opts, shell.execution_count, body, failed)
+    d = None
+    if report is not None:
+        d = next((x for x in report.devices if x.index == device), None)
+    if report is None or d is None or d.peak_allocated is None or d.peak_reserved is None:
+        return replace(result, checks=(DryRunCheck(device, 0, 0, False, "no figures"),))
+    b = d.before.allocator
+    breakdown = next((x for x in report.breakdowns if x.device == device), None)
     c = DryRunCheck(
         device,
-        after.allocator.peak_allocated - base_alloc,
-        after.allocator.peak_reserved - base_res,
+        d.peak_allocated - (b.allocated if b is not None else 0),
+        d.peak_reserved - (b.reserved if b is not None else 0),
         failed is None,
         "" if failed is None else f"the real run raised {type(failed).__name__}",
+        breakdown,
     )
     return replace(result, checks=(c,))
 

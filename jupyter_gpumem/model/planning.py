@@ -327,6 +327,9 @@ class DryRunCheck:
     peak_reserved: int  # measured, above the cell's start
     ran: bool  # False: it did not run (why in ``note``)
     note: str = ""
+    # what the measured peak was made of (``--breakdown``'s record of the real run), to
+    # put beside the predicted categories; None when the breakdown could not be taken
+    breakdown: Breakdown | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from dataclasses import replace
 from html import escape
 
 from ..analysis.dry_breakdown import is_predicted
-from ..model import Breakdown, DryRun, DryScan
+from ..model import CATEGORIES, Breakdown, DryRun, DryScan
 from ..units import format_bytes as fb
 from .breakdown import body_html, body_lines
 from .html import table_html
@@ -132,9 +132,33 @@ def tail_lines(r: DryRun) -> list[str]:
             f"{fb(c.peak_reserved)} measured, {fb(d.peak_reserved)} predicted"
             f"{_percent(d.peak_reserved, c.peak_reserved)}"
         )
+        if c.breakdown is not None and d.breakdown is not None:
+            out.extend(compared_lines(d.breakdown, c.breakdown))
     out.extend(f"note: {n}" for n in r.notes)
     if r.target is not None:
         out.append(answer(r))
+    return out
+
+
+def compared_lines(predicted: Breakdown, measured: Breakdown) -> list[str]:
+    """The predicted peak's categories beside the measured run's (``--check``): the phase
+    of each, then one row per category either has."""
+    out = [
+        (
+            f"  what the peak was made of, predicted / measured: during the {predicted.phase} / "
+            f"during the {measured.phase} (the measured run counts cuBLAS's workspaces as "
+            "temporaries or kept from before)"
+        )
+    ]
+    rows = []
+    for category in CATEGORIES:
+        p, m = predicted.bytes_of(category), measured.bytes_of(category)
+        if p or m:
+            rows.append((category, fb(p), fb(m), _percent(p, m).strip(" ()") if m else ""))
+    out.extend(
+        "    " + line
+        for line in table_text(("category", "predicted", "measured", ""), rows).splitlines()
+    )
     return out
 
 
@@ -164,6 +188,8 @@ def dry_run_html(r: DryRun) -> str:
     for line in tail:
         if line == last:
             parts.append(f'<div style="font-weight:bold">{escape(line)}</div>')
+        elif line.startswith("  "):  # the check's categories: a table of aligned columns
+            parts.append(f'<pre style="margin:0">{escape(line)}</pre>')
         else:
             parts.append(f"<div>{escape(line)}</div>")
     parts.append("</div>")

@@ -57,6 +57,11 @@ def test_the_cell_magic_predicts_then_checks_against_the_real_run(shell):
         assert "big" in shell.user_ns  # the real run bound it; the dry run did not
         text = cap.outputs[0].data["text/plain"]
         assert "check, run for real on cuda:0: peak allocated 400.00 MiB measured" in text
+        # what the peak was made of, measured by --breakdown's machinery beside the prediction
+        assert c.breakdown is not None and d.breakdown is not None
+        assert c.breakdown.bytes_of("temporaries") == d.breakdown.bytes_of("temporaries")
+        assert d.breakdown.bytes_of("temporaries") == 400 << 20
+        assert "what the peak was made of, predicted / measured" in text
     finally:
         shell.run_line_magic("unload_ext", "jupyter_gpumem")
         for name in ("big", "warm", "plan"):
