@@ -12,7 +12,12 @@ ECHO = 60  # characters of a bad value an error message repeats
 def shown(value: object) -> str:
     """A bad value as an error message repeats it: its repr, at most ``ECHO`` characters
     (a 10 MiB argument gets a short message)."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int beyond Python's digit limit (sys.get_int_max_str_digits)
+        if not isinstance(value, int):
+            return "?"
+        return f"{'a negative' if value < 0 else 'an'} integer of {value.bit_length()} bits"
     return text if len(text) <= ECHO else text[: ECHO - 1] + "…"
 
 
@@ -38,6 +43,8 @@ _UNITS: dict[str, int] = {
     "tib": 1 << 40,
 }
 
+_ABSURD = 1 << 80  # bytes: format_bytes shows a power of two
+
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*$")
 
 
@@ -49,6 +56,8 @@ def format_bytes(n: int | None) -> str:
         return "n/a"
     sign = "-" if n < 0 else ""
     a = abs(n)
+    if a >= _ABSURD:  # no device has it, and beyond ~2**1024 no float holds it
+        return f"{sign}~2**{a.bit_length() - 1} B"
     for i, (name, size) in enumerate(_BINARY):
         if a >= size:
             text = f"{a / size:.2f}"

@@ -463,7 +463,7 @@ def test_without_a_gpu_the_breakdown_says_so_in_one_line(ip):
     "values,fit_in,message",
     [
         ([16], None, "two different values"),
-        ([16, "a"], None, "must be numbers"),
+        ([16, "a"], None, "is not a number"),
         ([16, -1], None, "positive, finite"),
         ([16, 32], "X100", "neither a size"),
     ],

@@ -8,14 +8,14 @@ import sys
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_cell_magic, magics_class
+from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import MagicArgumentParser
 
 from ..core import actions
 from ..errors import ActionRefused
 from ..reporters import bundles
 from ..units import format_bytes as fb
-from ..units import parse_size
+from ..units import parse_size, shown
 from .session import CellOptions, Session
 
 # `%gpumem segments` draws this many of the largest segments (as the panel does): a map of
@@ -27,23 +27,23 @@ def _nonneg_int(text: str) -> int:
     try:
         v = int(text)
     except ValueError:
-        raise UsageError(f"not a whole number: {text!r}") from None
+        raise UsageError(f"not a whole number: {shown(text)}") from None
     if v < 0:
-        raise UsageError(f"must not be negative: {text!r}")
+        raise UsageError(f"must not be negative: {shown(text)}")
     return v
 
 
 def _positive_int(text: str) -> int:
     v = _nonneg_int(text)
     if v == 0:
-        raise UsageError(f"must be at least 1: {text!r}")
+        raise UsageError(f"must be at least 1: {shown(text)}")
     return v
 
 
 def _ranks(text: str) -> list[int]:
     parts = [p.strip() for p in text.split(",")]
     if not all(p.isdigit() for p in parts):
-        raise UsageError(f"--ranks: expected ranks like 1,2,3, got {text!r}")
+        raise UsageError(f"--ranks: expected ranks like 1,2,3, got {shown(text)}")
     return [int(p) for p in parts]
 
 
@@ -171,47 +171,45 @@ def _cell_parser() -> MagicArgumentParser:
 
 
 BREAKDOWN_ENTRIES = 1_000_000
-MAX_SCAN_VALUES = 8
+EXPAND_CHARS = 1000  # a %gpumem line whose $name and {expr} are expanded
+LONG_WORD = 10_000  # characters of one argument (shlex splits it in quadratic time)
+_RUN_MAGIC = ("run_line_magic", "run_cell_magic")
 
 
 def _scan_spec(text: str) -> tuple[str, tuple[float, ...], bool]:
-    import math
-
-    from .scan_runs import check_name
+    from .scan_runs import check_name, scan_values
 
     name, sep, rest = text.partition("=")
     name = name.strip()
     if not sep:
-        raise UsageError(f"--scan needs NAME=V1,V2,V3 (e.g. batch=16,32,64), got {text!r}")
+        raise UsageError(f"--scan needs NAME=V1,V2,V3 (e.g. batch=16,32,64), got {shown(text)}")
     why = check_name(name)
     if why is not None:
         raise UsageError(f"--scan: {why}")
     if not rest.strip():
         raise UsageError(f"--scan {name}=: no values; give two or more, e.g. {name}=16,32,64")
-    values: list[float] = []
-    whole = True
-    for part in rest.split(","):
-        part = part.strip()
-        try:
-            v: float = int(part)
-        except ValueError:
-            try:
-                v = float(part)
-            except ValueError:
-                raise UsageError(f"--scan: {part!r} is not a number (in {text!r})") from None
-            whole = False
-        if not math.isfinite(v):
-            raise UsageError(f"--scan: {part!r} is not a finite number")
-        if v <= 0:
-            raise UsageError(f"--scan: values must be positive, got {part!r}")
-        values.append(v)
-    if len(set(values)) < 2:
-        raise UsageError(
-            f"--scan needs two different values at least (three show curvature), got {rest!r}"
-        )
-    if len(values) > MAX_SCAN_VALUES:
-        raise UsageError(f"--scan takes at most {MAX_SCAN_VALUES} values, got {len(values)}")
-    return name, tuple(values), whole
+    try:
+        values, whole = scan_values(rest.split(","))
+    except ValueError as e:
+        raise UsageError(f"--scan: {e}") from None
+    return name, values, whole
+
+
+def _check_words(line: str) -> None:
+    """Refuse a word of the line too long to split, before IPython's argument parser
+    splits it (shlex: time quadratic in a word's length, a minute for 500,000 characters).
+    A ``--scan`` list is refused as the parser would refuse it: by its count first."""
+    if len(line) <= LONG_WORD:
+        return
+    words = line.split()
+    for i, word in enumerate(words):
+        if len(word) <= LONG_WORD:
+            continue
+        if word.startswith("--scan="):
+            _scan_spec(word[len("--scan=") :].strip("'\""))
+        elif i and words[i - 1] == "--scan":
+            _scan_spec(word.strip("'\""))
+        raise UsageError(f"an argument of {len(word)} characters is too long: {shown(word)}")
 
 
 def _target(text: str) -> Any:
@@ -236,7 +234,7 @@ def _world_size(text: str) -> int:
 def _entries(text: str) -> int:
     v = _nonneg_int(text)
     if not 100 <= v <= 10_000_000:
-        raise UsageError(f"--entries must be between 100 and 10000000, got {v}")
+        raise UsageError(f"--entries must be between 100 and 10000000, got {shown(v)}")
     return v
 
 
@@ -416,6 +414,7 @@ class GpuMemMagics(Magics):
             raise UsageError(str(e)) from None
 
     def parse_cell_line(self, line: str) -> CellOptions:
+        _check_words(line)
         args = CELL_PARSER.parse_argstring(line)
         self._check_device(args.device)
         save = None
@@ -487,9 +486,12 @@ class GpuMemMagics(Magics):
 
     # -- the magic -------------------------------------------------------------------
     @line_cell_magic
+    @no_var_expand  # expanded by _expand: IPython's expansion is quadratic in the line
     def gpumem(self, line: str = "", cell: str | None = None) -> Any:
+        line = self._expand(line)
         if cell is not None:
             return self._cell(line, cell)
+        _check_words(line)
         args = LINE_PARSER.parse_argstring(line)
         command = args.command or "now"
         try:
@@ -498,6 +500,24 @@ class GpuMemMagics(Magics):
             raise UsageError(str(e)) from None
 
     gpumem.__doc__ = _DOC
+
+    def _expand(self, line: str) -> str:
+        """``$name`` and ``{expr}`` in the line, as IPython expands a magic's line, from the
+        user's namespace and the locals of the frame that called the magic. IPython's own
+        expansion takes time quadratic in the line's length (20,000 values of --scan: a
+        minute): a line without ``$``, ``{`` or ``}`` is left as it is, and so is a line
+        longer than EXPAND_CHARS (the parser then says what is wrong with it)."""
+        if len(line) > EXPAND_CHARS or not ("$" in line or "{" in line or "}" in line):
+            return line
+        # var_expand(line, depth) reads the locals of the frame depth + 1 above it: the
+        # caller of IPython's run_line_magic / run_cell_magic, as IPython's expansion does.
+        # Called otherwise: a depth beyond the stack, and only the user's namespace is read.
+        assert self.shell is not None
+        frame: Any = sys._getframe()
+        depth = 0
+        while frame is not None and frame.f_code.co_name not in _RUN_MAGIC:
+            frame, depth = frame.f_back, depth + 1
+        return str(self.shell.var_expand(line, depth + 1 if frame is not None else 1 << 20))
 
     def _cell(self, line: str, cell: str) -> None:
         # Reached only when the input transformer did not take the cell: bad arguments
@@ -812,6 +832,10 @@ class GpuMemMagics(Magics):
             distributed.stop_watching()
             print("gpumem: no longer reading the group's store")
             return
+        if "ray" in sys.modules:  # what Ray workers sent (collectors/ray_workers.py)
+            from ..collectors import ray_workers
+
+            ray_workers.poll(workers.channel(), ray_workers.WAIT)
         live = workers.live()
         error = workers.channel().error
         if error:
@@ -820,7 +844,7 @@ class GpuMemMagics(Magics):
         if not live:
             print(
                 "gpumem: no worker process has reported. Processes forked while a measured "
-                "cell runs report by themselves; a spawned one calls "
+                "cell runs report by themselves; a spawned one, or a Ray task or actor, calls "
                 "jupyter_gpumem.report_worker(), a rank of a torch.distributed job "
                 "jupyter_gpumem.report_to_store() (then `%gpumem workers watch` here)."
             )

@@ -25,6 +25,10 @@ the workers report, and only the workers of measured cells:
   all). Sending never blocks: a full queue drops a periodic report; the last report is
   retried for up to 0.5 s
   (Linux queues only ``net.unix.max_dgram_qlen``, often 10, datagrams per socket).
+- **Read, never trusted**: any process of this user can send to the channel. The kernel
+  checks each field of a report where it arrives (:func:`parse_message`: types, ranges,
+  string lengths, nesting) and keeps a clean copy; what fails is dropped with a debug log
+  line, and no datagram can stop the channel's thread.
 
 ``distributed.py`` carries the same reports through a ``torch.distributed`` store for
 ranks on other hosts.
@@ -36,6 +40,7 @@ import atexit
 import contextlib
 import json
 import os
+import re
 import select
 import shutil
 import socket
@@ -60,6 +65,17 @@ MAX_DEVICES = 16
 MAX_OOMS = 8
 VERSION = 1
 
+# What a report may hold. Each field is checked where the report arrives, so that what the
+# kernel keeps can be shown, sent and formatted without a second look.
+MAX_BRACKETS = 48  # in a datagram: a report has 3 + MAX_DEVICES + MAX_OOMS at most
+PID_LIMIT = 1 << 22  # Linux's PID_MAX_LIMIT: pid_max is at most this, and pids below it
+BYTES_LIMIT = 1 << 64  # a byte figure (a size_t)
+COUNT_LIMIT = 1 << 63  # a count: OOMs, cudaMalloc calls
+INDEX_LIMIT = 1 << 16  # a device index
+RANK_LIMIT = 1 << 31  # a rank, a world size
+TIME_LIMIT = float(1 << 40)  # seconds since 1970: year ~36800
+TEXT_LIMIT = 256  # characters of a host or device name (HOST_NAME_MAX 64, CUDA's 256)
+
 
 # -- what a worker sends ---------------------------------------------------------------
 def worker_message(
@@ -70,7 +86,7 @@ def worker_message(
     devices = [
         {
             "index": d.index,
-            "name": d.name,
+            "name": d.name[:TEXT_LIMIT],  # the kernel drops a longer one
             "allocated": d.allocator.allocated,
             "reserved": d.allocator.reserved,
             "peak_allocated": d.allocator.peak_allocated,
@@ -313,7 +329,10 @@ class WorkerChannel:
             with self._lock:
                 if self._sock is not sock:
                     return  # closed
-                self._drain(sock)
+                try:
+                    self._drain(sock)
+                except Exception:  # whatever comes, the channel's thread goes on
+                    logger.debug("worker channel: draining failed", exc_info=True)
 
     def _drain(self, sock: socket.socket) -> None:
         """Take every queued report (called with the lock held)."""
@@ -323,9 +342,12 @@ class WorkerChannel:
                 data = sock.recv(MAX_DATAGRAM, socket.MSG_DONTWAIT)
             except OSError:  # nothing queued (BlockingIOError), or closed
                 return
-            msg = parse_message(data) if data else None  # b"": an empty datagram
-            if msg is not None:
-                self._take(msg, now)
+            try:  # one datagram's failure is its own: the others are taken
+                msg = parse_message(data) if data else None  # b"": an empty datagram
+                if msg is not None:
+                    self._take(msg, now)
+            except Exception:
+                logger.debug("worker report dropped", exc_info=True)
 
     def take(self, msg: dict[str, Any], received: float | None = None) -> None:
         """Keep a worker's report that came another way (a ``torch.distributed`` store)."""
@@ -441,51 +463,126 @@ def _alive(pid: int, host: str) -> bool:
         return True  # another host's process: only its reports can tell
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
+    except (ProcessLookupError, OverflowError, ValueError):
+        return False  # gone, or a pid no process can have
     except OSError:
         return True
     return True
 
 
 _INT_FIELDS = ("allocated", "reserved", "peak_allocated", "peak_reserved", "ooms", "device_allocs")
+# Lone surrogates (JSON's "\ud800": no reply carrying one could be encoded) and control
+# characters (they would break a report's lines).
+_UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+class _Invalid(Exception):
+    """Why a report was dropped."""
 
 
 def parse_message(data: bytes | str) -> dict[str, Any] | None:
-    """A worker's report, checked field by field; None for anything else (a process of
-    this user could send anything to the socket: it is read, never trusted)."""
+    """A worker's report, checked field by field and rebuilt from its known fields; None
+    (and a debug log line) for anything else: a process of this user could send anything
+    to the socket, so it is read, never trusted."""
+    try:
+        return _checked(data)
+    except _Invalid as e:
+        logger.debug("worker report dropped: %s", e)
+    except Exception:  # a check that raised: the report is as bad
+        logger.debug("worker report dropped", exc_info=True)
+    return None
+
+
+def _checked(data: bytes | str) -> dict[str, Any]:
+    if len(data) > MAX_DATAGRAM:
+        raise _Invalid(f"{len(data)} bytes long")
+    # json's parser recurses once per bracket: a deeply nested datagram would end in a
+    # RecursionError (or worse in a thread with a small stack). Counting brackets bounds
+    # the depth before any parsing (brackets inside strings count too: names have few).
+    if isinstance(data, str):
+        brackets = data.count("[") + data.count("{")
+    else:
+        brackets = data.count(b"[") + data.count(b"{")
+    if brackets > MAX_BRACKETS:
+        raise _Invalid(f"{brackets} brackets")
     try:
         m = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        return None
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+        raise _Invalid(f"not JSON: {e}") from None
+    if not isinstance(m, dict) or not _is_int(m.get("v")) or m["v"] != VERSION:
+        raise _Invalid("not a report of this version")
+    via = _get(m, "via")
+    if via not in ("fork", "spawn", "store", "ray"):  # "ray": collectors/ray_workers.py
+        raise _Invalid("bad via")
+    final = _get(m, "final")
+    if not isinstance(final, bool):
+        raise _Invalid("bad final")
+    devices, ooms = _get(m, "devices"), _get(m, "ooms")
+    if not isinstance(devices, list) or len(devices) > MAX_DEVICES:
+        raise _Invalid("bad devices")
+    if not isinstance(ooms, list) or len(ooms) > MAX_OOMS:
+        raise _Invalid("bad ooms")
+    return {
+        "v": VERSION,
+        "pid": _int(m, "pid", 1, PID_LIMIT),
+        "host": _text(m, "host"),
+        "rank": _int(m, "rank", 0, RANK_LIMIT, optional=True),
+        "world_size": _int(m, "world_size", 0, RANK_LIMIT, optional=True),
+        "started": _time(m, "started"),
+        "time": _time(m, "time"),
+        "final": final,
+        "via": via,
+        "devices": [_device(d) for d in devices],
+        "ooms": [_oom(e) for e in ooms],
+    }
+
+
+def _get(m: dict[str, Any], key: str) -> Any:
     try:
-        if not isinstance(m, dict) or m.get("v") != VERSION:
-            return None
-        if not (_is_int(m["pid"]) and isinstance(m["host"], str) and isinstance(m["final"], bool)):
-            return None
-        if m["via"] not in ("fork", "spawn", "store"):
-            return None
-        for key in ("rank", "world_size"):
-            if m[key] is not None and not _is_int(m[key]):
-                return None
-        if not all(isinstance(m[k], (int, float)) for k in ("started", "time")):
-            return None
-        devices = m["devices"]
-        if not isinstance(devices, list) or len(devices) > MAX_DEVICES:
-            return None
-        for d in devices:
-            if not isinstance(d, dict) or not _is_int(d["index"]) or not isinstance(d["name"], str):
-                return None
-            if not all(_is_int(d[k]) and d[k] >= 0 for k in _INT_FIELDS):
-                return None
-        ooms = m["ooms"]
-        if not isinstance(ooms, list) or len(ooms) > MAX_OOMS:
-            return None
-        if not all(isinstance(e, list) and len(e) == 4 and all(map(_is_int, e)) for e in ooms):
-            return None
-    except (KeyError, TypeError):
+        return m[key]
+    except KeyError:
+        raise _Invalid(f"no {key}") from None
+
+
+def _int(m: dict[str, Any], key: str, low: int, high: int, optional: bool = False) -> Any:
+    v = _get(m, key)
+    if v is None and optional:
         return None
-    return m
+    if not _is_int(v) or not low <= v < high:
+        raise _Invalid(f"bad {key}")
+    return v
+
+
+def _time(m: dict[str, Any], key: str) -> float:
+    v = _get(m, key)
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < TIME_LIMIT:
+        raise _Invalid(f"bad {key}")  # NaN fails the comparison too
+    return float(v)
+
+
+def _text(m: dict[str, Any], key: str) -> str:
+    v = _get(m, key)
+    if not isinstance(v, str) or len(v) > TEXT_LIMIT:
+        raise _Invalid(f"bad {key}")
+    return v if v.isascii() and v.isprintable() else _UNSHOWABLE.sub("\ufffd", v)
+
+
+def _device(d: Any) -> dict[str, Any]:
+    if not isinstance(d, dict):
+        raise _Invalid("bad device")
+    out = {"index": _int(d, "index", 0, INDEX_LIMIT), "name": _text(d, "name")}
+    for key in _INT_FIELDS:
+        out[key] = _int(d, key, 0, COUNT_LIMIT if key in ("ooms", "device_allocs") else BYTES_LIMIT)
+    return out
+
+
+def _oom(e: Any) -> list[int]:
+    """[device, requested, allowed, free]"""
+    if not isinstance(e, list) or len(e) != 4 or not all(map(_is_int, e)):
+        raise _Invalid("bad OOM event")
+    if not (0 <= e[0] < INDEX_LIMIT and all(0 <= x < BYTES_LIMIT for x in e[1:])):
+        raise _Invalid("bad OOM event")
+    return e
 
 
 def _is_int(v: object) -> bool:

@@ -15,6 +15,7 @@ from ..collectors import Collector
 from ..errors import ActionRefused
 from ..model import Measurement
 from ..units import format_bytes as fb
+from ..units import shown
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +52,8 @@ def check_device(c: Collector, device: int) -> None:
     n = c.backend.device_count()
     if not 0 <= device < n:
         raise ActionRefused(
-            f"no device {device}: this kernel sees {n} device(s)" + (f" (0..{n - 1})" if n else "")
+            f"no device {shown(device)}: this kernel sees {n} device(s)"
+            + (f" (0..{n - 1})" if n else "")
         )
 
 
