@@ -99,7 +99,7 @@ $(TVENV)/.tools: $(TVENV)/bin/python
 
 $(TVENV)/.installed: BUILD_BIN = $(abspath $(TVENV)/bin)
 $(TVENV)/.installed: $(TVENV)/.tools $(LABEXT) pyproject.toml
-	PATH="$(BUILD_BIN):$$PATH" $(TVENV)/bin/python -m pip install -q --no-build-isolation -e ".[test,dev]"
+	PATH="$(BUILD_BIN):$$PATH" $(TVENV)/bin/python -m pip install -q --no-build-isolation -e ".[test,dev,ray]"
 	PATH="$(BUILD_BIN):$$PATH" $(TVENV)/bin/jupyter labextension develop --overwrite .
 	@# an editable install skips shared-data: put the server config where a wheel puts it
 	mkdir -p $(TVENV)/etc/jupyter/jupyter_server_config.d

@@ -207,22 +207,17 @@ def scan(
     largest value within ``fit_in`` (a size like ``"24GiB"`` or a GPU like ``"T4"``;
     default: what this GPU has free now) is predicted and, unless ``verify=False``, run
     under that cap. Returns a :class:`~jupyter_gpumem.model.ScanResult`, which shows
-    itself as the report in a notebook. Raises :class:`NoGpuError` without torch, with a
-    CPU-only build or without a GPU; works without the extension loaded."""
-    import math
-
+    itself as the report in a notebook. ``values``: two to eight positive numbers, by the
+    rule of ``--scan`` (ValueError otherwise, with its text). Raises :class:`NoGpuError`
+    without torch, with a CPU-only build or without a GPU; works without the extension
+    loaded."""
+    from ._ipython.scan_runs import scan_values
     from .analysis.targets import parse_target
     from .core.scanner import Scanner, target_refusal
     from .errors import ScanStopped
     from .reporters import bundles  # noqa: F401  (the result shows itself: its views)
 
-    vals = list(values)
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
-        raise ValueError(f"values must be numbers, got {vals!r}"[:200])
-    if not all(math.isfinite(v) and v > 0 for v in vals):
-        raise ValueError("values must be positive, finite numbers")
-    if len(set(vals)) < 2:
-        raise ValueError("two different values at least are needed (three show curvature)")
+    vals, integer = scan_values(values)  # the rule of %%gpumem --scan: ValueError
     target = parse_target(fit_in) if fit_in is not None else None
     from ._ipython import current
 
@@ -236,7 +231,6 @@ def scan(
     refused = target_refusal(collector, target, device)
     if refused is not None:
         raise ValueError(refused)
-    integer = all(isinstance(x, int) for x in vals)
 
     def run(value: float) -> BaseException | None:
         try:
@@ -260,16 +254,24 @@ def scan(
     return result
 
 
-def report_worker() -> bool:
-    """Call at the top of a *spawned* worker process (``start_method="spawn"``) so that the
-    measured cell that started it shows the worker's own GPU memory, as it shows forked
-    workers by itself; torch need not be imported yet (the reports start once CUDA is).
-    True when the kernel was found (``JUPYTER_GPUMEM_WORKERS``); False, and nothing
-    happens, elsewhere, and in a worker whose torch is a CPU-only build (no GPU memory to
-    report). Raises :class:`GpuMemError` in the kernel itself."""
+def report_worker(final: bool = False) -> bool:
+    """Call at the top of a *spawned* worker process (``start_method="spawn"``), or of a
+    Ray task or actor, so that the notebook's measured cells show the worker's own GPU
+    memory, as they show forked workers by themselves; torch need not be imported yet
+    (the reports start once CUDA is). True when the kernel was found
+    (``JUPYTER_GPUMEM_WORKERS``; in a Ray worker, its job's mailbox, which the kernel makes
+    at its first measured cell after ``ray.init()``); False, and nothing happens,
+    elsewhere, and in a worker whose torch is a CPU-only build (no GPU memory to report).
+    Raises :class:`GpuMemError` in the kernel itself.
+
+    In a Ray worker each call sends the figures at once. ``final=True`` sends them as the
+    worker's last report (status *exited*): the last line of a Ray task, whose process Ray
+    ends before any exit handler could report. See docs/workers.md."""
     import os
+    import sys
 
     from .collectors import make_backend
+    from .collectors import workers as _workers
     from .collectors.workers import WORKERS_ENV, channel, report_from_worker
 
     kernel = channel()
@@ -278,10 +280,24 @@ def report_worker() -> bool:
             "report_worker() is for the kernel's worker processes: this is the kernel, "
             "whose own GPU memory measured cells show already"
         )
-    if not os.environ.get(WORKERS_ENV):
+    ray: Any = None
+    if "ray" in sys.modules:  # never imported here: a Ray worker has it already
+        from .collectors import ray_workers
+
+        ray = ray_workers if ray_workers.in_worker() else None
+    if ray is None and not os.environ.get(WORKERS_ENV):
         return False
     if make_backend().read(with_process=False, full=False).state == "cpu_only":
         return False
+    if ray is not None:
+        found = ray.report_from_ray(final)
+        if found is not None:
+            return found
+        if not os.environ.get(WORKERS_ENV):
+            return False  # a Ray job whose driver is no notebook of ours
+    if final and _workers._reporter is not None:
+        _workers._reporter.final()
+        return True
     return report_from_worker()
 
 

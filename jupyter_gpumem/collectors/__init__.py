@@ -14,6 +14,7 @@ and the driver's figures (a :class:`Backend`), ``JUPYTER_GPUMEM_NVML`` pynvml's 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -134,9 +135,19 @@ class Collector:
                 host_rss(),
                 r.caching,
                 r.devices,
-                workers.live() if full else (),
+                _live_workers() if full else (),
                 self._replay,
             )
+
+
+def _live_workers() -> tuple[Any, ...]:
+    """The workers alive now (a full reading: the panel's sample, ``%gpumem``), with what
+    Ray workers sent since the last look (never waited for) when Ray is imported."""
+    if "ray" in sys.modules:
+        from . import ray_workers
+
+        ray_workers.poll()
+    return workers.live()
 
 
 def no_torch_before(option: str, why: str) -> str:

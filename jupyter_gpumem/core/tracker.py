@@ -12,10 +12,13 @@ an upper bound (``peak_exact=False``).
 
 Workers. With a :class:`~jupyter_gpumem.collectors.workers.WorkerChannel`, processes forked
 while the cell runs report their own allocators, and the report lists them (``workers``).
+Where Ray is imported, begin and end also take what Ray workers sent
+(``collectors/ray_workers.py``); otherwise that costs one ``sys.modules`` lookup.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -54,6 +57,8 @@ class CellTracker:
             )
         self._open = _Open(before, keep_peak, self.collector.oom_count)
         if self.workers is not None:
+            if "ray" in sys.modules:  # Ray workers report through Ray (collectors/ray_workers)
+                _ray_cell(self.workers, True)
             self.workers.begin()
         return before
 
@@ -78,6 +83,8 @@ class CellTracker:
             raise RuntimeError("end() without begin()")
         opened, self._open = self._open, None
         after = self.collector.measure(with_process=with_process, full=False)
+        if self.workers is not None and "ray" in sys.modules:
+            _ray_cell(self.workers, False)
         workers = self.workers.end() if self.workers is not None else ()
         devices = []
         for a in after.devices:
@@ -102,6 +109,12 @@ class CellTracker:
             workers=workers,
         )
         return with_hints(report) if hints else report
+
+
+def _ray_cell(channel: WorkerChannel, begin: bool) -> None:
+    from ..collectors import ray_workers
+
+    ray_workers.cell(channel, begin)
 
 
 def _device_report(b: DeviceSample, a: DeviceSample, keep_peak: bool) -> DeviceCellReport:

@@ -56,11 +56,13 @@ class WorkerReport:
     age: float  # seconds between the worker's last report and the cell's end
     devices: tuple[WorkerDevice, ...]
     ooms: tuple[OomEvent, ...] = ()  # what its allocator's OOM observer saw
-    via: Literal["fork", "spawn", "store"] = "fork"
+    via: Literal["fork", "spawn", "store", "ray"] = "fork"
 
     @property
     def label(self) -> str:
         who = f"rank {self.rank}" if self.rank is not None else "worker"
+        if self.via == "ray":  # a Ray worker may run on any node of the cluster
+            return f"ray {who} (pid {self.pid} on {self.host})"
         return f"{who} (pid {self.pid})"
 
     @property
