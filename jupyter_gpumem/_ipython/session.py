@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from traitlets import Bool, Int
 from traitlets.config import Configurable
 
+from ..analysis.forecast import WINDOW, forecasts
 from ..collectors import Collector
 from ..core.history import History
 from ..core.tracker import CellTracker
@@ -235,7 +236,8 @@ class Session:
             report = self._traced(opts, step, report, failure, shown, raw)
         elif report.devices or report.failed:  # (enrich has nothing to add otherwise)
             report = self._enrich(report, failure, shown, raw)
-        self.history.add(report)
+        if self.history.add(report).devices:  # a cell that touched no device grew nothing
+            self._forecast(report)
         self.last_report = report
         if report.breakdowns:
             self.last_breakdown = report
@@ -252,6 +254,30 @@ class Session:
             explain = bool(report.postmortems) or bool(report.traceback and report.traceback.bytes)
             show_report(report, compact=opts.compact and not explain, shell=self.shell)
         return report
+
+    def _forecast(self, report: CellReport) -> None:
+        """Set the report's forecasts (``analysis/forecast.py``) from the history's last
+        rows, the report's row last: microseconds, set in place while the report is made."""
+        try:
+            rows = self.history.tail(WINDOW)
+            report.forecasts = forecasts(rows, report, _hostname(), self._device_room)
+        except Exception as e:  # a forecast must never cost the user the report
+            warn(f"could not forecast the cell's memory: {e!r}")
+
+    def _device_room(self, index: int, name: str) -> tuple[int, int] | None:
+        """(total, used) of device ``index`` from NVML, for a worker's forecast when the
+        kernel has no reading of that device (no context there); None when unknown."""
+        nvml: Any = getattr(self.collector.backend, "nvml", None)
+        if nvml is None:
+            return None
+        try:
+            i = nvml.nvml_index(index)
+            d = nvml.read(i, False) if i is not None else None
+        except Exception:
+            return None
+        if d is None or (name and d.name and name not in d.name and d.name not in name):
+            return None  # (torch and NVML may spell one device's name apart)
+        return int(d.total), int(d.used)
 
     def _enrich(
         self, report: CellReport, error: BaseException | None, shown: bool, raw: str
@@ -310,6 +336,18 @@ class Session:
 # Auto mode's options, made once (a frozen dataclass of 13 fields costs microseconds).
 _AUTO = CellOptions(compact=True)
 _AUTO_KEEP_PEAK = CellOptions(compact=True, keep_peak=True)
+
+
+_HOST: list[str] = []
+
+
+def _hostname() -> str:
+    """This machine's name, as workers report theirs (read once)."""
+    if not _HOST:
+        import socket
+
+        _HOST.append(socket.gethostname())
+    return _HOST[0]
 
 
 def _shown(opts: CellOptions) -> bool:

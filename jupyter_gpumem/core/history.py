@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 from collections import deque
 from collections.abc import Iterator
+from itertools import islice
 from typing import Any
 
 from ..model import CellReport, DeviceRow, HistoryRow
@@ -116,6 +117,13 @@ class History:
     def last(self, n: int | None = None) -> list[HistoryRow]:
         rows = list(self._rows)
         return rows if n is None else rows[-n:] if n > 0 else []
+
+    def tail(self, n: int) -> list[HistoryRow]:
+        """The last ``n`` rows, oldest first, without copying the whole history (what
+        every measured cell's forecast reads)."""
+        rows = list(islice(reversed(self._rows), n))
+        rows.reverse()
+        return rows
 
     def records(self, n: int | None = None) -> list[dict[str, Any]]:
         """One flat record per (cell, device); a cell that touched no device gets one row."""

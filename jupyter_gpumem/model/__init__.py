@@ -14,6 +14,7 @@ plus the exact in-cell peaks and what the analyses found.
 - ``trace``: one cell's allocations over time
 - ``planning``: a step's breakdown, scans
 - ``workers``: worker processes' own figures, per rank and device
+- ``forecast``: memory that grows cell after cell, and when it would run out
 - ``render``: records that show themselves (the views register)
 
 Records are values: nothing changes one once it is made. Most are frozen dataclasses. The
@@ -44,6 +45,7 @@ from .cell import (
     CellReport,
     DeviceCellReport,
 )
+from .forecast import Forecast, LimitKind
 from .history import DeviceRow, HistoryRow
 from .measurement import (
     AllocatorStats,
@@ -136,10 +138,12 @@ __all__ = [
     "FitKind",
     "Fix",
     "FixKind",
+    "Forecast",
     "Frame",
     "FreeSpace",
     "HistoryRow",
     "Limit",
+    "LimitKind",
     "LineShare",
     "Mark",
     "Measurement",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .attribution import DeviceAttribution
+from .forecast import Forecast
 from .measurement import DeviceSample, Measurement, OomEvent
 from .planning import Breakdown
 from .postmortem import PostMortem, TracebackHoldings
@@ -137,6 +138,9 @@ class CellReport(ShowsItself):
     breakdown_note: str | None = None
     # Worker processes started by (or reporting during) the cell: their own allocators.
     workers: tuple[WorkerReport, ...] = ()
+    # Allocated grew steadily over the last cells: when it would reach the limit at that
+    # rate (analysis/forecast.py), one per growing device, the kernel's and workers'.
+    forecasts: tuple[Forecast, ...] = ()
 
     @property
     def host_rss_delta(self) -> int | None:

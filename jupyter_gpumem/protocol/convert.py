@@ -19,6 +19,7 @@ from ..model import (
     CellReport,
     DeviceSample,
     Fix,
+    Forecast,
     HistoryRow,
     LineShare,
     Measurement,
@@ -144,7 +145,27 @@ def _(r: CellReport) -> dict[str, Any]:
         out["devices"].append(row)
     if r.postmortems:
         out["postmortems"] = [to_protocol(p) for p in r.postmortems]
+    if r.forecasts:
+        out["forecasts"] = [to_protocol(f) for f in r.forecasts]
     return out
+
+
+@to_protocol.register
+def _(f: Forecast) -> dict[str, Any]:
+    """A ``Forecast``."""
+    return {
+        "device": f.device,
+        "worker": f.worker,
+        "bytes_per_cell": f.bytes_per_cell,
+        "cells_left": f.cells_left,
+        "seconds_left": round(f.seconds_left, 3) if f.seconds_left is not None else None,
+        "limit": f.limit,
+        "limit_kind": f.limit_kind,
+        "allocated": f.allocated,
+        "cells": f.cells,
+        "first_cell": f.first_cell,
+        "who": f.who,
+    }
 
 
 @to_protocol.register

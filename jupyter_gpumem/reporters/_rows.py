@@ -9,6 +9,7 @@ from ..model import (
     DeviceAttribution,
     DeviceCellReport,
     DeviceSample,
+    Forecast,
     Measurement,
     PostMortem,
     TracebackHoldings,
@@ -298,7 +299,54 @@ def compact_line(r: CellReport) -> str:
     body = "; ".join(parts) if parts else no_device_line(r)
     cell = f"[{r.execution_count}] " if r.execution_count is not None else ""
     status = f" FAILED ({r.error})" if r.failed else ""
-    return f"gpumem {cell}{body} | {_seconds(r.wall_time)}{status}"
+    line = f"gpumem {cell}{body} | {_seconds(r.wall_time)}{status}"
+    if r.forecasts:
+        # the device is named unless it is the only one the line speaks of
+        named = len(r.forecasts) > 1 or len(parts) > 1 or r.forecasts[0].worker is not None
+        line += " | " + "; ".join(
+            (f"{forecast_target(f)}: " if named else "") + forecast_text(f) for f in r.forecasts
+        )
+    return line
+
+
+def duration(seconds: float) -> str:
+    """A time span as people say it: ``45 s``, ``12 min``, ``3.5 h``, ``2.5 days``."""
+    if seconds < 59.5:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 3570:  # 59.5 min rounds to "1.0 h"
+        return f"{round(seconds / 60)} min"
+    if seconds < 47.95 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def forecast_target(f: Forecast) -> str:
+    """``cuda:0``, or the worker's device: ``rank 1 (pid 4242) cuda:0``."""
+    return (f"{f.worker} " if f.worker else "") + f"cuda:{f.device}"
+
+
+def forecast_text(f: Forecast) -> str:
+    """``at this rate, out of memory in about 112 cells (about 3.5 h)``."""
+    if f.cells_left == 0:
+        return "at this rate, out of memory in the next cell"
+    cells = f"{f.cells_left} cell" + ("s" if f.cells_left != 1 else "")
+    when = f" (about {duration(f.seconds_left)})" if f.seconds_left is not None else ""
+    return f"at this rate, out of memory in about {cells}{when}"
+
+
+def forecast_line(f: Forecast) -> str:
+    """The full report's line: the forecast, the rate it comes from, against what, and
+    who grows (with tracking)."""
+    limit = (
+        f"the cap of {fb(f.limit)}"
+        if f.limit_kind == "cap"
+        else f"{fb(f.limit)}, reserved + the device's free memory"
+    )
+    who = f"; grows at {f.who}" if f.who else ""
+    return (
+        f"forecast {forecast_target(f)}: {forecast_text(f)}: {fd(f.bytes_per_cell)} a cell "
+        f"over the last {f.cells} cells ({fb(f.allocated)} allocated), against {limit}{who}"
+    )
 
 
 TABLE_COLUMNS = (

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from ..model import CellReport, Measurement, Replay
+from ..model import CellReport, Forecast, Measurement, Replay
 from ._rows import (
     TABLE_COLUMNS,
     Section,
     cell_header,
     cell_sections,
+    forecast_line,
     measurement_notes,
     no_device_line,
     table_rows,
@@ -24,6 +25,11 @@ _STYLE = (
 _CELL = "padding:1px 8px;text-align:left"
 _REPLAY = (
     "margin:2px 0;padding:1px 6px;font-weight:bold;color:var(--jp-warn-color0,#bf360c);"
+    "border-left:3px solid var(--jp-warn-color0,#bf360c)"
+)
+
+_FORECAST = (  # a warning, in the theme's warning colour (light and dark themes define it)
+    "margin:2px 0;padding:1px 6px;color:var(--jp-warn-color0,#bf360c);"
     "border-left:3px solid var(--jp-warn-color0,#bf360c)"
 )
 
@@ -59,10 +65,16 @@ def cell_report_html(r: CellReport, sections: list[Section] | None = None) -> st
     if not sections:
         out.append(f"<div>{escape(no_device_line(r))}</div>")
     out += [section_html(s) for s in sections]
+    out += [forecast_html(f) for f in r.forecasts]
     if r.hints:
         out.append("<ul>" + "".join(f"<li>{escape(h)}</li>" for h in r.hints) + "</ul>")
     out.append("</div>")
     return "".join(out)
+
+
+def forecast_html(f: Forecast) -> str:
+    """The full report's forecast line, marked as a warning (the theme's colour)."""
+    return f'<div class="jp-GpuMem-forecast" style="{_FORECAST}">{escape(forecast_line(f))}</div>'
 
 
 def replay_html(replay: Replay | str) -> str:

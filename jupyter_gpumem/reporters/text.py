@@ -10,6 +10,7 @@ from ._rows import (
     Section,
     cell_header,
     cell_sections,
+    forecast_line,
     measurement_notes,
     no_device_line,
     table_rows,
@@ -26,6 +27,7 @@ def cell_report_text(r: CellReport, sections: list[Section] | None = None) -> st
         lines.append("  " + no_device_line(r))
     for s in sections:
         lines += section_lines(s)
+    lines += [f"  {forecast_line(f)}" for f in r.forecasts]
     for h in r.hints:
         lines.append(f"  hint: {h}")
     return "\n".join(lines)

@@ -39,6 +39,8 @@ class _State:
     pid: int = field(default_factory=os.getpid)
     devices: dict[int, _Device] = field(default_factory=dict)
     observers: list[Callable[[int, int, int, int], None]] = field(default_factory=list)
+    # caps set by set_limit (set_per_process_memory_fraction): device -> fraction of TOTAL
+    fractions: dict[int, float] = field(default_factory=dict)
 
 
 _state = _State()
@@ -51,9 +53,13 @@ def _mine() -> _State:
     return _state
 
 
-def allocate(nbytes: int, device: int = 0, cap: int = TOTAL) -> None:
-    """Allocate ``nbytes`` on ``device``; past ``cap``, count an OOM and raise MemoryError."""
-    d = _mine().devices.setdefault(device, _Device())
+def allocate(nbytes: int, device: int = 0, cap: int | None = None) -> None:
+    """Allocate ``nbytes`` on ``device``; past ``cap`` (default: the cap :meth:`set_limit`
+    set, else the device's total), count an OOM and raise MemoryError."""
+    state = _mine()
+    if cap is None:
+        cap = int(state.fractions.get(device, 1.0) * TOTAL)
+    d = state.devices.setdefault(device, _Device())
     if d.allocated + nbytes > cap:
         d.ooms += 1
         for cb in _state.observers:
@@ -77,7 +83,8 @@ def free(nbytes: int, device: int = 0) -> None:
 class CountingBackend:
     def read(self, with_process: bool = True, full: bool = True) -> Reading:
         devices = []
-        for i, d in sorted(_mine().devices.items()):
+        state = _mine()
+        for i, d in sorted(state.devices.items()):
             stats = AllocatorStats(
                 allocated=d.allocated,
                 reserved=d.reserved,
@@ -102,7 +109,7 @@ class CountingBackend:
                     stats=stats,
                     nvml=None,
                     mem_get_info=(TOTAL - d.reserved, TOTAL),
-                    fraction=None,
+                    fraction=state.fractions.get(i),
                 )
             )
         if not devices:
@@ -139,7 +146,12 @@ class CountingBackend:
         return enabled
 
     def set_limit(self, device: int, fraction: float) -> None:
-        raise NotImplementedError("counting backend: no caps")
+        """A cap of ``fraction`` of the device's total, as PyTorch's: readings show it and
+        :func:`allocate` stops there (1.0 removes it)."""
+        if fraction >= 1.0:
+            _mine().fractions.pop(device, None)
+        else:
+            _mine().fractions[device] = fraction
 
     def total_for_limit(self, device: int) -> int:
         return TOTAL

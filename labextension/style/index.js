@@ -1,3 +1,4 @@
 import './base.css';
 import './replayBanner.css';
 import './statusBar.css';
+import './forecast.css';

@@ -18,6 +18,7 @@ import {
   IChildProcess,
   IDevice,
   IFix,
+  IForecast,
   IHelloResult,
   IHistoryCell,
   IHistoryCellDevice,
@@ -135,7 +136,21 @@ const cell: Required<ICellMarker> = {
   failed: false,
   first_line: '',
   devices: [],
-  postmortems: []
+  postmortems: [],
+  forecasts: []
+};
+const forecast: Required<IForecast> = {
+  device: 0,
+  worker: null,
+  bytes_per_cell: 1,
+  cells_left: 1,
+  seconds_left: null,
+  limit: 2,
+  limit_kind: 'cap',
+  allocated: 1,
+  cells: 3,
+  first_cell: null,
+  who: null
 };
 const whoRow: Required<IWhoRow> = {
   key: 'a',
@@ -312,6 +327,10 @@ describe('protocol mirror', () => {
       )
     );
     expect(sorted(Object.keys(lineShare))).toEqual(props('line_share'));
+    expect(sorted(Object.keys(forecast))).toEqual(props('forecast'));
+    expect(forecast.limit_kind).toBe(
+      schema.$defs.forecast.properties.limit_kind.enum[0]
+    );
     expect(sorted(Object.keys(child))).toEqual(
       sorted(
         Object.keys(schema.$defs.device.properties.children.items.properties)

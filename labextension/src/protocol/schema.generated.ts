@@ -7,7 +7,7 @@
 export const PROTOCOL_VERSION = 1;
 
 /** Additions an older peer can ignore raise the revision. */
-export const PROTOCOL_REVISION = 9;
+export const PROTOCOL_REVISION = 10;
 
 export const REQUEST_MSG_TYPE = 'gpumem_request';
 
@@ -146,6 +146,21 @@ export interface ICellMarker {
     kept_at?: ILineShare[];
   }[];
   postmortems?: IPostMortem[];
+  forecasts?: IForecast[];
+}
+
+export interface IForecast {
+  device: number;
+  worker: string | null;
+  bytes_per_cell: number;
+  cells_left: number;
+  seconds_left: number | null;
+  limit: number;
+  limit_kind: 'cap' | 'device';
+  allocated: number;
+  cells: number;
+  first_cell: number | null;
+  who: string | null;
 }
 
 export interface ISegmentMap {

@@ -75,7 +75,8 @@ export function reduce(state: IGpuMemState, event: GpuMemEvent): IGpuMemState {
         tracking: null,
         trackingWanted: false,
         readings: NO_READINGS,
-        postmortems: []
+        postmortems: [],
+        forecast: null
       };
     case 'reply':
       if (state.kernelId === null) {

@@ -49,7 +49,8 @@ export function forgetProcess(state: IGpuMemState): IGpuMemState {
     tracking: null,
     trackingWanted: false,
     readings: NO_READINGS,
-    postmortems: []
+    postmortems: [],
+    forecast: null
   };
 }
 
@@ -148,6 +149,13 @@ export function applyComm(
       };
     case 'cell': {
       const postmortems = data.cell.postmortems;
+      const forecasts = Array.isArray(data.cell.forecasts)
+        ? data.cell.forecasts
+        : [];
+      // A cell that touched no device changes no forecast; any other replaces it.
+      const touched =
+        forecasts.length > 0 ||
+        (Array.isArray(data.cell.devices) && data.cell.devices.length > 0);
       return {
         ...next,
         cells: pushBounded(next.cells, data.cell, {
@@ -157,6 +165,9 @@ export function applyComm(
         // The kernel keeps these until a cell runs out of memory again.
         ...(Array.isArray(postmortems) && postmortems.length > 0
           ? { postmortems }
+          : {}),
+        ...(touched
+          ? { forecast: { cell: data.cell.execution_count, forecasts } }
           : {})
       };
     }

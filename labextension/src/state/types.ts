@@ -6,6 +6,7 @@ import {
   Action,
   CommData,
   ICellMarker,
+  IForecast,
   IHistoryResult,
   ILimit,
   IPostMortem,
@@ -191,6 +192,19 @@ export interface IGpuMemState {
    * (the kernel keeps those of the last cell that ran out of memory).
    */
   postmortems: readonly IPostMortem[];
+  /**
+   * The forecasts before the OOM made after the last measured cell that
+   * touched a device (its marker); null before any.
+   */
+  forecast: IForecastState | null;
+}
+
+/** What the last measured cell's marker forecast (`CellMarker.forecasts`). */
+export interface IForecastState {
+  /** Execution count of that cell. */
+  cell: number | null;
+  /** One per device that grew steadily; empty: none does. */
+  forecasts: readonly IForecast[];
 }
 
 export type GpuMemEvent =
@@ -258,6 +272,7 @@ export function initialState(trendMinutes = 5): IGpuMemState {
     tracking: null,
     trackingWanted: false,
     readings: NO_READINGS,
-    postmortems: []
+    postmortems: [],
+    forecast: null
   };
 }

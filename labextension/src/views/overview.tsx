@@ -1,11 +1,13 @@
 /**
- * The Overview tab: the allocator actions, one section per device and the
- * notebook's worker processes, once the kernel sends figures.
+ * The Overview tab: the allocator actions, the last cell's forecast before the
+ * OOM, one section per device and the notebook's worker processes, once the
+ * kernel sends figures.
  */
 import * as React from 'react';
 
 import { Controls } from './controls';
 import { DeviceSection } from './deviceSection';
+import { ForecastLines } from './forecastLine';
 import { NoDeviceMessage } from './message';
 import { IViewProps } from './props';
 import { WorkersSection } from './workersSection';
@@ -23,6 +25,13 @@ export function Overview(props: IViewProps): JSX.Element | null {
     <>
       {sample.devices.length === 0 && <NoDeviceMessage {...props} />}
       <Controls {...props} />
+      {state.forecast && (
+        <ForecastLines
+          forecasts={state.forecast.forecasts}
+          cell={state.forecast.cell}
+          trans={props.trans}
+        />
+      )}
       {sample.devices.map(device => (
         <DeviceSection
           key={device.index}
