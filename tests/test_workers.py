@@ -231,6 +231,26 @@ def test_spawned_worker_reports_when_it_asks(tracker):
     assert got == [(0, "spawn", 0, 3 * MiB), (1, "spawn", 1, 6 * MiB)]
 
 
+def spawned_by_torch(i: int, base: int) -> None:
+    """A worker of torch.multiprocessing.spawn: its index is its first argument, and no
+    launcher set RANK."""
+    import jupyter_gpumem
+
+    os.environ.pop("RANK", None)
+    os.environ.pop("LOCAL_RANK", None)
+    assert jupyter_gpumem.report_worker()
+    counting.allocate(base * (i + 1), device=i)
+
+
+def test_a_torch_spawn_worker_shows_its_index_as_its_rank(tracker):
+    torch_mp = pytest.importorskip("torch.multiprocessing")
+    tracker.begin()
+    torch_mp.spawn(spawned_by_torch, args=(5 * MiB,), nprocs=2, join=True)
+    report = tracker.end()
+    got = sorted((w.rank, w.devices[0].index, w.devices[0].allocated) for w in report.workers)
+    assert got == [(0, 0, 5 * MiB), (1, 1, 10 * MiB)]
+
+
 def test_report_worker_without_a_kernel_says_no(monkeypatch):
     monkeypatch.delenv(workers.WORKERS_ENV, raising=False)
     assert workers.report_from_worker() is False

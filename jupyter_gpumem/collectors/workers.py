@@ -132,7 +132,33 @@ def _rank() -> tuple[int | None, int | None]:
     rank = _env_int("RANK")
     if rank is None:
         rank = _env_int("LOCAL_RANK")
+    if rank is None:
+        rank = _spawn_index()
     return rank, _env_int("WORLD_SIZE")
+
+
+_SPAWN_INDEX: list[int] = []  # found once: a process's index does not change
+_SPAWN_FILE = os.path.join("torch", "multiprocessing", "spawn.py")
+
+
+def _spawn_index() -> int | None:
+    """The index ``torch.multiprocessing.spawn`` (and ``start_processes``) gave this
+    process: the first argument it passes the worker's function, ``i`` in the frame of its
+    ``_wrap`` on the main thread's stack, which stays there while the function runs."""
+    if _SPAWN_INDEX:
+        return _SPAWN_INDEX[0]
+    main = threading.main_thread().ident
+    frame = sys._current_frames().get(main) if main is not None else None
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "_wrap" and code.co_filename.endswith(_SPAWN_FILE):
+            i = frame.f_locals.get("i")
+            if type(i) is int and 0 <= i < RANK_LIMIT:
+                _SPAWN_INDEX.append(i)
+                return i
+            return None
+        frame = frame.f_back
+    return None
 
 
 class WorkerReporter:
@@ -224,6 +250,7 @@ def report_from_worker() -> bool:
     address = os.environ.get(WORKERS_ENV, "")
     if not address or not os.path.exists(address):
         return False
+    _spawn_index()  # while the worker's function runs: its index, for its last report too
     _reporter = WorkerReporter(DatagramSender(address), "spawn")
     mp_util = sys.modules.get("multiprocessing.util")
     if mp_util is not None:  # a multiprocessing child exits through os._exit: no atexit
