@@ -251,7 +251,11 @@ class Session:
         if not opts.quiet:
             # In auto mode an out-of-memory error or a traceback that holds memory gets the
             # full report: its explanation is what the line can't say.
-            explain = bool(report.postmortems) or bool(report.traceback and report.traceback.bytes)
+            explain = (
+                bool(report.postmortems)
+                or bool(report.traceback and report.traceback.bytes)
+                or any(w.postmortem is not None for w in report.workers)
+            )
             show_report(report, compact=opts.compact and not explain, shell=self.shell)
         return report
 

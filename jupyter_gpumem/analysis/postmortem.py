@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from ..model import (
+    AllocatorStats,
     DeviceSample,
     Fix,
     FixKind,
@@ -40,6 +41,7 @@ from ..model import (
     ProcessMemory,
     Segment,
     WhoRow,
+    WorkerReport,
 )
 from ..units import format_bytes as fb
 from .fragmentation import free_space, would_fit
@@ -81,6 +83,14 @@ class Need:
     full: int | None = None  # the whole cell, when a scan of it says
     bound: frozenset[str] = frozenset()  # names the failed cell binds: its own memory
     hint: str = ""  # the largest value that fits, or the scan to run
+    # A worker process's failure (its own snapshot, taken at the failure): "the rank"
+    # in the wording; everything it holds comes back when it restarts (nothing is kept),
+    # and neither the kernel's magics nor empty_cache can reach it.
+    who: str = "the cell"
+
+    @property
+    def remote(self) -> bool:
+        return self.who != "the cell"
 
 
 def bound_names(code: str) -> frozenset[str]:
@@ -190,7 +200,7 @@ def explain_oom(
     # What PyTorch may hold on this device (free memory plus its own cache, within the
     # cap), and what stays held after the first steps: the room left for the cell.
     limit = space.reserved + free if cap is None else min(cap, space.reserved + free)
-    kept = space.allocated - first_bytes
+    kept = 0 if need.remote else space.allocated - first_bytes
     room = limit - kept
     first_addresses = [*tb, *own]
 
@@ -294,15 +304,19 @@ def explain_oom(
     if cap is not None:
         uncapped = space.reserved + free
         ok, short = judge(limit_=uncapped, cap_=None)
+        how = (
+            "a larger `torch.cuda.set_per_process_memory_fraction` in the worker, or none"
+            if need.remote
+            else "`%gpumem limit off` or a larger cap"
+        )
         fixes.append(
             Fix(
                 "cap",
                 f"the cap of {fb(cap)} stops it; without it PyTorch could use "
-                f"{fb(uncapped)} here: `%gpumem limit off` or a larger cap"
-                + _verdict(ok, short, base),
+                f"{fb(uncapped)} here: {how}" + _verdict(ok, short, base),
                 None,
                 ok,
-                "%gpumem limit off",
+                "" if need.remote else "%gpumem limit off",
                 shortfall=short,
             )
         )
@@ -325,7 +339,9 @@ def explain_oom(
                 shortfall=short,
             )
         )
-    if space.releasable:
+    if need.remote:
+        pass  # the kernel cannot empty another process's cache (PyTorch did before raising)
+    elif space.releasable:
         fixes.append(
             Fix(
                 "empty_cache",
@@ -516,7 +532,7 @@ class _Baseline:
         """The need known so far, in words: "the 9.79 GiB the cell needed so far"."""
         if self.need.full is not None:
             return f"the {fb(self.need.full)} the whole cell needs"
-        return f"the {fb(self.need.so_far)} the cell needed so far"
+        return f"the {fb(self.need.so_far)} {self.need.who} needed so far"
 
 
 def _after_first_steps(base: _Baseline) -> str:
@@ -556,11 +572,11 @@ def _verdict(ok: bool | None, short: int | None, base: _Baseline) -> str:
         if remainder:
             return (
                 f": covers the {fb(base.missing)} still missing after the first steps (of the "
-                f"{fb(need.so_far)} the cell needed so far; maybe: it may need more after the "
+                f"{fb(need.so_far)} {need.who} needed so far; maybe: it may need more after the "
                 "point where it failed)"
             )
         return (
-            f": covers the {fb(need.so_far)} the cell needed so far (maybe: it may need "
+            f": covers the {fb(need.so_far)} {need.who} needed so far (maybe: it may need "
             "more after the point where it failed)"
         )
     if short is not None:
@@ -570,5 +586,58 @@ def _verdict(ok: bool | None, short: int | None, base: _Baseline) -> str:
                 f"first steps and this would leave it {fb(short)} short"
             )
         whole = need.full if need.full is not None else need.so_far
-        return f": not enough, the cell needs {fb(whole)} and would still be {fb(short)} short"
+        return f": not enough, {need.who} needs {fb(whole)} and would still be {fb(short)} short"
     return ": not enough (the request still would not fit in one block)"
+
+
+def worker_postmortem(w: WorkerReport) -> PostMortem | None:
+    """The post-mortem of a worker process's OOM, from its own snapshot taken at the
+    failure (``collectors/worker_oom.py``): the same analysis as the kernel's cells, fed
+    what a worker has. No namespace, traceback or output history (the worker's are out of
+    reach), no empty-cache (the kernel cannot empty another process's cache, and PyTorch
+    did before raising); the fixes are judged from its allocator's state against what
+    the rank needed: everything it held when it failed plus the request."""
+    o = w.oom_snapshot
+    if o is None:
+        return None
+    segs = list(o.segments)
+    space = free_space(segs)
+    stats = AllocatorStats(
+        allocated=space.allocated,
+        reserved=space.reserved,
+        active=space.allocated,
+        requested=space.allocated,
+        inactive_split=space.pieces_bytes,
+        peak_allocated=space.allocated,
+        peak_reserved=space.reserved,
+        device_allocs=0,
+        device_frees=0,
+        alloc_retries=0,
+        ooms=0,
+        segments=space.segments,
+        blocks=0,
+    )
+    after = DeviceSample(
+        index=o.device,
+        name="",
+        backend="cuda",
+        initialized=True,
+        allocator=stats,
+        total=o.total,
+        device_used=o.device_used,
+        process_used=o.process_used,
+    )
+    who = f"rank {w.rank}" if w.rank is not None else "the worker"
+    need = Need(so_far=space.allocated + o.requested, who=who)
+    settings = (
+        {"expandable_segments": o.expandable_segments}
+        if o.expandable_segments is not None
+        else None
+    )
+    event = OomEvent(o.device, o.requested, o.allowed, o.free)
+    pm = explain_oom(event, after, segs, None, (), settings, need=need)
+    lines = tuple(
+        WhoRow(site, "allocated here (the worker's recorded stacks)", size, blocks, kind="site")
+        for site, size, blocks in o.lines
+    )
+    return replace(pm, lines=lines, time=0.0)

@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from ..log import logger
 from ..model import Measurement, OomEvent, Replay
 from . import workers
 from .allocator import Reading, TorchBackend
@@ -95,6 +96,10 @@ class Collector:
         self._observed: Backend | None = None  # the backend our OOM observer is attached to
         self._replay: Replay | None = None
         self._replay_of: Backend | None = None  # the backend _replay was asked of
+        # Called after each OOM event is kept (a worker's reporter writes its snapshot
+        # there): inside the allocator's failure path, so it must be short; its errors
+        # are swallowed.
+        self.on_oom: Callable[[OomEvent], None] | None = None
 
     @property
     def replay(self) -> Replay | None:
@@ -112,8 +117,15 @@ class Collector:
 
     def _on_oom(self, device: int, requested: int, allowed: int, free: int) -> None:
         # Called by the allocator just before it raises OutOfMemoryError: keep it tiny.
-        self.ooms.append(OomEvent(int(device), int(requested), int(allowed), int(free)))
+        event = OomEvent(int(device), int(requested), int(allowed), int(free))
+        self.ooms.append(event)
         self.oom_count += 1
+        hook = self.on_oom
+        if hook is not None:
+            try:
+                hook(event)
+            except Exception:  # never in the way of the allocator's own error
+                logger.debug("OOM hook failed", exc_info=True)
 
     def measure(self, with_process: bool = True, full: bool = True) -> Measurement:
         """``full=False`` is the cheap reading that brackets a cell (see TorchBackend.read)."""

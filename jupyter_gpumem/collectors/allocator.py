@@ -366,6 +366,14 @@ class TorchBackend:
         self._oom_attached = True
         return True
 
+    def raw_snapshot(self) -> dict[str, Any] | None:
+        """``torch.cuda.memory._snapshot()`` (frames only where history recording is on),
+        or None before CUDA is up. Safe inside the OOM observer: PyTorch calls observers
+        after it released the allocator's lock."""
+        if not self.cuda_ready():
+            return None
+        return dict(self.torch().cuda.memory._snapshot())
+
     # -- actions (explicitly asked for by the user) --------------------------------
     def empty_cache(self) -> None:
         t = self.torch()

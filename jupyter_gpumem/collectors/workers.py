@@ -53,7 +53,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..log import logger
-from ..model import OomEvent, WorkerDevice, WorkerReport
+from ..model import OomEvent, WorkerDevice, WorkerOomSnapshot, WorkerReport
+from . import worker_oom
 
 WORKERS_ENV = "JUPYTER_GPUMEM_WORKERS"
 INTERVAL = 0.25  # a worker sends at most this often while its figures change (seconds)
@@ -63,6 +64,8 @@ MAX_WORKERS = 256  # reports kept by the kernel (the oldest exited ones go first
 MAX_DATAGRAM = 8192
 MAX_DEVICES = 16
 MAX_OOMS = 8
+MAX_SNAPSHOTS = 4  # snapshot files one report names (collectors/worker_oom.py)
+READ_WAIT = 2.0  # a cell's end waits at most this for a snapshot file being read
 VERSION = 1
 
 # What a report may hold. Each field is checked where the report arrives, so that what the
@@ -79,7 +82,12 @@ TEXT_LIMIT = 256  # characters of a host or device name (HOST_NAME_MAX 64, CUDA'
 
 # -- what a worker sends ---------------------------------------------------------------
 def worker_message(
-    collector: Any, started: float, final: bool, via: str, rank: int | None = None
+    collector: Any,
+    started: float,
+    final: bool,
+    via: str,
+    rank: int | None = None,
+    snapshots: list[str] | None = None,
 ) -> dict[str, Any]:
     """The worker's figures now, as the datagram (or store value) carries them."""
     m = collector.measure(with_process=False, full=False)
@@ -98,7 +106,7 @@ def worker_message(
         if d.allocator is not None
     ][:MAX_DEVICES]
     rank_, world = _rank() if rank is None else (rank, _env_int("WORLD_SIZE"))
-    return {
+    msg = {
         "v": VERSION,
         "pid": os.getpid(),
         "host": socket.gethostname(),
@@ -113,6 +121,9 @@ def worker_message(
             [e.device, e.requested, e.allowed, e.free] for e in list(collector.ooms)[-MAX_OOMS:]
         ],
     }
+    if snapshots:  # OOM snapshot files in the channel's directory (worker_oom.py)
+        msg["snapshots"] = snapshots[:MAX_SNAPSHOTS]
+    return msg
 
 
 def _env_int(name: str) -> int | None:
@@ -175,6 +186,12 @@ class WorkerReporter:
         self.pid = os.getpid()  # a process forked by the worker inherits this: it is not it
         self.started = time.time() if started is None else started
         self.collector = Collector(make_backend())
+        # Where OOM snapshot files go: the kernel's channel directory (datagrams only).
+        self.directory: str | None = getattr(send, "directory", None)
+        self._snapshots: list[str] = []  # written, not yet named in a sent report
+        self._files = 0
+        if self.directory is not None:
+            self.collector.on_oom = self._at_oom  # the collector attaches the observer
         self._done = False
         self._last: tuple[Any, ...] | None = None
         self._sent = 0.0
@@ -190,17 +207,44 @@ class WorkerReporter:
             except Exception:  # never disturb the worker
                 logger.debug("worker report failed", exc_info=True)
 
+    def _at_oom(self, event: OomEvent) -> None:
+        """In the allocator's failure path (its lock released): the snapshot file. Short,
+        and it never raises (the collector swallows what escapes)."""
+        if self.directory is None or os.getpid() != self.pid or self._files >= worker_oom.MAX_FILES:
+            return
+        self._files += 1
+        name = worker_oom.write_snapshot(
+            self.collector.backend,
+            self.directory,
+            event.device,
+            event.requested,
+            event.allowed,
+            event.free,
+            self._files,
+        )
+        if name is not None:
+            self._snapshots.append(name)
+
+    def _message(self, final: bool) -> tuple[dict[str, Any], list[str]]:
+        names = self._snapshots[:MAX_SNAPSHOTS]
+        return worker_message(self.collector, self.started, final, self.via, snapshots=names), names
+
+    def _sent_snapshots(self, names: list[str]) -> None:
+        if names:
+            del self._snapshots[: len(names)]
+
     def tick(self) -> None:
         """Send the figures if they changed (or a keepalive is due); only once CUDA is up."""
         if self._done or os.getpid() != self.pid or not self.collector.backend.cuda_ready():
             return
-        msg = worker_message(self.collector, self.started, False, self.via)
+        msg, names = self._message(False)
         key = (msg["rank"], *(tuple(d.values()) for d in msg["devices"]), len(msg["ooms"]))
         now = time.monotonic()
-        if key == self._last and now - self._sent < KEEPALIVE:
+        if key == self._last and now - self._sent < KEEPALIVE and not names:
             return
         if self.send(msg, False):
             self._last, self._sent = key, now
+            self._sent_snapshots(names)
 
     def final(self) -> None:
         """The last report, at the worker's exit. Idempotent."""
@@ -210,7 +254,9 @@ class WorkerReporter:
         self._stop.set()
         try:
             if self.collector.backend.cuda_ready():
-                self.send(worker_message(self.collector, self.started, True, self.via), True)
+                msg, names = self._message(True)
+                if self.send(msg, True):
+                    self._sent_snapshots(names)
         except Exception:
             logger.debug("last worker report failed", exc_info=True)
 
@@ -220,6 +266,7 @@ class DatagramSender:
 
     def __init__(self, address: str) -> None:
         self.address = address
+        self.directory = os.path.dirname(address)  # the channel's: OOM snapshot files
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.sock.setblocking(False)
 
@@ -264,6 +311,8 @@ class _Seen:
     msg: dict[str, Any]
     received: float  # time.time() when it arrived
     before: dict[int, int] = field(default_factory=dict)  # device -> allocated at cell begin
+    oom: WorkerOomSnapshot | None = None  # its last OOM snapshot, until a cell reports it
+    pending: list[str] = field(default_factory=list)  # snapshot files named, not yet read
 
 
 class WorkerChannel:
@@ -278,6 +327,8 @@ class WorkerChannel:
         self._sock: socket.socket | None = None
         self._seen: dict[tuple[str, int], _Seen] = {}
         self._lock = threading.Lock()
+        self._reads = 0  # snapshot files being read outside the lock
+        self._read_done = threading.Condition(self._lock)
         self._began = 0.0
         self.forks = 0  # processes this one forked (the fork hook counts them)
         self._forks_at_begin = 0
@@ -360,6 +411,31 @@ class WorkerChannel:
                     self._drain(sock)
                 except Exception:  # whatever comes, the channel's thread goes on
                     logger.debug("worker channel: draining failed", exc_info=True)
+            self._read_pending()
+
+    def _read_pending(self) -> None:
+        """Read the OOM snapshot files that reports named (each once, then deleted),
+        outside the lock: a file of a few MiB takes a fraction of a second to check."""
+        with self._lock:
+            if self._dir is None or not any(s.pending for s in self._seen.values()):
+                return
+            jobs = [(s, s.pending) for s in self._seen.values() if s.pending]
+            for s, _ in jobs:
+                s.pending = []
+            directory = self._dir
+            self._reads += 1
+        try:
+            for s, names in jobs:
+                for name in names:
+                    snap = worker_oom.read_snapshot(directory, name, s.msg["pid"])
+                    if snap is not None:
+                        s.oom = snap
+        except Exception:
+            logger.debug("worker OOM snapshot: reading failed", exc_info=True)
+        finally:
+            with self._lock:
+                self._reads -= 1
+                self._read_done.notify_all()
 
     def _drain(self, sock: socket.socket) -> None:
         """Take every queued report (called with the lock held)."""
@@ -387,9 +463,12 @@ class WorkerChannel:
         if seen is None:
             if len(self._seen) >= MAX_WORKERS:
                 self._prune()
-            self._seen[key] = _Seen(msg, now)
+            seen = self._seen[key] = _Seen(msg, now)
         else:
             seen.msg, seen.received = msg, now
+        names = msg.get("snapshots")
+        if names and msg["via"] in ("fork", "spawn"):  # read by _read_pending
+            seen.pending = [*seen.pending, *names][-MAX_SNAPSHOTS:]
 
     def _prune(self) -> None:
         while len(self._seen) >= MAX_WORKERS:  # drop the stalest
@@ -415,6 +494,10 @@ class WorkerChannel:
         with self._lock:
             if self._sock is sock:
                 self._drain(sock)  # what a worker sent just before the cell ended
+        self._read_pending()  # snapshot files named just before it ended
+        with self._lock:
+            # the channel's thread may be reading one: a local file, bounded in size
+            self._read_done.wait_for(lambda: self._reads == 0, timeout=READ_WAIT)
             if not self._seen:
                 return ()
             now = time.time()
@@ -422,6 +505,7 @@ class WorkerChannel:
             for key, s in list(self._seen.items()):
                 report = _report(s, self._began, now)
                 out.append(report)
+                s.oom = None  # its post-mortem shows in this cell's report
                 if report.status != "running":
                     del self._seen[key]  # reported for good
         return _ordered(out)
@@ -482,6 +566,7 @@ def _report(s: _Seen, began: float, now: float) -> WorkerReport:
         ),
         ooms=tuple(OomEvent(*e) for e in m["ooms"]),
         via=m["via"],
+        oom_snapshot=s.oom,
     )
 
 
@@ -549,7 +634,7 @@ def _checked(data: bytes | str) -> dict[str, Any]:
         raise _Invalid("bad devices")
     if not isinstance(ooms, list) or len(ooms) > MAX_OOMS:
         raise _Invalid("bad ooms")
-    return {
+    out = {
         "v": VERSION,
         "pid": _int(m, "pid", 1, PID_LIMIT),
         "host": _text(m, "host"),
@@ -562,6 +647,14 @@ def _checked(data: bytes | str) -> dict[str, Any]:
         "devices": [_device(d) for d in devices],
         "ooms": [_oom(e) for e in ooms],
     }
+    names = m.get("snapshots")
+    if names is not None:  # plain file names in the channel's directory, of this pid
+        if not isinstance(names, list) or len(names) > MAX_SNAPSHOTS:
+            raise _Invalid("bad snapshots")
+        if not all(worker_oom.valid_name(n, out["pid"]) for n in names):
+            raise _Invalid("bad snapshot name")
+        out["snapshots"] = list(names)
+    return out
 
 
 def _get(m: dict[str, Any], key: str) -> Any:

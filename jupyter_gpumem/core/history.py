@@ -9,6 +9,7 @@ from itertools import islice
 from typing import Any
 
 from ..model import CellReport, DeviceRow, HistoryRow
+from ..reporters._rows import postmortem_line
 
 FIRST_LINE_CHARS = 60
 
@@ -50,6 +51,9 @@ def _worker_rows(r: CellReport) -> tuple[DeviceRow, ...]:
             None,
             w.label,
             d.ooms,
+            postmortem_line(w.postmortem)
+            if w.postmortem is not None and w.postmortem.device == d.index
+            else None,
         )
         for w in r.workers
         for d in w.devices

@@ -19,7 +19,7 @@ Where Ray is imported, begin and end also take what Ray workers sent
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..analysis.hints import hints_for
@@ -27,7 +27,7 @@ from ..collectors import Collector
 
 if TYPE_CHECKING:
     from ..collectors.workers import WorkerChannel
-from ..model import CellReport, DeviceCellReport, DeviceSample, Measurement
+from ..model import CellReport, DeviceCellReport, DeviceSample, Measurement, WorkerReport
 
 
 @dataclass(slots=True)
@@ -86,6 +86,8 @@ class CellTracker:
         if self.workers is not None and "ray" in sys.modules:
             _ray_cell(self.workers, False)
         workers = self.workers.end() if self.workers is not None else ()
+        if workers and any(w.oom_snapshot is not None for w in workers):
+            workers = _with_postmortems(workers, execution_count, after.time)
         devices = []
         for a in after.devices:
             if device is not None and a.index != device:
@@ -109,6 +111,22 @@ class CellTracker:
             workers=workers,
         )
         return with_hints(report) if hints else report
+
+
+def _with_postmortems(
+    workers: tuple[WorkerReport, ...], execution_count: int | None, time: float
+) -> tuple[WorkerReport, ...]:
+    """Each worker's OOM post-mortem, from the snapshot it handed over."""
+    from ..analysis.postmortem import worker_postmortem
+
+    out = []
+    for w in workers:
+        pm = worker_postmortem(w) if w.oom_snapshot is not None else None
+        if pm is not None:
+            pm = replace(pm, execution_count=execution_count, time=time)
+            w = replace(w, postmortem=pm)
+        out.append(w)
+    return tuple(out)
 
 
 def _ray_cell(channel: WorkerChannel, begin: bool) -> None:

@@ -107,7 +107,7 @@ from .trace import (
     Timeline,
     TraceAllocation,
 )
-from .workers import WorkerDevice, WorkerReport, WorkerStatus
+from .workers import WorkerDevice, WorkerOomSnapshot, WorkerReport, WorkerStatus
 
 __all__ = [
     "ACTIVE",
@@ -177,6 +177,7 @@ __all__ = [
     "WhoRow",
     "WhoRowKind",
     "WorkerDevice",
+    "WorkerOomSnapshot",
     "WorkerReport",
     "WorkerStatus",
     "short_path",

@@ -22,6 +22,10 @@ class DeviceRow(NamedTuple):
     # Out-of-memory errors on the device: in the cell (the kernel's), or the worker's own
     # count at its last report
     ooms: int | None = None
+    # A worker's OOM post-mortem on this device, in one line (reporters/_rows.py's
+    # postmortem_line): the request, the largest free block, free memory, the cap, the
+    # best fix
+    oom: str | None = None
 
 
 class HistoryRow(NamedTuple):

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from .measurement import OomEvent
+    from .postmortem import PostMortem
+    from .snapshot import Segment
 
 # exited: its last report came at its exit; running: still reporting at the cell's end;
 # silent: started reporting, then stopped without a last report (killed, hung, or its
@@ -44,6 +46,27 @@ class WorkerDevice:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerOomSnapshot:
+    """What a worker's own OOM observer saw at the failure, as its snapshot file carried
+    it (checked field by field where it arrived): the request, the device's figures, the
+    segments of the failing device with their blocks, and the top allocation sites when
+    the worker recorded them."""
+
+    device: int
+    requested: int
+    allowed: int  # the device's total, or the cap
+    free: int  # free device memory (cudaMemGetInfo) at the failure
+    total: int | None
+    device_used: int | None  # all processes: total - free
+    process_used: int | None  # the worker itself (NVML), when known
+    segments: tuple[Segment, ...]  # torch's shape; blocks carry no frames
+    lines: tuple[tuple[str, int, int], ...] = ()  # (site, bytes, blocks), largest first
+    tracking: bool = False  # the worker recorded allocation sites
+    expandable_segments: bool | None = None  # the allocator's setting, where it says
+    trimmed: bool = False  # the worker dropped sites or merged live blocks to fit the cap
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerReport:
     """One worker process during one cell."""
 
@@ -57,6 +80,10 @@ class WorkerReport:
     devices: tuple[WorkerDevice, ...]
     ooms: tuple[OomEvent, ...] = ()  # what its allocator's OOM observer saw
     via: Literal["fork", "spawn", "store", "ray"] = "fork"
+    # The worker's last OOM as its own snapshot showed it (once, in the first cell that
+    # ends after it arrived), and the post-mortem the kernel made of it.
+    oom_snapshot: WorkerOomSnapshot | None = None
+    postmortem: PostMortem | None = None
 
     @property
     def label(self) -> str:

@@ -284,6 +284,7 @@ def _(row: HistoryRow) -> dict[str, Any]:
                 "kept_at": d.kept_at,
                 "ooms": d.ooms,
                 **({"worker": d.worker} if d.worker is not None else {}),
+                **({"oom": d.oom} if d.oom else {}),
             }
             for d in row.devices
         ],

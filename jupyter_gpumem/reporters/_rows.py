@@ -127,47 +127,67 @@ def _clip(text: str, n: int = 60) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def postmortem_sections(p: PostMortem) -> list[Section]:
-    dev = f"cuda:{p.device}"
+def postmortem_sections(p: PostMortem, who: str = "", trimmed: bool = False) -> list[Section]:
+    """The post-mortem's two sections; ``who``: a worker process's (``rank 1 (pid 42)``),
+    from the snapshot its own OOM observer took at the failure."""
+    dev = f"{who} cuda:{p.device}" if who else f"cuda:{p.device}"
+    needer = "the cell"
     rows = [Row("asked for", fb(p.requested), "the allocation that failed")]
     rows.append(
         Row("free on the device", fb(p.free), f"of {fb(p.total)}, all processes" if p.total else "")
     )
     if p.cap is not None:
         rows.append(Row("cap", fb(p.cap), f"PyTorch reserves {fb(p.reserved)} of it"))
-    rows.append(Row("allocated by PyTorch", fb(p.allocated), "live tensors, by owner:"))
+    if who:
+        needer = "the rank" if who.startswith("rank") or " rank " in who else "the worker"
+        note = "its live blocks at the failure" + (
+            " (snapshot trimmed: adjacent live blocks merged)" if trimmed else ""
+        )
+        rows.append(Row("allocated by PyTorch", fb(p.allocated), note))
+    else:
+        rows.append(Row("allocated by PyTorch", fb(p.allocated), "live tensors, by owner:"))
     rows += [Row(f"  {w.key}", fb(w.bytes), _who_note(w)) for w in p.owners]
     if p.lines:
         rows.append(Row("allocated, by line", "", "where the live blocks were allocated:"))
         rows += [Row(f"  {w.key}", fb(w.bytes), _who_note(w)) for w in p.lines]
-    rows.append(
-        Row(
-            "cached, free",
-            fb(p.cached_free),
-            f"{p.free_pieces} piece(s) in use segments ({fb(p.free_pieces_bytes)}), largest free "
-            f"block {fb(p.largest_free_block)}; empty-cache would return {fb(p.releasable)}",
-        )
+    pieces = (
+        f"{p.free_pieces} piece(s) in use segments ({fb(p.free_pieces_bytes)}), largest free "
+        f"block {fb(p.largest_free_block)}"
     )
+    if not who:
+        pieces += f"; empty-cache would return {fb(p.releasable)}"
+    rows.append(Row("cached, free", fb(p.cached_free), pieces))
     if p.outside_torch is not None:
         rows.append(Row("outside PyTorch", fb(p.outside_torch), "CUDA context, libraries"))
     others = sum(b for _, _, b in p.other_processes)
-    rows.append(
-        Row(
-            "other processes",
-            fb(others) if p.other_processes else "none",
-            ", ".join(f"PID {pid} {name} {fb(b)}" for pid, name, b in p.other_processes[:5]),
-        )
-    )
-    if p.need is not None and p.room is not None:
-        whole = f"; the whole cell needs {fb(p.need_full)}" if p.need_full is not None else ""
+    if not who:  # a worker's post-mortem does not list the device's other processes
         rows.append(
             Row(
-                "the cell needs",
-                fb(p.need) + " so far",
-                f"above its start when it failed, with the request{whole}; after the first "
-                f"steps PyTorch can use {fb(p.room)} for it here",
+                "other processes",
+                fb(others) if p.other_processes else "none",
+                ", ".join(f"PID {pid} {name} {fb(b)}" for pid, name, b in p.other_processes[:5]),
             )
         )
+    if p.need is not None and p.room is not None:
+        whole = f"; the whole cell needs {fb(p.need_full)}" if p.need_full is not None else ""
+        if who:
+            rows.append(
+                Row(
+                    f"{needer} needed",
+                    fb(p.need),
+                    "all it held when it failed, with the request; restarted, PyTorch can "
+                    f"use {fb(p.room)} for it here",
+                )
+            )
+        else:
+            rows.append(
+                Row(
+                    "the cell needs",
+                    fb(p.need) + " so far",
+                    f"above its start when it failed, with the request{whole}; after the "
+                    f"first steps PyTorch can use {fb(p.room)} for it here",
+                )
+            )
     if p.hint:
         rows.append(Row("largest that fits", "", p.hint))
     fixes = []
@@ -178,6 +198,24 @@ def postmortem_sections(p: PostMortem) -> list[Section]:
         Section(f"out of memory on {dev}: what filled it", tuple(rows)),
         Section(f"out of memory on {dev}: fixes, best first", tuple(fixes)),
     ]
+
+
+def postmortem_line(p: PostMortem) -> str:
+    """The post-mortem in one line (the history's short form): ``asked 3.00 GiB, largest
+    free block 512.00 MiB, free 76.00 GiB, cap 4.00 GiB; best fix: cap (maybe)``."""
+    parts = [
+        f"asked {fb(p.requested)}",
+        f"largest free block {fb(p.largest_free_block)}",
+        f"free {fb(p.free)}",
+    ]
+    if p.cap is not None:
+        parts.append(f"cap {fb(p.cap)}")
+    text = ", ".join(parts)
+    best = next((f for f in p.fixes if not f.first_step and f.kind != "smaller"), None)
+    if best is not None:
+        verdict = {True: "fits", False: "no", None: "maybe"}[best.fits]
+        text += f"; best fix: {best.kind} ({verdict})"
+    return text
 
 
 def _who_note(w: object) -> str:
@@ -225,6 +263,10 @@ def cell_sections(r: CellReport) -> list[Section]:
         out.append(traceback_section(r.traceback))
     if r.workers:
         out.append(workers_section(r.workers))
+        for w in r.workers:
+            if w.postmortem is not None:
+                trimmed = w.oom_snapshot is not None and w.oom_snapshot.trimmed
+                out += postmortem_sections(w.postmortem, w.label, trimmed)
     return out
 
 

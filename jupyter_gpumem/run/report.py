@@ -206,6 +206,7 @@ def cell_record(c: CellRun) -> dict[str, Any]:
                 "ooms": d.get("ooms"),
                 "touched": bool(d.get("touched", True)),
                 **({"worker": d["worker"]} if d.get("worker") else {}),
+                **({"oom": d["oom"]} if d.get("oom") else {}),
             }
             for d in c.devices
         ],
@@ -421,6 +422,14 @@ def html_report(result: RunResult, verdict: Verdict, document: dict[str, Any]) -
                 tds.append(f'<td class="num">{_e(v)}</td>' if i in _RIGHT else f"<td>{_e(v)}</td>")
         parts.append("<tr>" + "".join(tds) + "</tr>")
     parts.append("</tbody></table>")
+    ooms = [(c, d) for c in result.cells for d in c.devices if d.get("oom")]
+    if ooms:
+        parts.append("<h2>Out of memory in worker processes</h2><ul>")
+        parts += [
+            f"<li>cell {c.index + 1} {_e(c.label)}, {_e(where(d))}: {_e(d['oom'])}</li>"
+            for c, d in ooms
+        ]
+        parts.append("</ul>")
     parts.append(
         '<p class="meta">kept: allocated after the cell minus before; peak: the exact peak '
         "of allocated memory inside the cell (PyTorch's counter, reset before each cell); "

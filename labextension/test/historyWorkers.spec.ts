@@ -118,7 +118,8 @@ describe("a cell's worker processes in the History tab", () => {
       peak: 4 * GiB,
       peakAboveStart: 4 * GiB,
       reserved: 4 * GiB,
-      ooms: 0
+      ooms: 0,
+      oom: null
     });
     expect(rank0.after).toBe(1 * GiB);
     const [late] = workerDevices(MIXED).map(workerFigures);
@@ -299,5 +300,32 @@ describe("a cell's worker processes in the History tab", () => {
       '1 out-of-memory error',
       '· 2 out-of-memory errors'
     ]);
+  });
+
+  it("shows a worker's out-of-memory post-mortem in one line", () => {
+    const line =
+      'asked 3.00 GiB, largest free block 512.00 MiB, free 78.00 GiB, cap 4.00 GiB; best fix: cap (maybe)';
+    const failed = cell(17, 'train()', [
+      { ...kernelRow(0, 0) },
+      {
+        ...workerRow('rank 1 (pid 5004)', 0, 0, 0, 2 * GiB, 2 * GiB),
+        ooms: 1,
+        oom: line
+      }
+    ]);
+    const [rank1] = workerDevices(failed).map(workerFigures);
+    expect(rank1.oom).toBe(line);
+    const nodes = render(
+      React.createElement(HistoryTable, {
+        rows: historyRows([failed], 0),
+        device: 0,
+        trans,
+        sort: DEFAULT_SORT,
+        onSort: vi.fn(),
+        onGoTo: vi.fn()
+      } as any)
+    );
+    const oom = findAll(nodes, n => n.props['data-figure'] === 'oom');
+    expect(oom.map(n => text(n))).toEqual([`out of memory: ${line}`]);
   });
 });

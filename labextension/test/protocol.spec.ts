@@ -267,7 +267,8 @@ const historyDevice: Required<IHistoryCellDevice> = {
   peak_above_start: 0,
   kept_at: null,
   ooms: 0,
-  worker: null
+  worker: null,
+  oom: ''
 };
 const historyCell: Required<IHistoryCell> = {
   execution_count: 1,

@@ -7,7 +7,7 @@
 export const PROTOCOL_VERSION = 1;
 
 /** Additions an older peer can ignore raise the revision. */
-export const PROTOCOL_REVISION = 10;
+export const PROTOCOL_REVISION = 11;
 
 export const REQUEST_MSG_TYPE = 'gpumem_request';
 
@@ -212,6 +212,7 @@ export interface IHistoryCell {
     kept_at: string | null;
     ooms?: number | null;
     worker?: string | null;
+    oom?: string;
   }[];
 }
 

@@ -33,6 +33,8 @@ export interface IWorkerFigures {
   reserved: number | null;
   /** The worker's out-of-memory errors at its last report (0: none or not said). */
   ooms: number;
+  /** The worker's out-of-memory post-mortem on this device, in one line (none: null). */
+  oom: string | null;
 }
 
 export function workerFigures(d: IHistoryWorkerDevice): IWorkerFigures {
@@ -48,7 +50,8 @@ export function workerFigures(d: IHistoryWorkerDevice): IWorkerFigures {
     peak: d.peak_allocated,
     peakAboveStart: d.peak_above_start,
     reserved: d.reserved,
-    ooms: d.ooms ?? 0
+    ooms: d.ooms ?? 0,
+    oom: d.oom ?? null
   };
 }
 
@@ -131,6 +134,11 @@ export function HistoryWorkerRows(props: {
                 </span>
               )}
             </span>
+            {f.oom && (
+              <span className="jp-GpuMem-historyMeta" data-figure="oom">
+                {trans.__('out of memory: %1', f.oom)}
+              </span>
+            )}
           </td>
           <td className="jp-GpuMem-num" data-figure="kept">
             {f.kept === null ? '–' : formatDelta(f.kept)}
