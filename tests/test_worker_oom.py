@@ -367,3 +367,5 @@ def test_auto_mode_shows_the_ranks_post_mortem_in_a_real_shell(ip, monkeypatch):
         "best fix: cap (maybe)"
     )
     assert [d.oom for d in rows] == [line]
+    _, _, cap = run(ip, "%gpumem history")
+    assert f"cuda:0 rank 1 (pid {pid}): out of memory: {line}" in cap.stdout, cap.stdout

@@ -700,6 +700,11 @@ class GpuMemMagics(Magics):
                 print(f"gpumem: no plot: {why}")
         replay = self.session.collector.replay
         display(bundles.history(header, body, plot, device or 0, replay), raw=True)
+        for r in rows:  # a worker's out-of-memory error, in one line (its post-mortem's)
+            for d in r.devices:
+                if d.oom:
+                    cell = "" if r.execution_count is None else f"[{r.execution_count}] "
+                    print(f"gpumem: {cell}cuda:{d.device} {d.worker or ''}: out of memory: {d.oom}")
 
     def _cmd_empty_cache(self, args: Any) -> None:
         r = actions.empty_cache(self.session.collector)
