@@ -360,6 +360,31 @@ def test_the_patches_are_put_back_and_answer_bf16_without_cuda():
     assert not torch.cuda.is_initialized()
 
 
+def test_tensors_from_data_are_built_on_the_cpu_and_moved_with_no_torch_function_mode():
+    """A torch function mode would turn off fast paths the real run takes
+    (``has_torch_function`` is true under any mode): the functions are replaced instead,
+    for the run only."""
+    from jupyter_gpumem.collectors.fake_patches import data_on_cpu
+
+    originals = (torch.tensor, torch.as_tensor, torch.asarray, torch.Tensor.new_tensor)
+    made = []
+    with data_on_cpu(torch, "meta"):
+        assert not torch._C._is_torch_function_mode_enabled()
+        x = torch.tensor([1.0, 2.0], device="meta", requires_grad=True)
+        made.append(x)
+        made.append(torch.as_tensor([1, 2, 3], device=torch.device("meta")))
+        made.append(torch.asarray([[1, 2]], device="meta"))
+        made.append(x.new_tensor([5.0]))  # x's device and dtype
+        made.append(torch.tensor([1.0]))  # the CPU: untouched
+        with torch.device("meta"):
+            made.append(torch.tensor([3]))  # the default device
+    assert [m.device.type for m in made] == ["meta", "meta", "meta", "meta", "cpu", "meta"]
+    assert made[0].requires_grad and made[0].is_leaf
+    assert made[3].dtype == torch.float32 and made[1].dtype == torch.int64
+    assert [tuple(m.shape) for m in made] == [(2,), (3,), (1, 2), (1,), (1,), (1,)]
+    assert (torch.tensor, torch.as_tensor, torch.asarray, torch.Tensor.new_tensor) == originals
+
+
 def test_nonzero_and_boolean_masks_stop_the_run():
     def nonzero():
         x = torch.ones(3)

@@ -1356,16 +1356,15 @@ def record(
     start = time.perf_counter()
     try:
         try:
-            from .fake_patches import data_on_cpu_mode, patched
+            from .fake_patches import data_on_cpu, patched
 
-            on_cpu = data_on_cpu_mode(t, device_type)
             with (
                 _no_warmup_tensor(),
                 patched(t, device_type, lambda i: _capability(t, i)),
                 _storage_resizes(t, state),
                 fake_mode,
                 recorder,
-                on_cpu if on_cpu is not None else contextlib.nullcontext(),
+                data_on_cpu(t, device_type),
             ):
                 if watch is not None:
                     watch.start()

@@ -239,8 +239,8 @@ def predicted(name: str, card: str | None = None) -> dict:
         import pynvml
 
         pynvml.nvmlInit()
-        name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
-        card = "H200" if "H200" in str(name) else "H100"
+        gpu = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
+        card = "H200" if "H200" in str(gpu) else "H100"
     t0 = time.perf_counter()
     r = jupyter_gpumem.dry_run(CASES[name], fit_in=card)
     d = max(r.devices, key=lambda d: d.peak_reserved) if r.devices else None

@@ -50,17 +50,17 @@ def r512(n: int) -> int:
 
 
 def main(path: str) -> None:
-    from jupyter_gpumem._ipython import attribution
+    from jupyter_gpumem.core import attribution
 
     captured: dict = {}
-    original = attribution.Attributor.finish_breakdown
+    original = attribution.breakdowns_from_raw
 
-    def spy(self, recorder, raw, note, report):
-        captured["record"] = recorder.stop()
+    def spy(raw, record, report):
+        captured["record"] = record
         captured["raw"] = raw
-        return original(self, recorder, raw, note, report)
+        return original(raw, record, report)
 
-    attribution.Attributor.finish_breakdown = spy  # type: ignore[method-assign]
+    attribution.breakdowns_from_raw = spy  # type: ignore[assignment]
     ip = InteractiveShell.instance()
     ip.run_line_magic("load_ext", "jupyter_gpumem")
     out = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "cases": {}}
