@@ -314,6 +314,19 @@ def _line_parser() -> MagicArgumentParser:
         help=f"draw the N largest segments (default {SEGMENTS_DRAWN}; the summary counts all)",
     )
     sg.add_argument("--all", action="store_true", help="draw every segment")
+    sg.add_argument(
+        "--rank",
+        metavar="N",
+        type=_nonneg_int,
+        help="the map of worker process rank N instead (asked for its snapshot; it has 2 s "
+        "to answer); of several live ones, the most recently started",
+    )
+    sg.add_argument(
+        "--pid",
+        metavar="PID",
+        type=_positive_int,
+        help="the map of the worker process PID instead (see `%%gpumem workers`)",
+    )
     on_off(
         command(
             "track",
@@ -791,6 +804,9 @@ class GpuMemMagics(Magics):
         from IPython.display import display
 
         device = args.sub_device if args.sub_device is not None else args.device
+        if args.rank is not None or args.pid is not None:
+            self._worker_segments(args, device)
+            return
         self._check_device(device)
         try:
             maps = self.session.attributor.segment_maps(
@@ -800,6 +816,32 @@ class GpuMemMagics(Magics):
             print(f"gpumem: {e}")
             return
         display(bundles.marked(bundles.segments(maps), self.session.collector.replay), raw=True)
+
+    def _worker_segments(self, args: Any, device: int | None) -> None:
+        """A worker's map: the same analysis and views as the kernel's own, titled with
+        the worker (its devices are its own: not checked against the kernel's)."""
+        from IPython.display import display
+
+        from ..core.worker_segments import worker_segment_maps
+
+        try:
+            found, maps = worker_segment_maps(
+                args.rank, args.pid, device, None if args.all else args.max_segments
+            )
+        except ActionRefused as e:
+            print(f"gpumem: {e}")
+            return
+        if found.note:
+            print(f"gpumem: {found.note}")
+        if found.trimmed:
+            print(
+                f"gpumem: {found.worker.label}'s snapshot was trimmed to fit the hand-over: "
+                "each run of adjacent live blocks is drawn as one block"
+            )
+        if not maps:
+            print(f"gpumem: {found.title} holds no segment: its cache is empty")
+            return
+        display(bundles.segments(maps), raw=True)
 
     def _cmd_track(self, args: Any) -> None:
         print("gpumem: " + self.session.attributor.set_tracking(args.state == "on"))

@@ -16,6 +16,10 @@ whatever it held; like a datagram it is read, never trusted: a name that is not 
 ``oom-<pid>-<n>.json`` of the reporting pid, a symlink, a file of another user or too
 large, JSON that fails any check (types, ranges, a block outside its segment, blocks that
 overlap) is dropped with a debug line on the ``jupyter_gpumem`` logger.
+
+The same files carry a rank's segment map on request (``worker_requests.py``): the
+writer (:func:`write_file`), the reader (:func:`take_file`) and the checks of segments
+and blocks (:func:`parse_segments`) are shared.
 """
 
 from __future__ import annotations
@@ -75,6 +79,13 @@ def write_snapshot(
             logger.debug("worker OOM snapshot: %d bytes even trimmed: not sent", len(data))
             return None
     name = f"oom-{os.getpid()}-{n}.json"
+    write_file(directory, name, data)
+    return name
+
+
+def write_file(directory: str, name: str, data: bytes) -> None:
+    """Write ``name`` (mode 0600) under a temporary name, then rename it: a reader never
+    sees half of it, and a file already there is replaced whole. May raise."""
     tmp = os.path.join(directory, f".{name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
@@ -85,7 +96,6 @@ def write_snapshot(
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    return name
 
 
 def reduce_snapshot(
@@ -95,26 +105,15 @@ def reduce_snapshot(
     device's segments ``[address, size, expandable, pool, [[address, size, state]...]]``
     (state ``a`` live, ``p`` freed but in use by a stream, ``i`` free), and the top
     allocation sites of its live blocks when frames were recorded."""
-    segments = []
     sites: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    tracking = False
+    segments = reduce_segments(raw, device, sites=sites)
+    tracking = any(
+        b.get("frames")
+        for s in raw.get("segments", ())
+        if s.get("device", 0) == device
+        for b in s.get("blocks", ())
+    )
     settings = raw.get("allocator_settings") or {}
-    for s in raw.get("segments", ()):
-        if s.get("device", 0) != device:
-            continue
-        blocks = []
-        for b in s.get("blocks", ()):
-            state = _STATES.get(b["state"], "i")
-            blocks.append([b["address"], b["size"], state])
-            frames = b.get("frames")
-            if frames:
-                tracking = True
-                if state == "a":
-                    acc = sites[_site(frames)]
-                    acc[0] += b["size"]
-                    acc[1] += 1
-        pool = "s" if s.get("segment_type") == "small" else "l"
-        segments.append([s["address"], s["total_size"], bool(s.get("is_expandable")), pool, blocks])
     ranked = sorted(sites.items(), key=lambda kv: -kv[1][0])
     lines: list[list[Any]] = [[k, v[0], v[1]] for k, v in ranked]
     expandable = settings.get("expandable_segments")
@@ -130,6 +129,41 @@ def reduce_snapshot(
         "expandable": bool(expandable) if expandable is not None else None,
         "trimmed": False,
     }
+
+
+def reduce_segments(
+    raw: dict[str, Any],
+    device: int,
+    sites: dict[str, list[int]] | None = None,
+    detail: bool = False,
+) -> list[list[Any]]:
+    """One device's segments of ``torch.cuda.memory._snapshot()``'s dict, compact:
+    ``[address, size, expandable, pool, [[address, size, state]...]]``. With ``detail``
+    each block also carries its requested size and each segment its stream (the segment
+    map shows both); ``sites`` sums live blocks by allocation site where frames were
+    recorded."""
+    segments: list[list[Any]] = []
+    for s in raw.get("segments", ()):
+        if s.get("device", 0) != device:
+            continue
+        blocks: list[list[Any]] = []
+        for b in s.get("blocks", ()):
+            state = _STATES.get(b["state"], "i")
+            block: list[Any] = [b["address"], b["size"], state]
+            if detail:
+                block.append(min(int(b.get("requested_size") or 0), b["size"]))
+            blocks.append(block)
+            frames = b.get("frames")
+            if frames and sites is not None and state == "a":
+                acc = sites[_site(frames)]
+                acc[0] += b["size"]
+                acc[1] += 1
+        pool = "s" if s.get("segment_type") == "small" else "l"
+        seg: list[Any] = [s["address"], s["total_size"], bool(s.get("is_expandable")), pool, blocks]
+        if detail:
+            seg.append(int(s.get("stream") or 0))
+        segments.append(seg)
+    return segments
 
 
 def _site(frames: list[dict[str, Any]]) -> str:
@@ -152,9 +186,11 @@ def _merged(seg: list[Any]) -> list[Any]:
         last = out[-1] if out else None
         if last is not None and b[2] == "a" == last[2] and last[0] + last[1] == b[0]:
             last[1] += b[1]
+            if len(b) > 3:  # the requested sizes add up too
+                last[3] += b[3]
         else:
             out.append(list(b))
-    return [*seg[:4], out]
+    return [*seg[:4], out, *seg[5:]]
 
 
 def _dumps(doc: dict[str, Any]) -> bytes:
@@ -162,8 +198,8 @@ def _dumps(doc: dict[str, Any]) -> bytes:
 
 
 # -- the kernel's side -------------------------------------------------------------------
-class _Invalid(Exception):
-    pass
+class BadFile(Exception):
+    """Why a file from the channel's directory was refused."""
 
 
 def valid_name(name: Any, pid: int) -> bool:
@@ -178,36 +214,46 @@ def read_snapshot(directory: str, name: str, pid: int) -> WorkerOomSnapshot | No
     if not valid_name(name, pid):
         logger.debug("worker OOM snapshot refused: bad name %r", name)
         return None
-    path = os.path.join(directory, name)
-    try:
-        data = _read(path)
-    except (OSError, _Invalid) as e:
-        logger.debug("worker OOM snapshot %s refused: %s", name, e)
+    data = take_file(directory, name, SNAPSHOT_LIMIT, "worker OOM snapshot")
+    if data is None:
         return None
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(path)  # read once: a symlink itself, never its target
     try:
         return parse_snapshot(data)
-    except _Invalid as e:
+    except BadFile as e:
         logger.debug("worker OOM snapshot %s dropped: %s", name, e)
     except Exception:
         logger.debug("worker OOM snapshot %s dropped", name, exc_info=True)
     return None
 
 
-def _read(path: str) -> bytes:
+def take_file(directory: str, name: str, limit: int, what: str) -> bytes | None:
+    """Read the plain file ``name`` of the directory once and delete it, whatever it
+    holds; None (and a debug line naming ``what``) when it is missing, a symlink, not a
+    regular file, another user's or longer than ``limit`` bytes. The caller checked the
+    name (no path in it)."""
+    path = os.path.join(directory, name)
+    try:
+        return _read(path, limit)
+    except (OSError, BadFile) as e:
+        logger.debug("%s %s refused: %s", what, name, e)
+        return None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)  # read once: a symlink itself, never its target
+
+
+def _read(path: str, limit: int) -> bytes:
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(path, flags)  # a symlink: ELOOP
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise _Invalid("not a regular file")
+            raise BadFile("not a regular file")
         if st.st_uid != os.getuid():
-            raise _Invalid("another user's file")
-        if st.st_size > SNAPSHOT_LIMIT:
-            raise _Invalid(f"{st.st_size} bytes long")
-        chunks, left = [], SNAPSHOT_LIMIT + 1
+            raise BadFile("another user's file")
+        if st.st_size > limit:
+            raise BadFile(f"{st.st_size} bytes long")
+        chunks, left = [], limit + 1
         while left > 0:
             chunk = os.read(fd, min(left, 1 << 20))
             if not chunk:
@@ -215,82 +261,42 @@ def _read(path: str) -> bytes:
             chunks.append(chunk)
             left -= len(chunk)
         data = b"".join(chunks)
-        if len(data) > SNAPSHOT_LIMIT:
-            raise _Invalid("grew past the limit while read")
+        if len(data) > limit:
+            raise BadFile("grew past the limit while read")
         return data
     finally:
         os.close(fd)
 
 
 def parse_snapshot(data: bytes) -> WorkerOomSnapshot:
-    """The file's JSON, checked field by field (raises _Invalid)."""
+    """The file's JSON, checked field by field (raises BadFile)."""
     if len(data) > SNAPSHOT_LIMIT:
-        raise _Invalid(f"{len(data)} bytes long")
+        raise BadFile(f"{len(data)} bytes long")
     try:
         m = json.loads(data)
     except (ValueError, RecursionError) as e:
-        raise _Invalid(f"not JSON: {e}") from None
+        raise BadFile(f"not JSON: {e}") from None
     if not isinstance(m, dict) or m.get("v") != 1 or isinstance(m.get("v"), bool):
-        raise _Invalid("not a snapshot of this version")
+        raise BadFile("not a snapshot of this version")
     device = _int(m.get("device"), INDEX_LIMIT, "device")
-    segs = m.get("segments")
-    if not isinstance(segs, list) or len(segs) > MAX_SEGMENTS:
-        raise _Invalid("bad segments")
-    n_blocks = 0
-    segments: list[Segment] = []
-    for s in segs:
-        if not (isinstance(s, list) and len(s) == 5 and isinstance(s[4], list)):
-            raise _Invalid("bad segment")
-        address, size = _int(s[0], BYTES_LIMIT, "address"), _int(s[1], BYTES_LIMIT, "size")
-        if not isinstance(s[2], bool) or s[3] not in ("s", "l"):
-            raise _Invalid("bad segment")
-        n_blocks += len(s[4])
-        if n_blocks > MAX_BLOCKS:
-            raise _Invalid("too many blocks")
-        blocks: list[Block] = []
-        at, allocated = address, 0
-        for b in s[4]:
-            if not (isinstance(b, list) and len(b) == 3 and b[2] in _STATE_NAMES):
-                raise _Invalid("bad block")
-            ba, bs = _int(b[0], BYTES_LIMIT, "address"), _int(b[1], BYTES_LIMIT, "size")
-            if ba < at or ba + bs > address + size:  # sorted, no overlap, inside
-                raise _Invalid("block outside its segment")
-            at = ba + bs
-            state: BlockState = _STATE_NAMES[b[2]]
-            if b[2] == "a":
-                allocated += bs
-            blocks.append(Block(address=ba, size=bs, requested_size=bs, state=state, frames=[]))
-        segments.append(
-            {
-                "device": device,
-                "address": address,
-                "total_size": size,
-                "allocated_size": allocated,
-                "active_size": allocated,
-                "requested_size": allocated,
-                "stream": 0,
-                "segment_type": "small" if s[3] == "s" else "large",
-                "is_expandable": s[2],
-                "blocks": blocks,
-            }
-        )
+    segments = parse_segments(m.get("segments"), device, [0])
     lines = m.get("lines")
     if not isinstance(lines, list) or len(lines) > MAX_LINES:
-        raise _Invalid("bad lines")
+        raise BadFile("bad lines")
     rows = []
     for r in lines:
         if not (isinstance(r, list) and len(r) == 3 and isinstance(r[0], str)):
-            raise _Invalid("bad line")
+            raise BadFile("bad line")
         if len(r[0]) > SITE_LIMIT:
-            raise _Invalid("bad line")
+            raise BadFile("bad line")
         site = r[0] if r[0].isprintable() else _UNSHOWABLE.sub("\ufffd", r[0])
         rows.append((site, _int(r[1], BYTES_LIMIT, "bytes"), _int(r[2], BYTES_LIMIT, "blocks")))
     for key in ("tracking", "trimmed"):
         if not isinstance(m.get(key), bool):
-            raise _Invalid(f"bad {key}")
+            raise BadFile(f"bad {key}")
     expandable = m.get("expandable")
     if expandable is not None and not isinstance(expandable, bool):
-        raise _Invalid("bad expandable")
+        raise BadFile("bad expandable")
     return WorkerOomSnapshot(
         device=device,
         requested=_int(m.get("requested"), BYTES_LIMIT, "requested"),
@@ -307,9 +313,59 @@ def parse_snapshot(data: bytes) -> WorkerOomSnapshot:
     )
 
 
+def parse_segments(segs: Any, device: int, n_blocks: list[int]) -> list[Segment]:
+    """One device's compact segments (:func:`reduce_segments`' shape), checked: sizes
+    and addresses in range, each block inside its segment, blocks sorted without overlap,
+    at most MAX_SEGMENTS segments and MAX_BLOCKS blocks (``n_blocks[0]`` counts the blocks
+    of every device of one file). Raises BadFile."""
+    if not isinstance(segs, list) or len(segs) > MAX_SEGMENTS:
+        raise BadFile("bad segments")
+    segments: list[Segment] = []
+    for s in segs:
+        if not (isinstance(s, list) and len(s) in (5, 6) and isinstance(s[4], list)):
+            raise BadFile("bad segment")
+        address, size = _int(s[0], BYTES_LIMIT, "address"), _int(s[1], BYTES_LIMIT, "size")
+        if not isinstance(s[2], bool) or s[3] not in ("s", "l"):
+            raise BadFile("bad segment")
+        stream = _int(s[5], BYTES_LIMIT, "stream") if len(s) == 6 else 0
+        n_blocks[0] += len(s[4])
+        if n_blocks[0] > MAX_BLOCKS:
+            raise BadFile("too many blocks")
+        blocks: list[Block] = []
+        at, allocated, requested = address, 0, 0
+        for b in s[4]:
+            if not (isinstance(b, list) and len(b) in (3, 4) and b[2] in _STATE_NAMES):
+                raise BadFile("bad block")
+            ba, bs = _int(b[0], BYTES_LIMIT, "address"), _int(b[1], BYTES_LIMIT, "size")
+            if ba < at or ba + bs > address + size:  # sorted, no overlap, inside
+                raise BadFile("block outside its segment")
+            asked = _int(b[3], bs + 1, "requested size") if len(b) == 4 else bs
+            at = ba + bs
+            state: BlockState = _STATE_NAMES[b[2]]
+            if b[2] == "a":
+                allocated += bs
+                requested += asked
+            blocks.append(Block(address=ba, size=bs, requested_size=asked, state=state, frames=[]))
+        segments.append(
+            {
+                "device": device,
+                "address": address,
+                "total_size": size,
+                "allocated_size": allocated,
+                "active_size": allocated,
+                "requested_size": requested,
+                "stream": stream,
+                "segment_type": "small" if s[3] == "s" else "large",
+                "is_expandable": s[2],
+                "blocks": blocks,
+            }
+        )
+    return segments
+
+
 def _int(v: Any, high: int, what: str, optional: bool = False) -> Any:
     if v is None and optional:
         return None
     if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < high:
-        raise _Invalid(f"bad {what}")
+        raise BadFile(f"bad {what}")
     return v

@@ -31,7 +31,8 @@ the workers report, and only the workers of measured cells:
   line, and no datagram can stop the channel's thread.
 
 ``distributed.py`` carries the same reports through a ``torch.distributed`` store for
-ranks on other hosts.
+ranks on other hosts. ``worker_requests.py`` asks a forked or spawned worker for its
+segment map (:meth:`WorkerChannel.segments_of`).
 """
 
 from __future__ import annotations
@@ -52,9 +53,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import ActionRefused
 from ..log import logger
-from ..model import OomEvent, WorkerDevice, WorkerOomSnapshot, WorkerReport
-from . import worker_oom
+from ..model import OomEvent, WorkerDevice, WorkerOomSnapshot, WorkerReport, WorkerSegments
+from . import worker_oom, worker_requests
 
 WORKERS_ENV = "JUPYTER_GPUMEM_WORKERS"
 INTERVAL = 0.25  # a worker sends at most this often while its figures change (seconds)
@@ -192,6 +194,12 @@ class WorkerReporter:
         self._files = 0
         if self.directory is not None:
             self.collector.on_oom = self._at_oom  # the collector attaches the observer
+        # The kernel's requests for this worker's segments (files in the same directory)
+        self._requests = (
+            worker_requests.RequestWatch(self.directory, self.pid, self.collector.backend)
+            if self.directory is not None
+            else None
+        )
         self._done = False
         self._last: tuple[Any, ...] | None = None
         self._sent = 0.0
@@ -202,6 +210,11 @@ class WorkerReporter:
 
     def _loop(self) -> None:
         while not self._stop.wait(INTERVAL):
+            if self._requests is not None:
+                try:  # one access() call when nobody asks
+                    self._requests.poll()
+                except Exception:  # never disturb the worker
+                    logger.debug("segments request failed", exc_info=True)
             try:
                 self.tick()
             except Exception:  # never disturb the worker
@@ -307,6 +320,16 @@ def report_from_worker() -> bool:
 
 # -- the kernel's side -----------------------------------------------------------------
 @dataclass(slots=True)
+class _Asking:
+    """A request for a worker's segments in flight: a second caller waits for its answer
+    (one request file per worker: a second request would replace the first)."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    answer: worker_requests.Answer | None = None
+    error: OSError | None = None
+
+
+@dataclass(slots=True)
 class _Seen:
     msg: dict[str, Any]
     received: float  # time.time() when it arrived
@@ -334,6 +357,7 @@ class WorkerChannel:
         self._forks_at_begin = 0
         self._owner = os.getpid()
         self._at_exit = False
+        self._asking: dict[int, _Asking] = {}  # pid -> its segments request in flight
 
     # -- opening and closing -------------------------------------------------------
     def open(self) -> str | None:
@@ -519,6 +543,149 @@ class WorkerChannel:
         with self._lock:
             out = [_report(s, self._began, now) for s in self._seen.values()]
         return _ordered(out)
+
+    # -- a worker's segments, on request ------------------------------------------
+    def segments_of(
+        self,
+        rank: int | None = None,
+        pid: int | None = None,
+        wait: float = worker_requests.ANSWER_WAIT,
+    ) -> WorkerSegments:
+        """Ask a worker (by rank, or pid) for its allocator's segments and wait at most
+        ``wait`` seconds. Raises :class:`ActionRefused` with one sentence when it can't:
+        no such worker, one that exited, one of a store or of Ray (no shared directory),
+        no answer in time."""
+        now = time.time()
+        with self._lock:
+            directory = self._dir if self._sock is not None else None
+            found = [(_report(s, self._began, now), s.msg["started"]) for s in self._seen.values()]
+        worker, note = choose_worker(found, rank, pid)
+        if directory is None:
+            raise ActionRefused(f"{worker.label} can't be asked: the channel is closed")
+        answer = self._ask(directory, worker, wait)
+        if answer is None:
+            raise ActionRefused(f"{worker.label} did not answer within {wait:g} s")
+        if answer.error == "no_cuda":
+            raise ActionRefused(
+                f"{worker.label} has not initialised CUDA: its allocator holds no segment"
+            )
+        if answer.error is not None or answer.snapshot is None:
+            raise ActionRefused(
+                f"{worker.label}'s snapshot is too large to hand over (over "
+                f"{worker_oom.SNAPSHOT_LIMIT >> 20} MiB even with its live blocks merged)"
+            )
+        return WorkerSegments(worker, answer.snapshot, answer.trimmed, note)
+
+    def _ask(
+        self, directory: str, worker: WorkerReport, wait: float
+    ) -> worker_requests.Answer | None:
+        with self._lock:
+            asking = self._asking.get(worker.pid)
+            mine = asking is None
+            if asking is None:
+                asking = self._asking[worker.pid] = _Asking()
+        if not mine:  # another caller's request: its answer, within the same deadline
+            asking.done.wait(wait)
+        else:
+            try:
+                asking.answer = worker_requests.ask_segments(directory, worker.pid, wait)
+            except OSError as e:
+                asking.error = e
+            finally:
+                asking.done.set()
+                with self._lock:
+                    self._asking.pop(worker.pid, None)
+        if asking.error is not None:
+            raise ActionRefused(
+                f"can't ask {worker.label}: {asking.error.strerror or asking.error}"
+            )
+        return asking.answer
+
+
+def choose_worker(
+    found: list[tuple[WorkerReport, float]], rank: int | None, pid: int | None
+) -> tuple[WorkerReport, str]:
+    """The worker to ask for its segments among those that reported (each with the time
+    it started), and a note when several live ones share the rank (two jobs): the most
+    recently started is taken. Raises :class:`ActionRefused` with the reason one can't
+    be asked."""
+    if not found:
+        raise _none_reported()
+    picked = [
+        (w, t)
+        for w, t in found
+        if (rank is None or w.rank == rank) and (pid is None or w.pid == pid)
+    ]
+    if not picked:
+        if pid is not None:
+            other = [w for w, _ in found if w.pid == pid]
+            if other:
+                raise ActionRefused(f"pid {pid} reports rank {other[0].rank}, not rank {rank}")
+            raise ActionRefused(f"no worker process with pid {pid} has reported")
+        ranks = sorted({w.rank for w, _ in found if w.rank is not None})
+        known = ", ".join(map(str, ranks)) if ranks else "none"
+        raise ActionRefused(
+            f"no worker process with rank {rank} has reported (ranks reporting: {known})"
+        )
+    askable = [(w, t) for w, t in picked if _askable(w)]
+    if not askable:
+        w = max(picked, key=lambda wt: wt[1])[0]
+        raise ActionRefused(_why_not(w))
+    askable.sort(key=lambda wt: wt[1])
+    w = askable[-1][0]
+    note = ""
+    if len(askable) > 1:
+        pids = ", ".join(str(x.pid) for x, _ in askable)
+        note = (
+            f"{len(askable)} live worker processes report rank {rank} (pids {pids}): this is "
+            f"pid {w.pid}, the most recently started (--pid picks another)"
+        )
+    return w, note
+
+
+def _none_reported() -> ActionRefused:
+    return ActionRefused(
+        "no worker process has reported: processes forked by a measured cell report by "
+        "themselves, spawned ones after jupyter_gpumem.report_worker()"
+    )
+
+
+def _askable(w: WorkerReport) -> bool:
+    return (
+        w.via in ("fork", "spawn")
+        and w.status != "exited"
+        and w.host == socket.gethostname()
+        and _alive(w.pid, w.host)
+    )
+
+
+def _why_not(w: WorkerReport) -> str:
+    if w.via == "store":
+        return (
+            f"{w.label} on {w.host} reports through the torch.distributed store, which shares "
+            "no directory with this kernel: its segments can't be asked for from here"
+        )
+    if w.via == "ray":
+        return (
+            f"{w.label} is a Ray worker, which shares no directory with this kernel: its "
+            "segments can't be asked for from here"
+        )
+    if w.status == "exited":
+        return f"{w.label} has exited: its allocator is gone"
+    if w.host != socket.gethostname():
+        return f"{w.label} runs on {w.host}, which shares no directory with this kernel"
+    return f"{w.label} is gone: its process ended without a last report"
+
+
+def segments_of(
+    rank: int | None = None, pid: int | None = None, wait: float = worker_requests.ANSWER_WAIT
+) -> WorkerSegments:
+    """This process's channel's :meth:`WorkerChannel.segments_of`; no channel is opened
+    for it (none open: no worker has reported)."""
+    ch = _channel
+    if ch is None:
+        raise _none_reported()
+    return ch.segments_of(rank, pid, wait)
 
 
 def _ordered(reports: list[WorkerReport]) -> tuple[WorkerReport, ...]:

@@ -107,7 +107,13 @@ from .trace import (
     Timeline,
     TraceAllocation,
 )
-from .workers import WorkerDevice, WorkerOomSnapshot, WorkerReport, WorkerStatus
+from .workers import (
+    WorkerDevice,
+    WorkerOomSnapshot,
+    WorkerReport,
+    WorkerSegments,
+    WorkerStatus,
+)
 
 __all__ = [
     "ACTIVE",
@@ -179,6 +185,7 @@ __all__ = [
     "WorkerDevice",
     "WorkerOomSnapshot",
     "WorkerReport",
+    "WorkerSegments",
     "WorkerStatus",
     "short_path",
 ]

@@ -151,6 +151,8 @@ class SegmentMap(ShowsItself):
     omitted: int  # segments not included (limit)
     omitted_bytes: int
     tracking: bool
+    # Whose allocator it is, when not this process's: "rank 1 (pid 4242 on gpu-node)"
+    owner: str = ""
 
     @property
     def blocks(self) -> int:

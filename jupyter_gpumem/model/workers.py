@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from .measurement import OomEvent
     from .postmortem import PostMortem
-    from .snapshot import Segment
+    from .snapshot import AllocatorSnapshot, Segment
 
 # exited: its last report came at its exit; running: still reporting at the cell's end;
 # silent: started reporting, then stopped without a last report (killed, hung, or its
@@ -95,3 +95,23 @@ class WorkerReport:
     @property
     def peak_allocated(self) -> int:
         return max((d.peak_allocated for d in self.devices), default=0)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSegments:
+    """A worker's own allocator snapshot, taken on request (``%gpumem segments --rank``)
+    and handed over as a file (checked field by field where it arrived): its segments
+    and blocks; blocks carry no frames."""
+
+    worker: WorkerReport  # the worker asked, as its latest report showed it
+    snapshot: AllocatorSnapshot
+    trimmed: bool = False  # runs of adjacent live blocks were merged to fit the file's cap
+    # Why this worker among several of the rank asked for (""; two jobs share rank numbers)
+    note: str = ""
+
+    @property
+    def title(self) -> str:
+        """``rank 1 (pid 4242 on gpu-node)``: what its segment map is titled with."""
+        w = self.worker
+        who = f"rank {w.rank}" if w.rank is not None else "worker"
+        return f"{who} (pid {w.pid} on {w.host})"

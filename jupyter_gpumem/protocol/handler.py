@@ -159,11 +159,40 @@ class Handler:
 
         return self.on_shell(read)
 
-    def segments(self, device: int | None = None, max_segments: int = 200) -> dict[str, Any]:
+    def segments(
+        self,
+        device: int | None = None,
+        max_segments: int = 200,
+        rank: int | None = None,
+        pid: int | None = None,
+    ) -> dict[str, Any]:
+        if rank is not None or pid is not None:
+            return self._worker_segments(device, max_segments, rank, pid)
         if device is not None:
             actions.check_device(self.collector, device)
         maps = self.attributor.segment_maps(device, max_segments)
         return {"devices": [to_protocol(m) for m in maps]}
+
+    def _worker_segments(
+        self, device: int | None, max_segments: int, rank: int | None, pid: int | None
+    ) -> dict[str, Any]:
+        """A worker's map: asked through the channel's directory, waiting at most 2 s on
+        this thread (a worker that does not answer is refused with that sentence)."""
+        from ..core.worker_segments import worker_segment_maps
+
+        found, maps = worker_segment_maps(rank, pid, device, max_segments)
+        w = found.worker
+        return {
+            "devices": [to_protocol(m) for m in maps],
+            "worker": {
+                "pid": w.pid,
+                "rank": w.rank,
+                "host": w.host,
+                "label": w.label,
+                "note": found.note,
+                "trimmed": found.trimmed,
+            },
+        }
 
     def history(self, n: int = 200) -> dict[str, Any]:
         return {"cells": [to_protocol(row) for row in self.services.history.last(n)]}

@@ -38,9 +38,10 @@ SMALL_PER_ROW = 6  # 2 MiB small-pool segments are drawn side by side
 
 def summary_lines(m: SegmentMap) -> list[str]:
     sp = m.space
+    owner = f"{m.owner} " if m.owner else ""  # another process's: a worker's
     lines = [
         (
-            f"cuda:{m.device}: {sp.segments} segment(s) hold {fb(sp.reserved)}: allocated "
+            f"{owner}cuda:{m.device}: {sp.segments} segment(s) hold {fb(sp.reserved)}: allocated "
             f"{fb(sp.allocated)}, cached free {fb(sp.cached_free)}"
         )
     ]

@@ -14,7 +14,7 @@ import { ISignal, Signal } from '@lumino/signaling';
 import { CapValue } from './present/cap';
 import { GpuMemClient } from './kernel/client';
 import { IKernelLike, IKernelSource } from './kernel/types';
-import { IGpuMemState, ReadingView } from './state';
+import { IGpuMemState, ISegmentsSource, ReadingView } from './state';
 import type { IServerApi } from './server/serverApi';
 
 /** Scrolls the followed notebook to a cell; whether it found it. */
@@ -215,6 +215,19 @@ export class GpuMemModel implements IDisposable {
   /** Read the segment map or the measured cells now (Refresh). */
   fetchReading(view: ReadingView): Promise<void> {
     return this._client.fetchReading(view);
+  }
+
+  /**
+   * Show a worker process's own segment map in the Segments tab (null: the
+   * kernel's). The kernel asks the worker, which has 2 s to answer.
+   */
+  setSegmentsSource(source: ISegmentsSource | null): Promise<void> {
+    const before = this._client.state.segmentsSource;
+    this._client.dispatch({ type: 'segments_source', source });
+    if (this._client.state.segmentsSource === before) {
+      return Promise.resolve();
+    }
+    return this._client.fetchReading('segments');
   }
 
   /**

@@ -32,6 +32,7 @@ import {
   ISegment,
   ISegmentMap,
   ISegmentsResult,
+  ISegmentsWorker,
   ISegmentSummary,
   IStreamState,
   ITrackResult,
@@ -256,7 +257,18 @@ const segmentMap: Required<ISegmentMap> = {
   omitted_bytes: 0,
   tracking: false
 };
-const segments: Required<ISegmentsResult> = { devices: [] };
+const segmentsWorker: Required<ISegmentsWorker> = {
+  pid: 4242,
+  rank: 1,
+  host: 'gpu-node',
+  label: 'rank 1 (pid 4242)',
+  note: '',
+  trimmed: false
+};
+const segments: Required<ISegmentsResult> = {
+  devices: [],
+  worker: segmentsWorker
+};
 const historyDevice: Required<IHistoryCellDevice> = {
   index: 0,
   allocated: 0,
@@ -341,6 +353,10 @@ describe('protocol mirror', () => {
 
   it('has the fields of the segment map and the history (revision 5)', () => {
     expect(sorted(Object.keys(segmentMap))).toEqual(props('segment_map'));
+    // revision 12: a worker process's own map
+    expect(sorted(Object.keys(segmentsWorker))).toEqual(
+      props('segments_worker')
+    );
     expect(sorted(Object.keys(summary))).toEqual(
       sorted(
         Object.keys(schema.$defs.segment_map.properties.summary.properties)

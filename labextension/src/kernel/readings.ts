@@ -8,7 +8,7 @@
  */
 import { Poll } from '@lumino/polling';
 
-import { READING_VIEWS, ReadingView } from '../state';
+import { IGpuMemState, READING_VIEWS, ReadingView } from '../state';
 import { IClientContext } from './context';
 import { RequestOutcome } from './request';
 
@@ -21,6 +21,25 @@ export const READING_ARGS: Record<ReadingView, Record<string, unknown>> = {
   segments: { max_segments: 200 },
   history: { n: 500 }
 };
+
+/**
+ * What a reading view asks for now: the Segments tab adds the worker process
+ * its chooser shows (the kernel asks that worker for its own map).
+ */
+export function readingArgs(
+  view: ReadingView,
+  state: IGpuMemState
+): Record<string, unknown> {
+  const source = state.segmentsSource;
+  if (view !== 'segments' || source === null) {
+    return READING_ARGS[view];
+  }
+  return {
+    ...READING_ARGS[view],
+    pid: source.pid,
+    ...(source.rank === null ? {} : { rank: source.rank })
+  };
+}
 
 /**
  * After a `busy` reply while the panel has not seen the cell (its busy status
@@ -207,7 +226,7 @@ export class OnDemandReadings {
     try {
       outcome = await ctx.request(
         view,
-        READING_ARGS[view],
+        readingArgs(view, ctx.state),
         ctx.requestTimeoutMs
       );
     } finally {
@@ -218,6 +237,7 @@ export class OnDemandReadings {
     if (generation !== ctx.generation || kernel !== ctx.kernel) {
       return;
     }
+
     switch (outcome.kind) {
       case 'reply':
         ctx.dispatch({
@@ -244,6 +264,11 @@ export class OnDemandReadings {
           message: outcome.message
         });
         break;
+    }
+    if (this._readingDue.has(view)) {
+      // Asked again while this one travelled (a cell ended, another process's
+      // map was chosen: its reply was dropped): read again.
+      this.maybeFetchReadings();
     }
   }
 

@@ -7,7 +7,7 @@
 export const PROTOCOL_VERSION = 1;
 
 /** Additions an older peer can ignore raise the revision. */
-export const PROTOCOL_REVISION = 11;
+export const PROTOCOL_REVISION = 12;
 
 export const REQUEST_MSG_TYPE = 'gpumem_request';
 
@@ -195,6 +195,15 @@ export interface ISegmentMap {
   tracking: boolean;
 }
 
+export interface ISegmentsWorker {
+  pid: number;
+  rank: number | null;
+  host: string;
+  label: string;
+  note: string;
+  trimmed: boolean;
+}
+
 export interface IHistoryCell {
   execution_count: number | null;
   time: number;
@@ -308,7 +317,12 @@ export interface IActionArgs {
   who: { device?: number; n?: number };
   track: { enabled: boolean };
   release_traceback: Record<string, never>;
-  segments: { device?: number; max_segments?: number };
+  segments: {
+    device?: number;
+    max_segments?: number;
+    rank?: number;
+    pid?: number;
+  };
   history: { n?: number };
 }
 
@@ -341,7 +355,7 @@ export interface IActionResults {
   };
   track: { tracking: ITracking; message: string };
   release_traceback: { frames: number; freed: Record<string, number> };
-  segments: { devices: ISegmentMap[] };
+  segments: { devices: ISegmentMap[]; worker?: ISegmentsWorker };
   history: { cells: IHistoryCell[] };
 }
 

@@ -7,6 +7,8 @@ import {
   IGpuMemState,
   IReading,
   IReadings,
+  ISegmentsSource,
+  READING_IDLE,
   READING_VIEWS,
   ReadingView
 } from './types';
@@ -52,9 +54,13 @@ export function applyReading(
     });
   }
   const result = reply.result as Record<string, unknown>;
+  const worker = result.worker;
   const data =
     view === 'segments'
-      ? { devices: Array.isArray(result.devices) ? result.devices : [] }
+      ? {
+          devices: Array.isArray(result.devices) ? result.devices : [],
+          ...(typeof worker === 'object' && worker !== null ? { worker } : {})
+        }
       : { cells: Array.isArray(result.cells) ? result.cells : [] };
   return withReading(state, view, {
     status: 'ok',
@@ -95,4 +101,29 @@ export function readingSent(
     status: 'loading',
     error: null
   });
+}
+
+/**
+ * The Segments tab shows another process's map: the last reading (and one on
+ * its way, whose reply is then dropped) was of the one before.
+ */
+export function segmentsSource(
+  state: IGpuMemState,
+  source: ISegmentsSource | null
+): IGpuMemState {
+  const before = state.segmentsSource;
+  if (
+    before === source ||
+    (before !== null &&
+      source !== null &&
+      before.pid === source.pid &&
+      before.rank === source.rank)
+  ) {
+    return state;
+  }
+  return withReading(
+    { ...state, segmentsSource: source },
+    'segments',
+    READING_IDLE
+  );
 }

@@ -4,7 +4,12 @@
  * replies). No DOM, no JupyterLab: the model feeds it, tests too.
  */
 import { applyReply, clearPending } from './replies';
-import { isReadingView, readingFailed, readingSent } from './readings';
+import {
+  isReadingView,
+  readingFailed,
+  readingSent,
+  segmentsSource
+} from './readings';
 import { applyComm, forgetProcess, withTrendMinutes } from './samples';
 import {
   GpuMemEvent,
@@ -70,11 +75,13 @@ export function reduce(state: IGpuMemState, event: GpuMemEvent): IGpuMemState {
         sample: null,
         stream: null,
         version: null,
+        revision: null,
         actions: [],
         who: WHO_IDLE,
         tracking: null,
         trackingWanted: false,
         readings: NO_READINGS,
+        segmentsSource: null,
         postmortems: [],
         forecast: null
       };
@@ -95,6 +102,8 @@ export function reduce(state: IGpuMemState, event: GpuMemEvent): IGpuMemState {
       return whoFailed(state, event.code, event.message);
     case 'reading_sent':
       return readingSent(state, event.view);
+    case 'segments_source':
+      return segmentsSource(state, event.source);
     case 'reading_failed':
       return readingFailed(state, event.view, event.code, event.message);
     case 'no_reply':

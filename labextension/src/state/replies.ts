@@ -91,6 +91,7 @@ export function applyReply(
         // The kernel answers now: an earlier failure to connect is over.
         lastError: stale ? null : state.lastError,
         version: typeof hello.version === 'string' ? hello.version : null,
+        revision: typeof hello.revision === 'number' ? hello.revision : null,
         actions: Array.isArray(hello.actions) ? hello.actions : [],
         stream: hello.stream ?? null
       };

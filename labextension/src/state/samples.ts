@@ -49,6 +49,8 @@ export function forgetProcess(state: IGpuMemState): IGpuMemState {
     tracking: null,
     trackingWanted: false,
     readings: NO_READINGS,
+    // Its workers went with it.
+    segmentsSource: null,
     postmortems: [],
     forecast: null
   };

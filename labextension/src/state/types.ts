@@ -112,6 +112,15 @@ export const WHO_IDLE: IWhoState = {
   fetchedAt: null
 };
 
+/**
+ * Whose segment map the Segments tab reads: a worker process of the kernel
+ * (by pid, with its rank as the sample showed it); null: the kernel's own.
+ */
+export interface ISegmentsSource {
+  pid: number;
+  rank: number | null;
+}
+
 /** The views read on request (their tab shown), not streamed. */
 export type ReadingView = 'segments' | 'history';
 
@@ -159,6 +168,8 @@ export interface IGpuMemState {
   sample: ISample | null;
   /** Version of the kernel-side package, from `hello`. */
   version: string | null;
+  /** The protocol revision the kernel speaks, from `hello`; null: unknown. */
+  revision: number | null;
   /** Actions the kernel side says it supports. */
   actions: readonly string[];
   stream: IStreamState | null;
@@ -187,6 +198,8 @@ export interface IGpuMemState {
   trackingWanted: boolean;
   /** The segment map and the measured cells, read while their tab shows. */
   readings: IReadings;
+  /** Whose segment map the Segments tab shows; null: the kernel's own. */
+  segmentsSource: ISegmentsSource | null;
   /**
    * The last out-of-memory post-mortems, from a `who` reply or a cell marker
    * (the kernel keeps those of the last cell that ran out of memory).
@@ -222,6 +235,8 @@ export type GpuMemEvent =
     }
   | { type: 'who_sent' }
   | { type: 'reading_sent'; view: ReadingView }
+  /** The Segments tab's chooser: a worker process's map, or the kernel's. */
+  | { type: 'segments_source'; source: ISegmentsSource | null }
   /** A reading got no protocol reply (timeout, no kernel, bad reply). */
   | { type: 'reading_failed'; view: ReadingView; code: string; message: string }
   /** A `who` request got no protocol reply (timeout, no kernel, bad reply). */
@@ -257,6 +272,7 @@ export function initialState(trendMinutes = 5): IGpuMemState {
     busy: false,
     sample: null,
     version: null,
+    revision: null,
     actions: [],
     stream: null,
     commId: null,
@@ -272,6 +288,7 @@ export function initialState(trendMinutes = 5): IGpuMemState {
     tracking: null,
     trackingWanted: false,
     readings: NO_READINGS,
+    segmentsSource: null,
     postmortems: [],
     forecast: null
   };

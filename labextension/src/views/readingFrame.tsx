@@ -6,7 +6,7 @@ import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
 import { availability, errorText } from '../present/messages';
-import { IReading, ReadingView } from '../state';
+import { IActionError, IReading, ReadingView } from '../state';
 import { ActionButton } from './actionButton';
 import { Message, NoDeviceMessage, TooOldMessage } from './message';
 import { IViewProps } from './props';
@@ -36,6 +36,10 @@ export function ReadingFrame<T>(
     help: string;
     /** What the view is called in its messages. */
     title: string;
+    /** More controls beside Refresh (the Segments tab's process chooser). */
+    controls?: React.ReactNode;
+    /** The words of a failed reading, when the view has its own; null: the usual. */
+    errorTitle?: (error: IActionError) => string | null;
     children: (data: T) => React.ReactNode;
   }
 ): JSX.Element | null {
@@ -59,6 +63,7 @@ export function ReadingFrame<T>(
       aria-busy={reading.status === 'loading'}
     >
       <div className="jp-GpuMem-controls" role="group" aria-label={props.title}>
+        {props.controls}
         <ActionButton
           label={trans.__('Refresh')}
           ariaLabel={trans.__('Refresh: read %1 now', props.title)}
@@ -75,7 +80,12 @@ export function ReadingFrame<T>(
               : ''}
         </span>
       </div>
-      <ReadingStatus reading={reading} trans={trans} title={props.title} />
+      <ReadingStatus
+        reading={reading}
+        trans={trans}
+        title={props.title}
+        errorTitle={props.errorTitle}
+      />
       {reading.data !== null && (
         <div
           className={
@@ -95,13 +105,16 @@ function ReadingStatus(props: {
   reading: IReading<unknown>;
   title: string;
   trans: TranslationBundle;
+  errorTitle?: (error: IActionError) => string | null;
 }): JSX.Element | null {
   const { reading, trans } = props;
   if (reading.status === 'error' && reading.error) {
     return (
       <div className="jp-GpuMem-readingError" role="alert">
         <Message
-          title={errorText(reading.error, trans)}
+          title={
+            props.errorTitle?.(reading.error) ?? errorText(reading.error, trans)
+          }
           detail={
             reading.data === null
               ? ''

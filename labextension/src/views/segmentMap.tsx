@@ -8,8 +8,16 @@ import * as React from 'react';
 
 import { formatBytes, formatPercent } from '../present/format';
 import { deviceLabel } from '../present/messages';
-import { BlockKind, ISegment, ISegmentMap, ISegmentsResult } from '../protocol';
+import {
+  BlockKind,
+  ISegment,
+  ISegmentMap,
+  ISegmentsResult,
+  ISegmentsWorker
+} from '../protocol';
+import { IActionError, IGpuMemState } from '../state';
 import { IViewProps } from './props';
+import { RankChooser, workerWords } from './rankChooser';
 import { ReadingFrame, useReading } from './readingFrame';
 
 /** Blocks narrower than this share of their segment are drawn merged. */
@@ -292,6 +300,54 @@ export function Segments(props: IViewProps): JSX.Element | null {
   return <SegmentsView {...props} />;
 }
 
+/** Whose map it is, when a worker's: its name, and why this one. */
+function WorkerHeading(props: {
+  worker: ISegmentsWorker;
+  trans: TranslationBundle;
+}): JSX.Element {
+  const { worker, trans } = props;
+  return (
+    <div className="jp-GpuMem-segmentsOwner" data-pid={worker.pid}>
+      <p className="jp-GpuMem-segmentsOwnerName">
+        {trans.__(
+          'The own allocator of %1',
+          workerWords(worker.rank, worker.pid, trans, worker.host)
+        )}
+      </p>
+      {worker.note && <p className="jp-GpuMem-whoHint">{worker.note}</p>}
+      {worker.trimmed && (
+        <p className="jp-GpuMem-whoHint">
+          {trans.__(
+            'Its snapshot was trimmed to be handed over: each run of adjacent live blocks is drawn as one block.'
+          )}
+        </p>
+      )}
+    </div>
+  );
+}
+
+/** The device's name: the kernel's, or the worker's own for a worker's map. */
+function deviceName(
+  state: IGpuMemState,
+  worker: ISegmentsWorker | undefined,
+  index: number
+): string {
+  if (worker) {
+    const w = state.sample?.workers?.find(x => x.pid === worker.pid);
+    return w?.devices.find(d => d.index === index)?.name ?? '';
+  }
+  return state.sample?.devices.find(d => d.index === index)?.name ?? '';
+}
+
+/** A worker's refusal is the kernel's sentence about it, as it is. */
+function workerError(state: IGpuMemState, error: IActionError): string | null {
+  if (state.segmentsSource === null || error.code !== 'refused') {
+    return null;
+  }
+  const text = error.message;
+  return text.charAt(0).toUpperCase() + text.slice(1) + '.';
+}
+
 /** What the tab shows for one state; no hooks, for tests. */
 export function SegmentsView(props: IViewProps): JSX.Element | null {
   const { state, trans } = props;
@@ -301,28 +357,32 @@ export function SegmentsView(props: IViewProps): JSX.Element | null {
       view="segments"
       title={trans.__('Segments')}
       help={trans.__("Read the allocator's segments now (a snapshot, ~10 ms)")}
+      controls={<RankChooser {...props} />}
+      errorTitle={error => workerError(state, error)}
     >
-      {data =>
-        data.devices.length === 0 ? (
-          <p className="jp-GpuMem-whoHint">
-            {trans.__(
-              "PyTorch's allocator holds no segment: CUDA is not initialised, or the cache is empty."
-            )}
-          </p>
-        ) : (
-          data.devices.map(map => (
-            <SegmentMapView
-              key={map.device}
-              map={map}
-              deviceName={
-                state.sample?.devices.find(d => d.index === map.device)?.name ??
-                ''
-              }
-              trans={trans}
-            />
-          ))
-        )
-      }
+      {data => (
+        <>
+          {data.worker && <WorkerHeading worker={data.worker} trans={trans} />}
+          {data.devices.length === 0 ? (
+            <p className="jp-GpuMem-whoHint">
+              {data.worker
+                ? trans.__("The worker's allocator holds no segment.")
+                : trans.__(
+                    "PyTorch's allocator holds no segment: CUDA is not initialised, or the cache is empty."
+                  )}
+            </p>
+          ) : (
+            data.devices.map(map => (
+              <SegmentMapView
+                key={map.device}
+                map={map}
+                deviceName={deviceName(state, data.worker, map.device)}
+                trans={trans}
+              />
+            ))
+          )}
+        </>
+      )}
     </ReadingFrame>
   );
 }
