@@ -16,7 +16,14 @@ pytestmark = [
 
 
 @pytest.mark.parametrize(
-    "case", ["resnet50_adamw", "gpt2_adamw", "gpt2_amp_fp16_gradscaler", "llama_1b_bf16_adamw"]
+    "case",
+    [
+        "resnet50_adamw",
+        "vit_b16_inference_mode",
+        "gpt2_adamw",
+        "gpt2_amp_fp16_gradscaler",
+        "llama_1b_bf16_adamw",
+    ],
 )
 def test_the_prediction_matches_the_real_step(case):
     from tests.gpu.dry_run_cases import measure
