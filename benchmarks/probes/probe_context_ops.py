@@ -7,7 +7,9 @@ which starts torch's CUDA). Each step runs in a fresh process that never used th
 
 Seen on an H200 with torch 2.11 (CUDA 13): ``torch.tensor([], device="cuda")`` under the
 fake mode creates a context (torch builds it under a device guard), every other step here
-does not; ``torch.cuda.get_device_name`` starts CUDA.
+does not; ``torch.cuda.get_device_name`` starts CUDA. In a whole dry run (the recorder's
+dispatch mode on top) a random initialisation and a copy to the GPU also create one:
+``probe_context_in_run.py`` finds the first such op of a run.
 """
 
 from __future__ import annotations
@@ -42,9 +44,9 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 patches = contextlib.nullcontext()
 data_mode = contextlib.nullcontext()
 if {patched}:
-    from jupyter_gpumem.collectors.fake_patches import data_on_cpu_mode, patched
+    from jupyter_gpumem.collectors.fake_patches import data_on_cpu, patched
     patches = patched(torch, "cuda", lambda i: None)
-    data_mode = data_on_cpu_mode(torch, "cuda")
+    data_mode = data_on_cpu(torch, "cuda")
 with patches, FakeTensorMode(allow_non_fake_inputs=True), data_mode:
 """
 TAIL = (
