@@ -20,7 +20,7 @@ import { availability } from './present/messages';
 import { GpuMemModel } from './model';
 import { GpuMemPanel, TRANSLATION_DOMAIN } from './lab/panel';
 import { IConfirmation, serverApi } from './server/serverApi';
-import { readSettings } from './lab/settings';
+import { readSettings } from './settings';
 import { statusBarPlugin } from './lab/statusBar';
 import { CommandIDs, IGpuMemModel, PLUGIN_ID } from './tokens';
 

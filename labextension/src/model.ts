@@ -5,8 +5,10 @@
  * to them. No DOM.
  *
  * - kernel/client.ts: talks the gpumem protocol with the kernel
- * - store.ts, reducer.ts: the state and how events change it
- * - kernel/follower.ts: points the model at the active notebook or console
+ * - state/store.ts, state/reducer.ts: the state and how events change it
+ * - settings.ts: the user's settings and their defaults
+ * - kernel/follower.ts (used by index.ts): points the model at the active
+ *   notebook or console
  */
 import { IDisposable } from '@lumino/disposable';
 import { ISignal, Signal } from '@lumino/signaling';
@@ -14,26 +16,17 @@ import { ISignal, Signal } from '@lumino/signaling';
 import { CapValue } from './present/cap';
 import { GpuMemClient } from './kernel/client';
 import { IKernelLike, IKernelSource } from './kernel/types';
-import { IGpuMemState, ISegmentsSource, ReadingView } from './state';
 import type { IServerApi } from './server/serverApi';
+import { clampInterval, DEFAULT_SETTINGS, ISettings } from './settings';
+import {
+  GpuMemStore,
+  IGpuMemState,
+  ISegmentsSource,
+  ReadingView
+} from './state';
 
 /** Scrolls the followed notebook to a cell; whether it found it. */
 export type CellScroller = (executionCount: number) => Promise<boolean>;
-import { clampInterval, DEFAULT_SETTINGS, ISettings } from './lab/settings';
-import { GpuMemStore } from './state';
-
-// Kept exported from here, where they were before the split, for code that
-// imports lib/model.
-export { ActiveKernelFollower } from './kernel/follower';
-export type {
-  IKernelWidget,
-  IShellLike,
-  ITrackerLike
-} from './kernel/follower';
-export { ATTACH_CODE } from './kernel/client';
-export type { IKernelLike, IKernelSource, ISessionLike } from './kernel/types';
-export { DEFAULT_SETTINGS } from './lab/settings';
-export type { ISettings } from './lab/settings';
 
 export class GpuMemModel implements IDisposable {
   constructor(options: GpuMemModel.IOptions = {}) {

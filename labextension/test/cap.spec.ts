@@ -1,10 +1,45 @@
+import { readFileSync } from 'fs';
+import { join } from 'path';
 import { describe, expect, it } from 'vitest';
 
 import { parseCap } from '../src/present/cap';
 
 const GiB = 1024 ** 3;
 
+type CapCase = {
+  text: string;
+  bytes?: number;
+  fraction?: number;
+  off?: boolean;
+  error?: boolean;
+};
+
+// The inputs the kernel's parse_limit (core/actions.py) is tested on too.
+const CAP_INPUTS: { cases: CapCase[] } = JSON.parse(
+  readFileSync(
+    join(__dirname, '..', '..', 'tests', 'fixtures', 'cap_inputs.json'),
+    'utf8'
+  )
+);
+
 describe('parseCap', () => {
+  it('reads every shared input as the kernel does', () => {
+    for (const c of CAP_INPUTS.cases) {
+      const result = parseCap(c.text);
+      if (c.error) {
+        expect(result.ok, c.text).toBe(false);
+        continue;
+      }
+      const value =
+        c.off === true
+          ? null
+          : c.bytes !== undefined
+            ? { bytes: c.bytes }
+            : { fraction: c.fraction };
+      expect(result, c.text).toEqual({ ok: true, value });
+    }
+  });
+
   it('reads sizes with binary and decimal units', () => {
     expect(parseCap('24GiB')).toEqual({ ok: true, value: { bytes: 24 * GiB } });
     expect(parseCap('24 GB')).toEqual({ ok: true, value: { bytes: 24e9 } });
@@ -12,7 +47,7 @@ describe('parseCap', () => {
       ok: true,
       value: { bytes: 512 * 1024 ** 2 }
     });
-    expect(parseCap('1.5g')).toEqual({ ok: true, value: { bytes: 1.5 * GiB } });
+    expect(parseCap('1.5g')).toEqual({ ok: true, value: { bytes: 1.5e9 } });
     expect(parseCap('2048 B')).toEqual({ ok: true, value: { bytes: 2048 } });
   });
 

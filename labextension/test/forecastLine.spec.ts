@@ -1,12 +1,12 @@
 /**
  * The forecast before the OOM in the Overview: its words (present/forecast.ts),
- * the view (views/forecastLine.tsx) and what the state keeps of the last
+ * the view (views/overview/forecastLine.tsx) and what the state keeps of the last
  * cell's marker.
  */
 import * as React from 'react';
 import { describe, expect, it } from 'vitest';
 
-import { plainTrans } from '../src/lab/trans';
+import { plainTrans } from '../src/present/trans';
 import {
   forecastDetail,
   forecastText,
@@ -14,7 +14,7 @@ import {
 } from '../src/present/forecast';
 import { ICellMarker, IForecast } from '../src/protocol';
 import { GpuMemEvent, initialState, reduce } from '../src/state';
-import { ForecastLines } from '../src/views/forecastLine';
+import { ForecastLines } from '../src/views/overview/forecastLine';
 import { GiB, MiB } from './fixtures';
 import { byClass, findAll, render, text } from './render';
 

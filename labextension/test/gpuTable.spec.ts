@@ -23,7 +23,7 @@ import {
   gpuTableErrorText
 } from '../src/server/gpuTable';
 import { serverApi, shutdownKernel } from '../src/server/serverApi';
-import { plainTrans as trans } from '../src/lab/trans';
+import { plainTrans as trans } from '../src/present/trans';
 import {
   EVAL,
   foreignTable,

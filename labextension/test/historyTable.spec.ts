@@ -10,7 +10,7 @@ import { describe, expect, it, vi } from 'vitest';
 import { findCell } from '../src/lab/cellScroller';
 import { ICellMarker, IHistoryCell, PROTOCOL_REVISION } from '../src/protocol';
 import { GpuMemEvent, initialState, reduce } from '../src/state';
-import { plainTrans } from '../src/lab/trans';
+import { plainTrans } from '../src/present/trans';
 import {
   DEFAULT_SORT,
   historyDevices,
@@ -18,8 +18,12 @@ import {
   HistoryTable,
   HistoryView,
   sortHistory
-} from '../src/views/historyTable';
-import { placeMarkers, stepLine, TrendChart } from '../src/views/trendChart';
+} from '../src/views/history/historyTable';
+import {
+  placeMarkers,
+  stepLine,
+  TrendChart
+} from '../src/views/overview/trendChart';
 import { device, GiB, helloResult, MiB, okReply } from './fixtures';
 import { byClass, findAll, render, text } from './render';
 

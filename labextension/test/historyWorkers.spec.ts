@@ -7,7 +7,7 @@
 import * as React from 'react';
 import { describe, expect, it, vi } from 'vitest';
 
-import { plainTrans } from '../src/lab/trans';
+import { plainTrans } from '../src/present/trans';
 import { IHistoryCell, IHistoryCellDevice } from '../src/protocol';
 import { GpuMemEvent, initialState, reduce } from '../src/state';
 import {
@@ -16,12 +16,12 @@ import {
   HistoryTable,
   HistoryView,
   IHistorySort
-} from '../src/views/historyTable';
+} from '../src/views/history/historyTable';
 import {
   workerDevices,
   workerFigures,
   workerName
-} from '../src/views/historyWorkers';
+} from '../src/views/history/historyWorkers';
 import { GiB, helloResult, MiB, okReply } from './fixtures';
 import { byClass, Child, findAll, INode, render, text } from './render';
 

@@ -7,7 +7,7 @@ import {
   statusText
 } from '../src/present/messages';
 import { GpuMemEvent, initialState, reduce } from '../src/state';
-import { plainTrans as trans } from '../src/lab/trans';
+import { plainTrans as trans } from '../src/present/trans';
 import {
   device,
   GiB,

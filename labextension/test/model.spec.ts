@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 
-import { ATTACH_CODE } from '../src/kernel/client';
+import { ATTACH_CODE } from '../src/kernel/actions';
 import { GpuMemModel } from '../src/model';
 import { COMM_TARGET } from '../src/protocol';
 import { FakeKernel, FakeSession } from './fakes';

@@ -8,14 +8,16 @@ import { describe, expect, it, vi } from 'vitest';
 import { IKernelRow } from '../src/server/gpuRows';
 import { IGpuTable } from '../src/server/gpuTable';
 import { IConfirmation, IServerApi } from '../src/server/serverApi';
-import { plainTrans } from '../src/lab/trans';
+import { plainTrans } from '../src/present/trans';
+import {
+  GpuTableView,
+  IGpuTableReading
+} from '../src/views/onThisGpu/gpuTableView';
 import {
   confirmAndShutDown,
-  GpuTableView,
-  IGpuTableReading,
   INITIAL_READING,
   OnThisGpu
-} from '../src/views/onThisGpu';
+} from '../src/views/onThisGpu/onThisGpu';
 import { TABS } from '../src/views/tabs';
 import {
   EVAL,

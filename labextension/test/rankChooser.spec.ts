@@ -7,9 +7,8 @@
 import * as React from 'react';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 
-import { READING_ARGS } from '../src/kernel/client';
-import { readingArgs } from '../src/kernel/readings';
-import { plainTrans } from '../src/lab/trans';
+import { READING_ARGS, readingArgs } from '../src/kernel/readings';
+import { plainTrans } from '../src/present/trans';
 import { GpuMemModel } from '../src/model';
 import { ISegmentsResult, IWorker } from '../src/protocol';
 import { GpuMemEvent, initialState, reduce } from '../src/state';
@@ -17,8 +16,8 @@ import {
   RANK_REVISION,
   RankChooser,
   segmentsChoices
-} from '../src/views/rankChooser';
-import { SegmentsView } from '../src/views/segmentMap';
+} from '../src/views/segments/rankChooser';
+import { SegmentsView } from '../src/views/segments/segmentMap';
 import { FakeKernel, FakeSession } from './fakes';
 import {
   errorReply,

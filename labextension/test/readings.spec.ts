@@ -5,7 +5,7 @@
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 
-import { READING_ARGS } from '../src/kernel/client';
+import { READING_ARGS } from '../src/kernel/readings';
 import { GpuMemModel } from '../src/model';
 import { FakeKernel, FakeSession } from './fakes';
 import { helloResult, okReply, STREAM } from './fixtures';

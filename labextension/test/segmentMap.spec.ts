@@ -11,12 +11,12 @@ import { describe, expect, it, vi } from 'vitest';
 
 import { ISegment, ISegmentsResult } from '../src/protocol';
 import { GpuMemEvent, initialState, reduce } from '../src/state';
-import { plainTrans } from '../src/lab/trans';
+import { plainTrans } from '../src/present/trans';
 import {
   segmentRuns,
   SegmentsView,
   SegmentMapView
-} from '../src/views/segmentMap';
+} from '../src/views/segments/segmentMap';
 import { errorReply, helloResult, MiB, okReply } from './fixtures';
 import { byClass, findAll, render, text } from './render';
 

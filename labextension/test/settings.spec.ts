@@ -1,10 +1,6 @@
 import { describe, expect, it } from 'vitest';
 
-import {
-  clampInterval,
-  DEFAULT_SETTINGS,
-  readSettings
-} from '../src/lab/settings';
+import { clampInterval, DEFAULT_SETTINGS, readSettings } from '../src/settings';
 
 function registry(composite: Record<string, unknown>): any {
   return { composite };

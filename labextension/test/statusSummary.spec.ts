@@ -6,7 +6,7 @@
 import { describe, expect, it, vi } from 'vitest';
 import * as React from 'react';
 
-import { plainTrans } from '../src/lab/trans';
+import { plainTrans } from '../src/present/trans';
 import { replayBody, replayText } from '../src/present/replay';
 import {
   busiestDevice,
@@ -16,8 +16,8 @@ import {
 } from '../src/present/statusSummary';
 import { IReplay, ISample } from '../src/protocol';
 import { GpuMemEvent, initialState, reduce } from '../src/state';
-import { ReplayBanner } from '../src/views/replayBanner';
-import { StatusItem } from '../src/views/statusItem';
+import { ReplayBanner } from '../src/views/frame/replayBanner';
+import { StatusItem } from '../src/views/statusBar/statusItem';
 import {
   device,
   GiB,

@@ -1,8 +1,8 @@
 import { describe, expect, it, vi } from 'vitest';
 
-import { TabBar } from '../src/views/tabBar';
+import { TabBar } from '../src/views/frame/tabBar';
 import { ITab } from '../src/views/tabs';
-import { plainTrans } from '../src/lab/trans';
+import { plainTrans } from '../src/present/trans';
 
 const trans = plainTrans as any;
 

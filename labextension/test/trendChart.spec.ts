@@ -4,8 +4,8 @@
 import { describe, expect, it } from 'vitest';
 
 import { ICellMarker } from '../src/protocol';
-import { plainTrans } from '../src/lab/trans';
-import { cellTooltip } from '../src/views/trendChart';
+import { plainTrans } from '../src/present/trans';
+import { cellTooltip } from '../src/views/overview/trendChart';
 import { MiB, postmortem } from './fixtures';
 
 const trans = plainTrans as any;

@@ -5,7 +5,7 @@
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 
-import { WHO_ROWS } from '../src/kernel/client';
+import { WHO_ROWS } from '../src/kernel/readings';
 import { GpuMemModel } from '../src/model';
 import { FakeKernel, FakeSession } from './fakes';
 import {

@@ -6,9 +6,9 @@ import { describe, expect, it, vi } from 'vitest';
 
 import { IWhoResult, PROTOCOL_REVISION } from '../src/protocol';
 import { GpuMemEvent, IGpuMemState, initialState, reduce } from '../src/state';
-import { plainTrans } from '../src/lab/trans';
+import { plainTrans } from '../src/present/trans';
 import { TABS } from '../src/views/tabs';
-import { WhoHoldsIt, WhoView } from '../src/views/whoHoldsIt';
+import { WhoHoldsIt, WhoView } from '../src/views/who/whoHoldsIt';
 import {
   errorReply,
   GiB,

@@ -6,10 +6,10 @@
 import * as React from 'react';
 import { describe, expect, it } from 'vitest';
 
-import { plainTrans } from '../src/lab/trans';
+import { plainTrans } from '../src/present/trans';
 import { IHistoryCell, IWorker } from '../src/protocol';
-import { historyDevices, historyRows } from '../src/views/historyTable';
-import { WorkersSection } from '../src/views/workersSection';
+import { historyDevices, historyRows } from '../src/views/history/historyTable';
+import { WorkersSection } from '../src/views/overview/workersSection';
 import { GiB, MiB, sample } from './fixtures';
 import { findAll, INode, render, text } from './render';
 

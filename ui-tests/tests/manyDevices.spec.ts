@@ -1,7 +1,7 @@
 /**
  * A kernel with 8 GPUs: every device gets its section, and a device's trend
  * chart is drawn only while its section can be seen in the panel (the rest
- * keep a placeholder of the chart's height; views/inView.ts). Scrolling a
+ * keep a placeholder of the chart's height; views/common/inView.ts). Scrolling a
  * device into view draws its chart at once, from the history the panel kept.
  *
  * The panel follows a real kernel with the extension loaded; its stream is

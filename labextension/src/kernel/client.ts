@@ -24,9 +24,6 @@ import { RequestOutcome, sendRequest } from './request';
 import { SampleSubscription } from './subscription';
 import { IKernelLike, IKernelSource, ISessionLike, kernelOf } from './types';
 
-export { ATTACH_CODE } from './actions';
-export { READING_ARGS, WHO_ROWS } from './readings';
-
 export class GpuMemClient implements IDisposable, IClientContext {
   constructor(options: GpuMemClient.IOptions) {
     this._store = options.store;

@@ -11,14 +11,14 @@ import {
 import { Message } from '@lumino/messaging';
 import * as React from 'react';
 
-import { gpuMemIcon } from './icon';
-import { TRANSLATION_DOMAIN } from './trans';
+import { gpuMemIcon } from '../views/frame/icon';
+import { TRANSLATION_DOMAIN } from '../present/trans';
 import { GpuMemModel } from '../model';
-import { Header } from '../views/header';
-import { StatusMessage } from '../views/message';
+import { Header } from '../views/frame/header';
+import { StatusMessage } from '../views/common/message';
 import { IViewProps } from '../views/props';
-import { StatusLine } from '../views/statusLine';
-import { TabBar, tabId, tabPanelId } from '../views/tabBar';
+import { StatusLine } from '../views/frame/statusLine';
+import { TabBar, tabId, tabPanelId } from '../views/frame/tabBar';
 import { ITab, TABS } from '../views/tabs';
 
 export { TRANSLATION_DOMAIN };

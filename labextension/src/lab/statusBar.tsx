@@ -1,6 +1,6 @@
 /**
  * The status bar item: the figures of the followed kernel's busiest GPU at a
- * glance, from the panel's model (views/statusItem.tsx draws them). The
+ * glance, from the panel's model (views/statusBar/statusItem.tsx draws them). The
  * `statusBar` setting of the panel hides it. Notebook 7 has no status bar:
  * then this plugin does nothing.
  */
@@ -23,9 +23,9 @@ import { GpuMemModel } from '../model';
 import { IStatusSummary, statusSummary } from '../present/statusSummary';
 import { IGpuMemState } from '../state';
 import { CommandIDs, IGpuMemModel, PLUGIN_ID } from '../tokens';
-import { StatusItem } from '../views/statusItem';
-import { DEFAULT_SETTINGS, readSettings } from './settings';
-import { TRANSLATION_DOMAIN } from './trans';
+import { StatusItem } from '../views/statusBar/statusItem';
+import { DEFAULT_SETTINGS, readSettings } from '../settings';
+import { TRANSLATION_DOMAIN } from '../present/trans';
 
 /**
  * How often the item reads a sample while the panel is hidden, ms. With the

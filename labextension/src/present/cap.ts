@@ -1,8 +1,13 @@
 /**
- * Parsing of a memory cap typed by the user.
+ * Parsing of a memory cap typed by the user, at once, for the panel's feedback.
+ *
+ * The kernel is the authority: `jupyter_gpumem/core/actions.py` (`parse_limit`
+ * for text, `set_limit` for what a cap may be) decides; this reading must agree
+ * with it on every input of `tests/fixtures/cap_inputs.json`, which both sides'
+ * tests read.
  */
 import { formatBytes } from './format';
-import { ITrans, plainTrans } from '../lab/trans';
+import { ITrans, plainTrans } from './trans';
 
 /**
  * A cap as the `set_limit` action takes it; null removes the cap.
@@ -14,32 +19,36 @@ export type CapParse =
 
 const OFF_WORDS = new Set(['off', 'none', 'no', 'clear', 'unlimited']);
 
+// As `parse_size` in jupyter_gpumem/units.py: decimal units (K, KB, M, MB, ...)
+// are powers of 1000, binary ones (KiB, MiB, ...) powers of 1024.
 const UNIT_FACTORS: Record<string, number> = {
   b: 1,
-  k: 1024,
-  kib: 1024,
+  k: 1000,
   kb: 1000,
-  m: 1024 ** 2,
-  mib: 1024 ** 2,
+  kib: 1024,
+  m: 1000 ** 2,
   mb: 1000 ** 2,
-  g: 1024 ** 3,
-  gib: 1024 ** 3,
+  mib: 1024 ** 2,
+  g: 1000 ** 3,
   gb: 1000 ** 3,
-  t: 1024 ** 4,
-  tib: 1024 ** 4,
-  tb: 1000 ** 4
+  gib: 1024 ** 3,
+  t: 1000 ** 4,
+  tb: 1000 ** 4,
+  tib: 1024 ** 4
 };
 
-const PATTERN = /^([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z%]*)$/i;
+// A number as units.py's NUMBER reads it (no sign, no exponent), then a unit.
+const PATTERN = /^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-z%]*)$/i;
+
+const TOO_LARGE = 2 ** 64; // bytes: parse_size refuses this much and more
 
 /**
  * Parse "24GiB", "512M", "0.3", "30%" or "off". "24 GB" (powers of 1000,
  * as a datasheet writes them) is read too; the panel shows it in GiB.
  *
  * A bare number from 0 to 1 is a fraction of the device; a bare number above 1
- * is refused (bytes or gigabytes?): the user must say. Single-letter units
- * (K, M, G, T) are binary, as PyTorch's `max_split_size_mb` is. When `total`
- * (the device capacity) is known, a cap above it is refused.
+ * is refused (bytes or gigabytes?): the user must say. When `total` (the
+ * device capacity) is known, a cap above it is refused, as the kernel would.
  */
 export function parseCap(
   text: string,
@@ -99,10 +108,14 @@ export function parseCap(
       )
     };
   }
-  const bytes = Math.round(number * factor);
-  if (!(bytes > 0)) {
+  const value = number * factor;
+  if (value >= TOO_LARGE) {
+    return { ok: false, error: trans.__('A cap must be under 16 EiB.') };
+  }
+  if (!(value >= 1)) {
     return { ok: false, error: trans.__('A cap must be above 0 bytes.') };
   }
+  const bytes = Math.floor(value); // whole bytes, as the kernel truncates them
   const total = options.total;
   if (typeof total === 'number' && total > 0 && bytes > total) {
     return {

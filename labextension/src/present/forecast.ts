@@ -5,7 +5,7 @@
  * sentence in its reports (jupyter_gpumem/reporters/_rows.py), sizes as it
  * writes them (formatSize). Pure.
  */
-import { ITrans } from '../lab/trans';
+import { ITrans } from './trans';
 import { IForecast } from '../protocol';
 import { formatSize } from './format';
 

@@ -12,7 +12,7 @@ import {
   PanelStatus,
   UserAction
 } from '../state';
-import { ITrans } from '../lab/trans';
+import { ITrans } from './trans';
 
 export interface IStatusText {
   title: string;
@@ -93,34 +93,75 @@ export function deviceLabel(index: number, trans: ITrans): string {
   return trans.__('GPU %1', index);
 }
 
+/** The bytes released per device index, in total and per device. */
+function releasedText(released: Record<string, number>, trans: ITrans): string {
+  const entries = Object.entries(released).sort(
+    ([a], [b]) => Number(a) - Number(b)
+  );
+  const total = entries.reduce((sum, [, bytes]) => sum + bytes, 0);
+  if (total <= 0) {
+    return trans.__('Nothing to release: the cache held no free blocks.');
+  }
+  if (entries.length === 1) {
+    return trans.__('Released %1 to the driver', formatBytes(total));
+  }
+  const parts = entries
+    .map(
+      ([index, bytes]) =>
+        `${deviceLabel(Number(index), trans)}: ${formatBytes(bytes)}`
+    )
+    .join(', ');
+  return trans.__('Released %1 to the driver (%2)', formatBytes(total), parts);
+}
+
+/** The traceback's frames dropped, and the bytes that freed per device. */
+function tracebackReleasedText(
+  frames: number,
+  freedBytes: Record<string, number>,
+  trans: ITrans
+): string {
+  if (frames <= 0) {
+    return trans.__('No traceback was kept: nothing to release.');
+  }
+  const entries = Object.entries(freedBytes).sort(
+    ([a], [b]) => Number(a) - Number(b)
+  );
+  const total = entries.reduce((sum, [, bytes]) => sum + bytes, 0);
+  if (total <= 0) {
+    return trans._n(
+      'Released the traceback (%1 frame): no GPU memory freed',
+      'Released the traceback (%1 frames): no GPU memory freed',
+      frames
+    );
+  }
+  const freed =
+    entries.length === 1
+      ? formatBytes(total)
+      : trans.__(
+          '%1 (%2)',
+          formatBytes(total),
+          entries
+            .map(
+              ([index, bytes]) =>
+                `${deviceLabel(Number(index), trans)}: ${formatBytes(bytes)}`
+            )
+            .join(', ')
+        );
+  return trans._n(
+    'Released the traceback (%1 frame): %2 freed',
+    'Released the traceback (%1 frames): %2 freed',
+    frames,
+    freed
+  );
+}
+
 /**
  * Words for the outcome of an action.
  */
 export function noticeText(notice: Notice, trans: ITrans): string {
   switch (notice.kind) {
-    case 'released': {
-      const entries = Object.entries(notice.released).sort(
-        ([a], [b]) => Number(a) - Number(b)
-      );
-      const total = entries.reduce((sum, [, bytes]) => sum + bytes, 0);
-      if (total <= 0) {
-        return trans.__('Nothing to release: the cache held no free blocks.');
-      }
-      if (entries.length === 1) {
-        return trans.__('Released %1 to the driver', formatBytes(total));
-      }
-      const parts = entries
-        .map(
-          ([index, bytes]) =>
-            `${deviceLabel(Number(index), trans)}: ${formatBytes(bytes)}`
-        )
-        .join(', ');
-      return trans.__(
-        'Released %1 to the driver (%2)',
-        formatBytes(total),
-        parts
-      );
-    }
+    case 'released':
+      return releasedText(notice.released, trans);
     case 'caching':
       if (notice.requested === notice.caching) {
         return notice.caching
@@ -169,41 +210,8 @@ export function noticeText(notice: Notice, trans: ITrans): string {
       return notice.tracking
         ? trans.__('Allocation tracking is still on')
         : trans.__('Allocation tracking is still off');
-    case 'traceback_released': {
-      if (notice.frames <= 0) {
-        return trans.__('No traceback was kept: nothing to release.');
-      }
-      const entries = Object.entries(notice.freed).sort(
-        ([a], [b]) => Number(a) - Number(b)
-      );
-      const total = entries.reduce((sum, [, bytes]) => sum + bytes, 0);
-      if (total <= 0) {
-        return trans._n(
-          'Released the traceback (%1 frame): no GPU memory freed',
-          'Released the traceback (%1 frames): no GPU memory freed',
-          notice.frames
-        );
-      }
-      const freed =
-        entries.length === 1
-          ? formatBytes(total)
-          : trans.__(
-              '%1 (%2)',
-              formatBytes(total),
-              entries
-                .map(
-                  ([index, bytes]) =>
-                    `${deviceLabel(Number(index), trans)}: ${formatBytes(bytes)}`
-                )
-                .join(', ')
-            );
-      return trans._n(
-        'Released the traceback (%1 frame): %2 freed',
-        'Released the traceback (%1 frames): %2 freed',
-        notice.frames,
-        freed
-      );
-    }
+    case 'traceback_released':
+      return tracebackReleasedText(notice.frames, notice.freed, trans);
     default:
       return '';
   }

@@ -4,7 +4,7 @@
  * tests) instead of measuring. Pure.
  */
 import { IReplay } from '../protocol';
-import { ITrans } from '../lab/trans';
+import { ITrans } from './trans';
 
 /**
  * What was replayed, after a "Replay" label: the kernel's sentence without

@@ -9,7 +9,7 @@ import { deviceLabel } from './messages';
 import { replayText } from './replay';
 import { IDevice, IReplay } from '../protocol';
 import { IGpuMemState } from '../state';
-import { ITrans } from '../lab/trans';
+import { ITrans } from './trans';
 
 /** From this share of the cap, or of the device, on, the item warns. */
 export const NEAR_THE_END = 0.9;

@@ -4,7 +4,7 @@
  * kernels report where NVML's PIDs are foreign, and the memory no listed
  * process holds. Pure functions, no DOM.
  */
-import { ITrans } from '../lab/trans';
+import { ITrans } from '../present/trans';
 import { IGpuDevice, IGpuTable, IServerKernel, PidNamespace } from './gpuTable';
 
 /**

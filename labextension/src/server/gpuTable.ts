@@ -9,7 +9,7 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-import { ITrans } from '../lab/trans';
+import { ITrans } from '../present/trans';
 
 /** Path of the endpoint below the server's base URL. */
 export const GPU_TABLE_PATH = 'api/gpumem/devices';

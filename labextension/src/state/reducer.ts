@@ -3,6 +3,7 @@
  * kernel events into it, over the slices beside it (samples, who, readings,
  * replies). No DOM, no JupyterLab: the model feeds it, tests too.
  */
+import { Action } from '../protocol';
 import { applyReply, clearPending } from './replies';
 import {
   isReadingView,
@@ -23,6 +24,59 @@ import { whoFailed, whoSent } from './who';
 function isGone(state: IGpuMemState): boolean {
   const kind = state.status.kind;
   return kind === 'no_kernel' || kind === 'restarting' || kind === 'dead';
+}
+
+/**
+ * No answer to `hello` from a running kernel: the extension is not loaded
+ * there, so nothing it said holds (an Attach that got no answer failed).
+ */
+function notLoaded(state: IGpuMemState): IGpuMemState {
+  return {
+    ...state,
+    ...(state.notice && state.notice.kind === 'attached'
+      ? {
+          notice: null,
+          lastError: {
+            action: 'attach',
+            code: 'no_answer',
+            message: ''
+          }
+        }
+      : {}),
+    status: { kind: 'not_loaded' },
+    sample: null,
+    stream: null,
+    version: null,
+    revision: null,
+    actions: [],
+    who: WHO_IDLE,
+    tracking: null,
+    trackingWanted: false,
+    readings: NO_READINGS,
+    segmentsSource: null,
+    postmortems: [],
+    forecast: null
+  };
+}
+
+/** A request got no protocol reply in time: its view or the status line says so. */
+function noReply(state: IGpuMemState, action: Action): IGpuMemState {
+  if (action === 'who') {
+    return whoFailed(state, 'timeout', '');
+  }
+  if (isReadingView(action)) {
+    return readingFailed(state, action, 'timeout', '');
+  }
+  return {
+    ...state,
+    pending: clearPending(state, action),
+    notice: null,
+    lastError: {
+      action,
+      code: 'timeout',
+      message: ''
+    }
+  };
 }
 
 /**
@@ -56,35 +110,7 @@ export function reduce(state: IGpuMemState, event: GpuMemEvent): IGpuMemState {
       }
       return { ...state, status: { kind: 'loading' } };
     case 'hello_timeout':
-      if (isGone(state)) {
-        return state;
-      }
-      return {
-        ...state,
-        ...(state.notice && state.notice.kind === 'attached'
-          ? {
-              notice: null,
-              lastError: {
-                action: 'attach',
-                code: 'no_answer',
-                message: ''
-              }
-            }
-          : {}),
-        status: { kind: 'not_loaded' },
-        sample: null,
-        stream: null,
-        version: null,
-        revision: null,
-        actions: [],
-        who: WHO_IDLE,
-        tracking: null,
-        trackingWanted: false,
-        readings: NO_READINGS,
-        segmentsSource: null,
-        postmortems: [],
-        forecast: null
-      };
+      return isGone(state) ? state : notLoaded(state);
     case 'reply':
       if (state.kernelId === null) {
         return state;
@@ -107,22 +133,7 @@ export function reduce(state: IGpuMemState, event: GpuMemEvent): IGpuMemState {
     case 'reading_failed':
       return readingFailed(state, event.view, event.code, event.message);
     case 'no_reply':
-      if (event.action === 'who') {
-        return whoFailed(state, 'timeout', '');
-      }
-      if (isReadingView(event.action)) {
-        return readingFailed(state, event.action, 'timeout', '');
-      }
-      return {
-        ...state,
-        pending: clearPending(state, event.action),
-        notice: null,
-        lastError: {
-          action: event.action,
-          code: 'timeout',
-          message: ''
-        }
-      };
+      return noReply(state, event.action);
     case 'comm':
       if (state.kernelId === null || isGone(state)) {
         return state;

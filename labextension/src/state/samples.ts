@@ -9,10 +9,9 @@ import {
   ITrendPoint,
   MAX_CELLS,
   MAX_TREND_POINTS,
-  NO_READINGS,
+  NO_PROCESS,
   PanelStatus,
-  SAMPLE_STATES,
-  WHO_IDLE
+  SAMPLE_STATES
 } from './types';
 
 export function bounds(state: IGpuMemState): IBounds {
@@ -31,29 +30,11 @@ function statusOf(sample: ISample): PanelStatus {
 }
 
 /**
- * A kernel that went away takes its process-wide figures with it.
+ * A kernel that went away takes its process-wide figures with it (its
+ * workers too).
  */
 export function forgetProcess(state: IGpuMemState): IGpuMemState {
-  return {
-    ...state,
-    busy: false,
-    sample: null,
-    stream: null,
-    commId: null,
-    lastSeq: null,
-    lastHeard: null,
-    history: {},
-    cells: [],
-    pending: null,
-    who: WHO_IDLE,
-    tracking: null,
-    trackingWanted: false,
-    readings: NO_READINGS,
-    // Its workers went with it.
-    segmentsSource: null,
-    postmortems: [],
-    forecast: null
-  };
+  return { ...state, ...NO_PROCESS };
 }
 
 /**

@@ -156,22 +156,15 @@ export const NO_READINGS: IReadings = {
   history: READING_IDLE
 };
 
-export interface IGpuMemState {
-  status: PanelStatus;
-  /** Id of the followed kernel; replies are only applied for it. */
-  kernelId: string | null;
-  /** Name of the followed notebook or console. */
-  source: string | null;
+/**
+ * What belongs to the kernel process now running: it goes as a whole when the
+ * process goes (a restart, a dead kernel; `NO_PROCESS`).
+ */
+export interface IProcessState {
   /** A cell is executing in the kernel. */
   busy: boolean;
   /** Newest applied sample; cleared when the kernel process goes away. */
   sample: ISample | null;
-  /** Version of the kernel-side package, from `hello`. */
-  version: string | null;
-  /** The protocol revision the kernel speaks, from `hello`; null: unknown. */
-  revision: number | null;
-  /** Actions the kernel side says it supports. */
-  actions: readonly string[];
   stream: IStreamState | null;
   commId: string | null;
   lastSeq: number | null;
@@ -183,10 +176,6 @@ export interface IGpuMemState {
   cells: readonly ICellMarker[];
   /** The action waiting for its reply. */
   pending: UserAction | null;
-  notice: Notice | null;
-  lastError: IActionError | null;
-  /** Length of the trend history. */
-  trendMinutes: number;
   /** Who holds the memory: the last `who` reading. */
   who: IWhoState;
   /**
@@ -198,7 +187,10 @@ export interface IGpuMemState {
   trackingWanted: boolean;
   /** The segment map and the measured cells, read while their tab shows. */
   readings: IReadings;
-  /** Whose segment map the Segments tab shows; null: the kernel's own. */
+  /**
+   * Whose segment map the Segments tab shows; null: the kernel's own (a
+   * worker goes with the process that started it).
+   */
   segmentsSource: ISegmentsSource | null;
   /**
    * The last out-of-memory post-mortems, from a `who` reply or a cell marker
@@ -210,6 +202,44 @@ export interface IGpuMemState {
    * touched a device (its marker); null before any.
    */
   forecast: IForecastState | null;
+}
+
+/** The process fields before a process talked, and after it went. */
+export const NO_PROCESS: Readonly<IProcessState> = {
+  busy: false,
+  sample: null,
+  stream: null,
+  commId: null,
+  lastSeq: null,
+  lastHeard: null,
+  history: {},
+  cells: [],
+  pending: null,
+  who: WHO_IDLE,
+  tracking: null,
+  trackingWanted: false,
+  readings: NO_READINGS,
+  segmentsSource: null,
+  postmortems: [],
+  forecast: null
+};
+
+export interface IGpuMemState extends IProcessState {
+  status: PanelStatus;
+  /** Id of the followed kernel; replies are only applied for it. */
+  kernelId: string | null;
+  /** Name of the followed notebook or console. */
+  source: string | null;
+  /** Version of the kernel-side package, from `hello`. */
+  version: string | null;
+  /** The protocol revision the kernel speaks, from `hello`; null: unknown. */
+  revision: number | null;
+  /** Actions the kernel side says it supports. */
+  actions: readonly string[];
+  notice: Notice | null;
+  lastError: IActionError | null;
+  /** Length of the trend history. */
+  trendMinutes: number;
 }
 
 /** What the last measured cell's marker forecast (`CellMarker.forecasts`). */
@@ -266,30 +296,15 @@ export const SAMPLE_STATES: readonly string[] = [
 
 export function initialState(trendMinutes = 5): IGpuMemState {
   return {
+    ...NO_PROCESS,
     status: { kind: 'no_kernel' },
     kernelId: null,
     source: null,
-    busy: false,
-    sample: null,
     version: null,
     revision: null,
     actions: [],
-    stream: null,
-    commId: null,
-    lastSeq: null,
-    lastHeard: null,
-    history: {},
-    cells: [],
-    pending: null,
     notice: null,
     lastError: null,
-    trendMinutes,
-    who: WHO_IDLE,
-    tracking: null,
-    trackingWanted: false,
-    readings: NO_READINGS,
-    segmentsSource: null,
-    postmortems: [],
-    forecast: null
+    trendMinutes
   };
 }

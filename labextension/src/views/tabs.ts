@@ -1,18 +1,22 @@
 /**
- * The sections of the panel, as tabs. To add one: write its view in views/
- * (a component of `IViewProps`) and add an entry to `TABS`. The tab strip
+ * The sections of the panel, as tabs. To add one: write its view in a folder
+ * of its own under views/ (a component of `IViewProps`; its CSS in
+ * style/<folder>.css) and add an entry to `TABS`. Each folder holds one tab's
+ * files: overview/, history/, segments/, who/, onThisGpu/; frame/ is what
+ * surrounds the tabs, common/ the pieces several tabs use, statusBar/ the
+ * status bar's item. The tab strip
  * shows only once there is more than one. Only the selected tab's view is
  * mounted.
  */
 import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
-import { History } from './historyTable';
-import { OnThisGpu } from './onThisGpu';
-import { Overview } from './overview';
+import { History } from './history/historyTable';
+import { OnThisGpu } from './onThisGpu/onThisGpu';
+import { Overview } from './overview/overview';
 import { IViewProps } from './props';
-import { Segments } from './segmentMap';
-import { WhoHoldsIt } from './whoHoldsIt';
+import { Segments } from './segments/segmentMap';
+import { WhoHoldsIt } from './who/whoHoldsIt';
 
 export interface ITab {
   /** Stable id, used in DOM ids and `data-tab`. */
