@@ -138,7 +138,7 @@ def _who_once(ip, attributor) -> dict:
         snap = read_snapshot(torch)
         t1 = time.perf_counter()
         roots = namespace_roots(ip, torch.optim.Optimizer) + traceback_roots(ip)
-        walk = attributor._walker(torch).walk(roots)
+        walk = attributor.walker(torch).walk(roots)
         t2 = time.perf_counter()
         h = holdings(snap, 0, walk.refs, attributor.resolver)
         h.report("variable", 20)
@@ -156,7 +156,7 @@ def bench_who(ip) -> dict:
     """10k live tensors (tracked), then the same with a 100k-object namespace beside."""
     from jupyter_gpumem._ipython import current
 
-    attributor = current().attributor
+    attributor = current().who
     with capture_output():
         ip.run_cell("import gc; gc.collect(); torch.cuda.empty_cache()")
         ip.run_cell("%gpumem track on")

@@ -135,7 +135,7 @@ def main() -> None:
 
     s = current()
     out = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}
-    out["segments"] = bench_segments(ip, s.attributor)
+    out["segments"] = bench_segments(ip, s.who)
     out["trace_pair_us"] = bench_trace_pairs()
     out["trace_cell"] = bench_trace_cell(ip, s)
     print(json.dumps(out, indent=1))

@@ -53,8 +53,8 @@ def timed(fn, before=None, n=2000):
 
 def primitives() -> None:
     from jupyter_gpumem.collectors import Collector
-    from jupyter_gpumem.collectors.allocator import stats_from_nested
     from jupyter_gpumem.collectors.host import host_rss
+    from jupyter_gpumem.collectors.readings import stats_from_nested
     from jupyter_gpumem.core.tracker import CellTracker
 
     c = Collector()

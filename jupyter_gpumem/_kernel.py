@@ -39,7 +39,7 @@ from .protocol.handler import READS_NAMESPACE, Handler
 from .protocol.stream import SampleStream
 
 if TYPE_CHECKING:
-    from ._ipython.session import Session
+    from .protocol.handler import Services
 
 
 class _IopubChannel:
@@ -67,7 +67,7 @@ class _IopubChannel:
 class KernelBridge:
     """Registers the control handler and owns the stream for one session."""
 
-    def __init__(self, session: Session, kernel: Any) -> None:
+    def __init__(self, session: Services, kernel: Any) -> None:
         self.session = session
         self.kernel = kernel
         self.stream = SampleStream(session.collector, _IopubChannel(kernel), lambda: session.busy)
@@ -195,8 +195,9 @@ def _reads_namespace(content: Any) -> bool:
 _BRIDGES: dict[int, KernelBridge] = {}
 
 
-def attach(session: Session) -> None:
-    kernel = getattr(session.shell, "kernel", None)
+def attach(session: Services, kernel: Any) -> None:
+    """Answer the panel's requests for ``session`` on ``kernel`` (the shell's ipykernel;
+    None, or a kernel without control handlers: nothing to do)."""
     if kernel is None or not hasattr(kernel, "control_handlers"):
         return  # plain IPython (terminal, tests): no kernel protocol
     bridge = KernelBridge(session, kernel)
@@ -204,11 +205,7 @@ def attach(session: Session) -> None:
     _BRIDGES[id(session)] = bridge
 
 
-def detach(session: Session) -> None:
+def detach(session: Services) -> None:
     bridge = _BRIDGES.pop(id(session), None)
     if bridge is not None:
         bridge.detach()
-
-
-def bridge_for(session: Session) -> KernelBridge | None:
-    return _BRIDGES.get(id(session))

@@ -8,6 +8,10 @@ note of ``jupyter-gpumem run``.
 The package's public functions (``jupyter_gpumem.who()`` and the others) raise
 :class:`GpuMemError` or one of its public subclasses, :class:`NotLoadedError` and
 :class:`NoGpuError`, exported by the package; the others are the front ends' business.
+
+Also here, as the one rule every part of the tool applies to the errors a user's code
+raises: what counts as running out of GPU memory (:func:`is_out_of_memory`, and
+:func:`is_out_of_memory_text` for an error known only by its name and message).
 """
 
 from __future__ import annotations
@@ -82,3 +86,44 @@ class CliUsageError(GpuMemError):
 class KernelLost(GpuMemError):
     """The kernel stopped answering jupyter-gpumem's requests during a notebook run (the
     notebook unloaded the extension?): later cells get no figures."""
+
+
+# -- what counts as running out of GPU memory -------------------------------------------------
+
+OOM_NAME = "OutOfMemoryError"  # torch.OutOfMemoryError, torch.cuda.OutOfMemoryError
+# The caching allocator's own words (older torch raised them in a plain RuntimeError; on
+# ROCm they say HIP), and the driver's when a CUDA call itself finds no memory.
+OOM_WORDS = ("CUDA out of memory", "HIP out of memory", "CUDA error: out of memory")
+
+
+def is_out_of_memory_text(name: str, text: str) -> bool:
+    """Whether an exception, known only by its type's name and its message (as a kernel
+    reports it to ``jupyter-gpumem run``), is running out of GPU memory.
+
+    The one definition, for every part of the tool: the exception's type is named
+    ``OutOfMemoryError`` (``torch.OutOfMemoryError`` is ``torch.cuda.OutOfMemoryError``;
+    the name, not the class, so that torch need not be imported and a report from another
+    process reads the same), or its message holds one of :data:`OOM_WORDS`: torch before
+    1.13 raised the allocator's ``CUDA out of memory. Tried to allocate ...`` in a plain
+    ``RuntimeError``, ROCm builds say ``HIP``, wrappers repeat it (a DataLoader worker's
+    ``RuntimeError``, ``torch.compile``'s ``BackendCompilerFailed``), and
+    ``CUDA error: out of memory`` is the driver's own refusal (a context, a library's
+    workspace). Other errors that mention memory (the host's ``MemoryError``, a
+    ``RuntimeError`` of the CPU allocator) are not."""
+    return name == OOM_NAME or any(words in text for words in OOM_WORDS)
+
+
+def is_out_of_memory(error: BaseException | None) -> bool:
+    """Whether ``error`` (None: no error) is running out of GPU memory, by the rule of
+    :func:`is_out_of_memory_text` on its type's name and its message. A message that
+    cannot be made (a broken ``__str__``) counts as none."""
+    if error is None:
+        return False
+    name = type(error).__name__
+    if name == OOM_NAME:
+        return True
+    try:
+        text = str(error)
+    except Exception:
+        return False
+    return is_out_of_memory_text(name, text)

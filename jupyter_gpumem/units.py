@@ -1,5 +1,6 @@
 """Byte sizes: format for people, parse what people type; a bad value as an error message
-repeats it (:func:`shown`)."""
+repeats it (:func:`shown`). ``KiB``, ``MiB``, ``GiB`` and ``TiB`` are the one definition of
+the binary units for every module of the package."""
 
 from __future__ import annotations
 
@@ -7,6 +8,11 @@ import re
 from functools import lru_cache
 
 ECHO = 60  # characters of a bad value an error message repeats
+
+KiB = 1 << 10
+MiB = 1 << 20
+GiB = 1 << 30
+TiB = 1 << 40
 
 
 def shown(value: object) -> str:
@@ -23,7 +29,7 @@ def shown(value: object) -> str:
 
 # The one spelling of sizes shown to people: binary units, as nvidia-smi and PyTorch's
 # messages use. Decimal units are accepted as input only (see parse_size).
-_BINARY = (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+_BINARY = (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB))
 UNIT_NAMES = ("B", "KiB", "MiB", "GiB", "TiB")
 
 _UNITS: dict[str, int] = {
@@ -31,21 +37,24 @@ _UNITS: dict[str, int] = {
     "": 1,
     "k": 1000,
     "kb": 1000,
-    "kib": 1 << 10,
+    "kib": KiB,
     "m": 10**6,
     "mb": 10**6,
-    "mib": 1 << 20,
+    "mib": MiB,
     "g": 10**9,
     "gb": 10**9,
-    "gib": 1 << 30,
+    "gib": GiB,
     "t": 10**12,
     "tb": 10**12,
-    "tib": 1 << 40,
+    "tib": TiB,
 }
 
 _ABSURD = 1 << 80  # bytes: format_bytes shows a power of two
 
-_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*$")
+# A number as people type it in a size or a fraction: digits with an optional decimal part,
+# no sign, no exponent (the panel's cap field reads the same, labextension/src/present/cap.ts).
+NUMBER = r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+"
+_SIZE_RE = re.compile(rf"^\s*({NUMBER})\s*([a-zA-Z]*)\s*$")
 
 
 @lru_cache(maxsize=8192)  # views format the same block sizes thousands of times

@@ -5,7 +5,7 @@ The bars update from a daemon thread while cells run (widget updates travel on I
 Button clicks travel as comm messages on the shell channel, so the kernel handles them
 when the running cell ends; only the JupyterLab panel's control-channel buttons act during
 a cell. The buttons, their words and when they are off follow the JupyterLab panel's
-(``labextension/src/views/controls.tsx``, ``capControl.tsx``, ``present/messages.ts``).
+(``labextension/src/views/overview/controls.tsx``, ``capControl.tsx``, ``present/messages.ts``).
 """
 
 from __future__ import annotations
@@ -18,12 +18,17 @@ from .core import actions
 from .errors import ActionRefused
 from .protocol.convert import to_protocol
 from .protocol.stream import SampleStream
+from .reporters.actions import (
+    RESET_PEAK_STATUS,
+    caching_status,
+    empty_cache_status,
+    limit_status,
+)
 from .reporters.bars import STATE_TITLES, BarScale, sample_html
-from .units import format_bytes as fb
-from .units import parse_size
+from .units import format_bytes
 
 if TYPE_CHECKING:
-    from ._ipython.session import Session
+    from .protocol.handler import Services
 
 Action = Literal["empty_cache", "set_caching", "reset_peak", "set_limit", "clear_limit"]
 
@@ -47,7 +52,6 @@ HELP = {
     "scale": "Switch the bars between the device total and a scale fitted to what this "
     "kernel holds",
 }
-_OFF_WORDS = {"off", "none", "no", "clear", "unlimited"}
 
 
 def cap_device(sample: dict[str, Any]) -> dict[str, Any] | None:
@@ -75,11 +79,6 @@ def availability(sample: dict[str, Any], action: Action, refused: str | None = N
     return None
 
 
-def _percent(fraction: float) -> str:
-    rounded = round(fraction * 1000) / 10
-    return f"{rounded:.0f}%" if rounded == int(rounded) else f"{rounded:.1f}%"
-
-
 class _WidgetChannel:
     comm_id = None
 
@@ -94,7 +93,8 @@ class _WidgetChannel:
             self.widget.last_cell.value = (
                 f"last measured cell [{c['execution_count']}] {c['first_line'][:40]!r}: "
                 + ", ".join(
-                    f"cuda:{d['index']} alloc {fb(d['allocated_delta'])}" for d in c["devices"]
+                    f"cuda:{d['index']} alloc {format_bytes(d['allocated_delta'])}"
+                    for d in c["devices"]
                 )
             )
         self.widget.keep_alive()
@@ -105,11 +105,19 @@ class GpuMemWidget:
 
     _current: ClassVar[dict[int, GpuMemWidget]] = {}
 
-    def __init__(self, session: Session, interval_ms: int = 500) -> None:
+    def __init__(
+        self,
+        session: Services,
+        interval_ms: int = 500,
+        loaded: Callable[[], bool] = lambda: True,
+    ) -> None:
+        """``loaded``: whether the extension is still loaded for ``session`` (the stream's
+        lease is renewed only while it is)."""
         import ipywidgets as w
 
         self.session = session
         self.interval_ms = interval_ms
+        self.loaded = loaded
         self.scale: BarScale = "fit"
         self.sample: dict[str, Any] = {}
         self.bars = w.HTML("")
@@ -147,11 +155,13 @@ class GpuMemWidget:
         self.stream.subscribe(interval_ms)
 
     @classmethod
-    def create(cls, session: Session, interval_ms: int = 500) -> Any:
+    def create(
+        cls, session: Services, interval_ms: int = 500, loaded: Callable[[], bool] = lambda: True
+    ) -> Any:
         old = cls._current.pop(id(session), None)
         if old is not None:
             old.close()
-        widget = cls(session, interval_ms)
+        widget = cls(session, interval_ms, loaded)
         cls._current[id(session)] = widget
         return widget.box
 
@@ -167,9 +177,7 @@ class GpuMemWidget:
         now = time.monotonic()
         if now - self._renewed < self.stream.lease_s / 3:
             return
-        from ._ipython import current
-
-        if current() is self.session:
+        if self.loaded():
             self._renewed = now
             self.stream.subscribe(self.interval_ms)
 
@@ -216,42 +224,18 @@ class GpuMemWidget:
 
     # -- the actions -------------------------------------------------------------------
     def _empty(self) -> str:
-        released = actions.empty_cache(self.session.collector).released
-        total = sum(released.values())
-        if total <= 0:
-            return "Nothing to release: the cache held no free blocks."
-        if len(released) == 1:
-            return f"Released {fb(total)} to the driver"
-        parts = ", ".join(f"cuda:{i}: {fb(b)}" for i, b in sorted(released.items()))
-        return f"Released {fb(total)} to the driver ({parts})"
+        return empty_cache_status(actions.empty_cache(self.session.collector).released)
 
     def _switch_caching(self) -> str:
         r = actions.set_caching(self.session.collector, self.sample.get("caching") is False)
-        if r.caching:
-            return "Caching is on: freed blocks stay with PyTorch for reuse."
-        return (
-            "Caching is off: each allocation goes to the driver; allocator figures no longer "
-            "count new allocations."
-        )
+        return caching_status(r.caching)
 
     def _reset(self) -> str:
         actions.reset_peak(self.session.collector)
-        return "Peak reset to the current allocation"
+        return RESET_PEAK_STATUS
 
     def _set_cap(self) -> str:
-        text = self.cap.value.strip()
-        if not text:
-            raise ActionRefused('type a cap such as 24 GiB or 0.3, or "off"')
-        if text.lower() in _OFF_WORDS:
-            return self._limit(None)
-        try:
-            fraction = float(text)
-        except ValueError:
-            try:
-                return self._limit(nbytes=parse_size(text))
-            except ValueError as e:
-                raise ActionRefused(str(e)) from None
-        return self._limit(fraction=fraction)
+        return self._limit(*actions.parse_limit(self.cap.value))
 
     def _limit(self, fraction: float | None = None, nbytes: int | None = None) -> str:
         ready = self.session.collector.backend.initialized_devices()
@@ -259,6 +243,4 @@ class GpuMemWidget:
             raise ActionRefused("CUDA is not initialised in this kernel")
         device = ready[0]
         r = actions.set_limit(self.session.collector, device, fraction=fraction, nbytes=nbytes)
-        if r.bytes is None or r.fraction is None:
-            return f"Cap removed on cuda:{device}"
-        return f"Capped cuda:{device} at {fb(r.bytes)} ({_percent(r.fraction)} of the device)"
+        return limit_status(device, r.bytes, r.fraction)

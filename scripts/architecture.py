@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, str, tuple[str, ...]]] = [
     (
         "front ends",
         "IPython, the kernel, the widget, the server, the CLI, the demo",
-        ("_ipython", "_kernel", "widget", "server", "run", "demo", "__init__", "__main__"),
+        ("_ipython", "_kernel", "widget", "server", "run", "demo", "api", "__init__", "__main__"),
     ),
 ]
 TEST_ONLY = "testing"

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from jupyter_gpumem.collectors.allocator import Reading
+from jupyter_gpumem.collectors.readings import Reading
 from jupyter_gpumem.testing.replay import reading_from_raw
 
 FIXTURES = Path(__file__).parent.parent / "jupyter_gpumem/testing/recorded/gpu_readings.json"

@@ -164,9 +164,9 @@ def loaded(shell):
 def test_the_magic_refuses_what_does_not_go_together(loaded, line, message):
     from jupyter_gpumem._ipython import current
 
-    magics = current().magics
+    session = current()
     with pytest.raises(UsageError, match=message.replace("(", r"\(")[:40]):
-        magics.parse_cell_line(line)
+        session.parse_cell_line(line)
 
 
 def test_a_cpu_only_build_gets_one_line_and_the_cell_changes_nothing(loaded, capsys):

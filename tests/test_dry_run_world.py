@@ -397,13 +397,13 @@ def test_the_magic_refuses_a_bad_world_size(ip, line, message):
     from jupyter_gpumem._ipython import current
 
     with pytest.raises(UsageError, match=message.replace("(", r"\(")[:50]):
-        current().magics.parse_cell_line(line)
+        current().parse_cell_line(line)
 
 
 def test_the_magic_takes_the_world_size_with_a_dry_run(ip):
     from jupyter_gpumem._ipython import current
 
-    parse = current().magics.parse_cell_line
+    parse = current().parse_cell_line
     assert parse("--dry-run --world-size 8").world_size == 8
     assert parse("--dry-run").world_size == 1
     scan = parse("--scan batch=2,4 --dry-run --fit-in H100 --world-size 4")

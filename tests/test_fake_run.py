@@ -305,9 +305,9 @@ def test_a_value_read_to_the_host_goes_on_with_zero_and_says_where():
 
 
 def test_a_loop_that_waits_on_a_value_is_stopped(monkeypatch):
-    from jupyter_gpumem.collectors import fake_run
+    from jupyter_gpumem.collectors import fake_state
 
-    monkeypatch.setattr(fake_run, "MAX_HOST_READS", 50)
+    monkeypatch.setattr(fake_state, "MAX_HOST_READS", 50)
 
     def run():
         done = torch.zeros(1, dtype=torch.bool)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from jupyter_gpumem.analysis.fit import fit_peaks, formula, largest_within
+from jupyter_gpumem.analysis.scan_predict import fit_probes, predict
 from jupyter_gpumem.analysis.targets import GPUS, parse_target
-from jupyter_gpumem.core.scanner import fit_probes, predict
 from jupyter_gpumem.model import ScanRun
 from tests.gpu.planning_cases import CASES
 

@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-from jupyter_gpumem.analysis.fragmentation import (
-    allocation_size,
-    free_runs,
-    free_space,
-    round_size,
-    would_fit,
-)
+from jupyter_gpumem.analysis.allocator_rules import allocation_size, round_size
+from jupyter_gpumem.analysis.fragmentation import free_runs, free_space, would_fit
 
 MiB = 1 << 20
 GiB = 1 << 30

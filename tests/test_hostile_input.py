@@ -21,6 +21,7 @@ import pytest
 from IPython.core.error import UsageError
 
 from jupyter_gpumem.collectors import workers
+from jupyter_gpumem.collectors.workers import kernel_channel
 from tests.conftest import run
 from tests.test_workers import good_message
 
@@ -133,8 +134,8 @@ def test_a_pid_beyond_any_os_is_dropped_and_liveness_never_raises(ip, channel):
     everything_renders(ip, os.getpid())
     # the liveness check itself, should such a pid ever reach it
     host = socket.gethostname()
-    assert workers._alive(2**70, host) is False
-    assert workers._alive(-(2**70), host) is False
+    assert kernel_channel._alive(2**70, host) is False
+    assert kernel_channel._alive(-(2**70), host) is False
 
 
 @pytest.mark.parametrize(
@@ -233,7 +234,7 @@ def test_every_datagram_failure_is_survived(ip, channel, monkeypatch):
             raise MemoryError("a failure nobody foresaw")
         return real(data)
 
-    monkeypatch.setattr(workers, "parse_message", flaky)
+    monkeypatch.setattr(kernel_channel, "parse_message", flaky)
     send(channel.address, b"first", alive_report())
     wait_listed(channel, os.getpid())
     assert receiving_thread_alive()
@@ -278,7 +279,7 @@ def test_a_long_scan_list_is_refused_by_its_count(ip, n):
 
 def test_the_scan_function_has_the_same_rules():
     import jupyter_gpumem
-    from jupyter_gpumem._ipython.scan_runs import scan_values
+    from jupyter_gpumem.core.scan_values import scan_values
 
     def refused(values) -> str:
         with pytest.raises(ValueError) as e:
@@ -300,7 +301,7 @@ def test_the_scan_function_has_the_same_rules():
 
 
 def test_scan_values_parse_as_typed():
-    from jupyter_gpumem._ipython.scan_runs import scan_values
+    from jupyter_gpumem.core.scan_values import scan_values
 
     assert scan_values(["16", " 32 ", "64"]) == ((16.0, 32.0, 64.0), True)
     assert scan_values(["0.5", "1e3"]) == ((0.5, 1000.0), False)

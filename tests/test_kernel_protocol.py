@@ -252,7 +252,7 @@ def test_a_slow_namespace_walk_does_not_hold_samples(kernel):
     slow = (
         "import time as _t\n"
         "from jupyter_gpumem._ipython import current as _c\n"
-        "_a = _c().attributor\n"
+        "_a = _c().who\n"
         "_orig_read = _a.read\n"
         "def _slow_read(*a, **k):\n"
         "    _t.sleep(2)\n"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from jupyter_gpumem.collectors import Collector
-from jupyter_gpumem.collectors.allocator import stats_from_flat, stats_from_nested
+from jupyter_gpumem.collectors.readings import stats_from_flat, stats_from_nested
 from jupyter_gpumem.core.tracker import CellTracker
 from jupyter_gpumem.protocol.convert import to_protocol
 from tests.fakes import RECORDED, ScriptedBackend, scenario

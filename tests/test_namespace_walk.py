@@ -305,6 +305,7 @@ def test_long_lists_of_plain_tensors_give_what_the_walk_one_by_one_gives(monkeyp
     the bulk path hands back (a graph, a gradient, a view, a sparse tensor, a repeat, a
     tensor also reachable elsewhere, other objects in the list)."""
     from jupyter_gpumem.collectors import namespace
+    from jupyter_gpumem.collectors.namespace import walker as walker_module
 
     w = torch.randn(8, requires_grad=True)
     w.grad = torch.ones(8)
@@ -346,7 +347,7 @@ def test_long_lists_of_plain_tensors_give_what_the_walk_one_by_one_gives(monkeyp
     assert sorted(taken) == sorted(
         [(40, True), (20, True), (23, True), (23, True), (22, True)] + 4 * [(21, False)]
     )
-    monkeypatch.setattr(namespace, "_BULK", 10**9)  # every list one tensor at a time
+    monkeypatch.setattr(walker_module, "_BULK", 10**9)  # every list one tensor at a time
     one_by_one = walk()
     assert bulk == one_by_one
     refs = bulk[0]

@@ -123,7 +123,7 @@ def test_who_turns_a_refusal_into_a_public_error(ip, monkeypatch):
     def refuse(*args):
         raise ActionRefused("CUDA is not initialised in this kernel")
 
-    monkeypatch.setattr(current().attributor, "who", refuse)
+    monkeypatch.setattr(current().who, "who", refuse)
     with pytest.raises(GpuMemError) as e:
         jupyter_gpumem.who()
     assert type(e.value) is GpuMemError

@@ -258,9 +258,14 @@ def test_when_the_first_steps_make_room_but_no_block_for_the_request_the_line_sa
     address, blocks, refs = 1 << 32, [], {}
     for order, (name, size) in enumerate(sizes):
         blocks.append(
-            {"address": address, "size": size, "requested_size": size,
-             "state": "active_allocated", "frames": []}
-        )  # fmt: skip
+            {
+                "address": address,
+                "size": size,
+                "requested_size": size,
+                "state": "active_allocated",
+                "frames": [],
+            }
+        )
         via = "traceback" if name.startswith("traceback:") else "parameters"
         refs[address] = Reference(0, address, size, name, via, name, order)
         address += size
@@ -390,15 +395,24 @@ def test_a_scan_of_the_cell_gives_the_whole_need_and_the_answer():
 
 def verify_run(value: float, ok: bool) -> ScanRun:
     return ScanRun(
-        value, "verify", ok, None if ok else "OutOfMemoryError: CUDA out of memory", not ok,
-        1 * GiB, 10 * GiB, 10 * GiB, 0, CAP, 0.1,
-    )  # fmt: skip
+        value=value,
+        kind="verify",
+        ok=ok,
+        error=None if ok else "OutOfMemoryError: CUDA out of memory",
+        oom=not ok,
+        base=1 * GiB,
+        peak_allocated=10 * GiB,
+        peak_reserved=10 * GiB,
+        kept=0,
+        cap=CAP,
+        wall_time=0.1,
+    )
 
 
 def test_a_scan_whose_verification_failed_is_never_called_a_fit():
     # The H100 recording (oom_need_after_scan) said "779 fits in 2.69 GiB (predicted)" of a
     # scan whose verification ran out of memory at 779 and below.
-    from jupyter_gpumem.core.scanner import _answer
+    from jupyter_gpumem.analysis.scan_predict import answer as _answer
 
     failed = scan_result(
         runs=(scan_result().runs[0], verify_run(779, False), verify_run(700, False)),

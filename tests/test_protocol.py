@@ -42,7 +42,9 @@ class FakeSession:
         self.collector = collector
         self.history = History(10)
         self.busy = False
-        self.attributor = None
+        self.report_listeners = []
+        self.who = None
+        self.postmortems = None
 
 
 @pytest.fixture
@@ -279,10 +281,10 @@ def test_replay_empty_cache_keeps_figures_consistent(handler):
 @pytest.fixture
 def session_handler(shell):
     """A real Session on a real shell, its figures and recorded attribution replayed."""
-    from jupyter_gpumem._ipython.session import Session
+    from jupyter_gpumem._ipython import compose
 
     c = Collector(ReplayBackend(str(FIXTURES), clock=lambda: 0.0))
-    session = Session(shell, c, RecordedAttribution.beside(str(FIXTURES)))
+    session = compose(shell, c, RecordedAttribution.beside(str(FIXTURES)))
     stream = SampleStream(c, ListChannel())
     yield Handler(session, stream), session
     stream.stop()

@@ -19,6 +19,7 @@ import time
 import pytest
 
 from jupyter_gpumem.collectors import Collector, ray_workers, workers
+from jupyter_gpumem.collectors.workers import kernel_channel
 from jupyter_gpumem.core.tracker import CellTracker
 from jupyter_gpumem.reporters.text import cell_report_text
 from jupyter_gpumem.testing import counting
@@ -195,7 +196,7 @@ def test_ray_workers_report_exact_bytes_then_exit(ray_cluster, tmp_path):
         while len(os.listdir(marks)) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert sorted(os.listdir(marks)) == sorted([str(pid1), str(pid2)])
-        while workers._alive(pid2, host) and time.monotonic() < deadline:
+        while kernel_channel._alive(pid2, host) and time.monotonic() < deadline:
             time.sleep(0.05)  # its exit handlers ran: the process is ending
         report = tracker.end()
         by_pid = {w.pid: w for w in report.workers}

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from jupyter_gpumem.collectors import Collector
-from jupyter_gpumem.collectors.allocator import Reading
+from jupyter_gpumem.collectors.readings import Reading
 from jupyter_gpumem.core.scanner import Scanner
 from jupyter_gpumem.errors import ScanStopped
 from jupyter_gpumem.model import AllocatorStats, DeviceSample, Limit, Target
@@ -392,10 +392,10 @@ def test_bad_scan_arguments_are_usage_errors_and_the_cell_does_not_run(ip, args,
 def simulated(ip, monkeypatch):
     """The session's GPU simulated (CUDA started, 500 MiB outside PyTorch): the magic's
     scan runs on the CPU; the cell calls ``gpu.step(batch)``."""
-    from jupyter_gpumem._ipython import current, magics
+    from jupyter_gpumem._ipython import current, scan_cell
 
     gpu = SimulatedGPU()
-    monkeypatch.setattr(magics, "_no_gpu_for_scan", lambda: None)
+    monkeypatch.setattr(scan_cell, "_no_gpu_for_scan", lambda: None)
     current().collector = Collector(gpu)  # type: ignore[arg-type]
     ip.user_ns["gpu"] = gpu
     yield gpu

@@ -34,7 +34,7 @@ class PhasedGPU(SimulatedGPU):
     """A step in phases, each with its own need above the base at value v (in order: the
     forward pass, the backward pass, the optimizer step); the step's peak is the largest.
     A run runs out of memory in the first phase that does not fit under the cap. Its phase
-    meter reports each phase's peaks, as ``collectors/step.py``'s PhasePeaks does."""
+    meter reports each phase's peaks, as ``collectors/phase_peaks.py``'s PhasePeaks does."""
 
     def __init__(self, phases: dict[str, Need], **kw) -> None:
         super().__init__(**kw)
@@ -236,7 +236,7 @@ def test_the_report_shows_each_phase_and_the_phase_of_each_peak():
 
 
 def test_phases_that_differ_between_probes_fall_back_to_the_whole_peak():
-    from jupyter_gpumem.core.scanner import phase_peaks
+    from jupyter_gpumem.analysis.scan_predict import phase_peaks
 
     gpu = PhasedGPU(TWO_PHASES["llm"][2])
     r = scan(gpu, (1, 2, 4), target(14))
@@ -407,7 +407,7 @@ def test_when_every_value_tried_runs_out_of_memory_the_answer_says_so():
 # -- the phase meter on torch (CPU tensors standing for a device) -------------------------------
 def test_phase_peaks_marks_forward_backward_and_the_optimizer_step():
     torch = pytest.importorskip("torch")
-    from jupyter_gpumem.collectors.step import PhasePeaks
+    from jupyter_gpumem.collectors.phase_peaks import PhasePeaks
 
     readings: list[str] = []
     level = {"peak": 0}
@@ -445,7 +445,7 @@ def test_phase_peaks_marks_forward_backward_and_the_optimizer_step():
 
 def test_phase_peaks_never_break_the_step():
     torch = pytest.importorskip("torch")
-    from jupyter_gpumem.collectors.step import PhasePeaks
+    from jupyter_gpumem.collectors.phase_peaks import PhasePeaks
 
     def read(device: int) -> tuple[int, int, int]:
         raise RuntimeError("no allocator")
@@ -467,10 +467,10 @@ def test_the_scan_records_no_phases_without_a_meter_and_predicts_as_before():
 # -- through the magic -----------------------------------------------------------------------
 @pytest.fixture
 def phased(ip, monkeypatch):
-    from jupyter_gpumem._ipython import current, magics
+    from jupyter_gpumem._ipython import current, scan_cell
 
     gpu = PhasedGPU(TWO_PHASES["llm"][2])
-    monkeypatch.setattr(magics, "_no_gpu_for_scan", lambda: None)
+    monkeypatch.setattr(scan_cell, "_no_gpu_for_scan", lambda: None)
     current().collector = Collector(gpu)  # type: ignore[arg-type]
     ip.user_ns["gpu"] = gpu
     yield gpu

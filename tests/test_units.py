@@ -77,7 +77,9 @@ _INPUT_EXAMPLES = {
     "core/scanner.py": "--fit-in's examples",
     "run/budgets.py": "a budget's accepted forms",
     "run/cli.py": "a budget's accepted forms",
-    "_ipython/magics.py": "the accepted forms of --fit-in and limit",
+    "_ipython/parsers.py": "the accepted forms of --fit-in",
+    "_ipython/command_parsers.py": "the accepted forms of limit",
+    "_ipython/commands/limit.py": "the accepted forms of limit",
 }
 
 

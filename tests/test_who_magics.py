@@ -80,9 +80,9 @@ def test_track_on_before_torch_waits_for_the_import(ip, no_torch):
     assert res.success and "as soon as torch is imported" in cap.stdout
     from jupyter_gpumem._ipython import current
 
-    assert current().attributor.recording.wanted
+    assert current().who.recording.wanted
     run(ip, "%gpumem track off")
-    assert not current().attributor.recording.wanted
+    assert not current().who.recording.wanted
 
 
 def test_release_traceback_with_nothing_kept(ip):
@@ -117,7 +117,7 @@ def test_segments_draws_the_largest_200_unless_asked(ip, monkeypatch):
 
     asked = []
     monkeypatch.setattr(
-        current().attributor,
+        current().who,
         "segment_maps",
         lambda device, max_segments: asked.append(max_segments) or [],
     )

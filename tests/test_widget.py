@@ -110,7 +110,9 @@ def _lab_strings(*files: str) -> set[str]:
 @pytest.mark.skipif(not LAB.is_dir(), reason="the JupyterLab panel's sources are not here")
 def test_buttons_use_the_jupyterlab_panels_words(panel):
     lab = _lab_strings(
-        "views/controls.tsx", "views/capControl.tsx", "views/deviceSection.tsx"
+        "views/overview/controls.tsx",
+        "views/overview/capControl.tsx",
+        "views/overview/deviceSection.tsx",
     ) | _lab_strings("present/messages.ts")
     labels = [panel.empty, panel.caching, panel.reset, panel.set_cap, panel.clear_cap]
     assert [b.description for b in labels] == [

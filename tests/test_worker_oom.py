@@ -1,4 +1,4 @@
-"""A worker's OOM post-mortem (collectors/worker_oom.py): the worker's own OOM observer
+"""A worker's OOM post-mortem (collectors/workers/oom.py): the worker's own OOM observer
 takes its allocator snapshot at the failure and hands it to the kernel as a file in the
 channel's private directory; the kernel reads it once, deletes it, and shows the same
 post-mortem as for its own cells.
@@ -18,7 +18,8 @@ import time
 
 import pytest
 
-from jupyter_gpumem.collectors import Collector, worker_oom, workers
+from jupyter_gpumem.collectors import Collector, workers
+from jupyter_gpumem.collectors.workers import oom
 from jupyter_gpumem.core.tracker import CellTracker
 from jupyter_gpumem.reporters.html import cell_report_html
 from jupyter_gpumem.reporters.text import cell_report_text
@@ -116,14 +117,14 @@ def test_a_ranks_oom_post_mortem(tracker, method):
     # shows no post-mortem again
     d = os.path.dirname(tracker.workers.address)
     assert [n for n in os.listdir(d) if n != "s"] == []
-    assert worker_oom.read_snapshot(d, f"oom-{pid}-1.json", pid) is None
+    assert oom.read_snapshot(d, f"oom-{pid}-1.json", pid) is None
     tracker.begin()
     assert all(w.postmortem is None for w in tracker.end().workers)
 
 
 def test_fragmentation_fix_judged_against_what_the_rank_needed(tracker):
     """A request that the free pieces would hold but no single block does."""
-    snap = worker_oom.parse_snapshot(
+    snap = oom.parse_snapshot(
         json.dumps(
             {
                 "v": 1,
@@ -171,12 +172,12 @@ def test_fragmentation_fix_judged_against_what_the_rank_needed(tracker):
 
 def test_trimmed_snapshot_keeps_free_runs_and_allocated():
     raw = counting_raw_with_many_blocks(2000)
-    doc = worker_oom.reduce_snapshot(raw, 0, 1, 2, 3)
-    merged = [worker_oom._merged(s) for s in doc["segments"]]
-    before = worker_oom.parse_snapshot(
+    doc = oom.reduce_snapshot(raw, 0, 1, 2, 3)
+    merged = [oom._merged(s) for s in doc["segments"]]
+    before = oom.parse_snapshot(
         json.dumps({**doc, "total": None, "device_used": None, "process_used": None}).encode()
     )
-    after = worker_oom.parse_snapshot(
+    after = oom.parse_snapshot(
         json.dumps(
             {
                 **doc,
@@ -242,11 +243,11 @@ def test_hostile_snapshot_files_are_refused(tracker, tmp_path, caplog):
     tracker.begin()
     d = os.path.dirname(tracker.workers.address)
     pid = 4243
-    good = worker_oom.reduce_snapshot({"segments": []}, 0, 1, 2, 3)
+    good = oom.reduce_snapshot({"segments": []}, 0, 1, 2, 3)
     good.update(total=None, device_used=None, process_used=None)
     (tmp_path / "target.json").write_text(json.dumps(good))
     files = {
-        f"oom-{pid}-1.json": b"x" * (worker_oom.SNAPSHOT_LIMIT + 1),  # too large
+        f"oom-{pid}-1.json": b"x" * (oom.SNAPSHOT_LIMIT + 1),  # too large
         f"oom-{pid}-2.json": b"{not json",
         f"oom-{pid}-3.json": json.dumps({**good, "requested": -1}).encode(),
         f"oom-{pid}-4.json": json.dumps(
@@ -295,12 +296,12 @@ def test_snapshot_write_cost_is_bounded(tmp_path):
 
             return R()
 
-    name = worker_oom.write_snapshot(B(), str(tmp_path), 0, GiB, 2 * GiB, 0, 1)
+    name = oom.write_snapshot(B(), str(tmp_path), 0, GiB, 2 * GiB, 0, 1)
     assert name == f"oom-{os.getpid()}-1.json"
     path = tmp_path / name
     assert os.stat(path).st_mode & 0o777 == 0o600
-    assert path.stat().st_size < worker_oom.SNAPSHOT_LIMIT
-    snap = worker_oom.read_snapshot(str(tmp_path), name, os.getpid())
+    assert path.stat().st_size < oom.SNAPSHOT_LIMIT
+    snap = oom.read_snapshot(str(tmp_path), name, os.getpid())
     assert snap is not None and not snap.trimmed and not path.exists()
 
 

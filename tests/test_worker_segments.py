@@ -1,7 +1,7 @@
 """A worker's segment map on request (``%gpumem segments --rank N``, the protocol's
 ``segments`` with ``rank``): the kernel asks the worker through a file in the channel's
 private directory, the worker's reporter thread answers with its own allocator snapshot
-as a file (collectors/worker_requests.py, with worker_oom.py's writer, reader and checks),
+as a file (collectors/workers/segment_requests.py, with oom.py's writer, reader and checks),
 and the kernel draws it with the same analysis and views as its own map.
 
 Real forked workers, the real channel, a real IPython shell, the counting test backend
@@ -23,10 +23,11 @@ import time
 
 import pytest
 
-from jupyter_gpumem.collectors import worker_oom, worker_requests, workers
+from jupyter_gpumem.collectors import workers
+from jupyter_gpumem.collectors.workers import kernel_channel, oom, segment_requests
 from jupyter_gpumem.errors import ActionRefused
 from jupyter_gpumem.testing import counting
-from jupyter_gpumem.units import format_bytes as fb
+from jupyter_gpumem.units import format_bytes
 from tests.conftest import run
 
 GiB = 2**30
@@ -145,11 +146,12 @@ def test_a_ranks_map_equals_its_own_snapshot(ip, ranks):
     (text,) = texts
     assert text.startswith(f"rank 1 (pid {pid} on {HOST}) cuda:1: 3 segment(s) hold "), text
     reserved = sum(size for _, size in want)
-    assert f"hold {fb(reserved)}: allocated {fb(LIVE)}" in text
+    assert f"hold {format_bytes(reserved)}: allocated {format_bytes(LIVE)}" in text
     lines = [line.strip() for line in text.splitlines() if " @0x" in line]
     assert len(lines) == len(want)
     for address, size in want:
-        assert any(line.startswith(f"large {fb(size)} @{address:#x}:") for line in lines), (
+        start = f"large {format_bytes(size)} @{address:#x}:"
+        assert any(line.startswith(start) for line in lines), (
             address,
             size,
             text,
@@ -435,7 +437,7 @@ def _raw() -> dict:
 
 
 def _answer_file(d, pid, nonce=NONCE):
-    return os.path.join(d, worker_requests.answer_name(pid, nonce))
+    return os.path.join(d, segment_requests.answer_name(pid, nonce))
 
 
 def test_hostile_answer_files_are_dropped(tmp_path, monkeypatch, caplog):
@@ -443,16 +445,16 @@ def test_hostile_answer_files_are_dropped(tmp_path, monkeypatch, caplog):
     read once (or refused unread), deleted, never shown, and the real answer that comes
     after them is."""
     caplog.set_level(logging.DEBUG, logger="jupyter_gpumem")
-    monkeypatch.setattr(worker_requests, "_nonce", lambda: NONCE)
+    monkeypatch.setattr(segment_requests, "_nonce", lambda: NONCE)
     d, pid = str(tmp_path), 4321
     (tmp_path / "target.json").write_text("{}")
-    real = worker_requests.segments_answer(_raw(), NONCE, pid)
+    real = segment_requests.segments_answer(_raw(), NONCE, pid)
     hostile = [
         ("symlink", None),
-        ("oversize", b" " * (worker_oom.SNAPSHOT_LIMIT + 1)),
+        ("oversize", b" " * (oom.SNAPSHOT_LIMIT + 1)),
         ("bad JSON", b"{not json"),
-        ("stale nonce", worker_requests.segments_answer(_raw(), "f" * 32, pid)),
-        ("another pid", worker_requests.segments_answer(_raw(), NONCE, pid + 1)),
+        ("stale nonce", segment_requests.segments_answer(_raw(), "f" * 32, pid)),
+        ("another pid", segment_requests.segments_answer(_raw(), NONCE, pid + 1)),
         (
             "block outside",
             json.dumps(
@@ -468,16 +470,16 @@ def test_hostile_answer_files_are_dropped(tmp_path, monkeypatch, caplog):
         ("unknown error", json.dumps({"v": 1, "nonce": NONCE, "pid": pid, "error": "x"}).encode()),
     ]
     # files of earlier requests and of other names: deleted unread, or never read
-    stale = os.path.join(d, worker_requests.answer_name(pid, "e" * 32))
+    stale = os.path.join(d, segment_requests.answer_name(pid, "e" * 32))
     with open(stale, "wb") as f:
-        f.write(worker_requests.segments_answer(_raw(), "e" * 32, pid))
-    other = os.path.join(d, worker_requests.answer_name(pid + 1, NONCE))
+        f.write(segment_requests.segments_answer(_raw(), "e" * 32, pid))
+    other = os.path.join(d, segment_requests.answer_name(pid + 1, NONCE))
     with open(other, "wb") as f:
         f.write(b"not ours")
     seen: list[str] = []
 
     def worker():  # plants each hostile file, waits until the kernel took it, then answers
-        req = os.path.join(d, worker_requests.request_name(pid))
+        req = os.path.join(d, segment_requests.request_name(pid))
         assert _wait(lambda: os.path.exists(req), 2)
         os.unlink(req)
         path = _answer_file(d, pid)
@@ -490,11 +492,11 @@ def test_hostile_answer_files_are_dropped(tmp_path, monkeypatch, caplog):
                 os.rename(path + ".tmp", path)
             assert _wait(lambda: not os.path.lexists(path), 1), what
             seen.append(what)
-        worker_oom.write_file(d, os.path.basename(path), real)
+        oom.write_file(d, os.path.basename(path), real)
 
     th = threading.Thread(target=worker)
     th.start()
-    answer = worker_requests.ask_segments(d, pid)
+    answer = segment_requests.ask_segments(d, pid)
     th.join()
     assert seen == [w for w, _ in hostile]
     assert answer is not None and answer.error is None and not answer.trimmed
@@ -527,8 +529,8 @@ def test_hostile_answer_files_are_dropped(tmp_path, monkeypatch, caplog):
 def test_hostile_requests_get_no_answer(tmp_path, caplog):
     caplog.set_level(logging.DEBUG, logger="jupyter_gpumem")
     d, pid = str(tmp_path), 4321
-    watch = worker_requests.RequestWatch(d, pid, FakeBackend(_raw()))
-    req = os.path.join(d, worker_requests.request_name(pid))
+    watch = segment_requests.RequestWatch(d, pid, FakeBackend(_raw()))
+    req = os.path.join(d, segment_requests.request_name(pid))
     assert watch.poll() is False  # nothing asked: one access() call
     (tmp_path / "target.json").write_text(json.dumps({"v": 1, "nonce": NONCE}))
     bad = {
@@ -547,11 +549,11 @@ def test_hostile_requests_get_no_answer(tmp_path, caplog):
         assert watch.poll() is False, what
         assert not os.path.lexists(req), what  # read once, deleted
     assert sorted(os.listdir(d)) == ["target.json"]  # no answer written; the target kept
-    worker_oom.write_file(
-        d, worker_requests.request_name(pid), json.dumps({"v": 1, "nonce": NONCE}).encode()
+    oom.write_file(
+        d, segment_requests.request_name(pid), json.dumps({"v": 1, "nonce": NONCE}).encode()
     )
     assert watch.poll() is True
-    assert sorted(os.listdir(d)) == [worker_requests.answer_name(pid, NONCE), "target.json"]
+    assert sorted(os.listdir(d)) == [segment_requests.answer_name(pid, NONCE), "target.json"]
     assert os.stat(_answer_file(d, pid)).st_mode & 0o777 == 0o600
 
 
@@ -568,19 +570,21 @@ def test_an_answer_too_large_is_trimmed_then_refused(monkeypatch):
         for i in range(2048)
     ]
     raw["segments"][0]["blocks"] = blocks
-    full = worker_requests.segments_answer(raw, NONCE, 1)
-    monkeypatch.setattr(worker_requests, "SNAPSHOT_LIMIT", len(full) - 1)
-    trimmed = worker_requests.parse_answer(worker_requests.segments_answer(raw, NONCE, 1), NONCE, 1)
+    full = segment_requests.segments_answer(raw, NONCE, 1)
+    monkeypatch.setattr(segment_requests, "SNAPSHOT_LIMIT", len(full) - 1)
+    trimmed = segment_requests.parse_answer(
+        segment_requests.segments_answer(raw, NONCE, 1), NONCE, 1
+    )
     assert trimmed is not None and trimmed.trimmed and trimmed.snapshot is not None
     (seg,) = trimmed.snapshot.segments
     assert [(b["size"], b["state"]) for b in seg["blocks"]] == [(2048 * 4096, "active_allocated")]
-    monkeypatch.setattr(worker_requests, "SNAPSHOT_LIMIT", 100)
-    too_large = worker_requests.parse_answer(
-        worker_requests.segments_answer(raw, NONCE, 1), NONCE, 1
+    monkeypatch.setattr(segment_requests, "SNAPSHOT_LIMIT", 100)
+    too_large = segment_requests.parse_answer(
+        segment_requests.segments_answer(raw, NONCE, 1), NONCE, 1
     )
     assert too_large is not None and too_large.error == "too_large"
-    no_cuda = worker_requests.parse_answer(
-        worker_requests.segments_answer(None, NONCE, 1), NONCE, 1
+    no_cuda = segment_requests.parse_answer(
+        segment_requests.segments_answer(None, NONCE, 1), NONCE, 1
     )
     assert no_cuda is not None and no_cuda.error == "no_cuda"
 
@@ -595,9 +599,9 @@ def test_the_refusals_of_an_answer_in_words(monkeypatch):
             ("too_large", "snapshot is too large to hand over (over 4 MiB even with its live"),
         ):
             monkeypatch.setattr(
-                worker_requests,
+                kernel_channel,
                 "ask_segments",
-                lambda *a, e=error: worker_requests.Answer(None, error=e),
+                lambda *a, e=error: segment_requests.Answer(None, error=e),
             )
             with pytest.raises(ActionRefused, match=r"^rank 1 \(pid \d+\)('s)? " + words[:20]):
                 ch.segments_of(1)
@@ -607,7 +611,7 @@ def test_the_refusals_of_an_answer_in_words(monkeypatch):
 
 def test_no_request_costs_a_worker_one_syscall(tmp_path):
     """What a worker's tick pays when nobody asks: one access() call (~1 µs here)."""
-    watch = worker_requests.RequestWatch(str(tmp_path), 4321, FakeBackend(None))
+    watch = segment_requests.RequestWatch(str(tmp_path), 4321, FakeBackend(None))
     n = 20_000
     t = time.perf_counter()
     for _ in range(n):
@@ -631,7 +635,7 @@ def test_a_worker_collector_answers_from_its_reporter(tmp_path, monkeypatch):
     counting.allocate(3 * MiB, device=3)
     reporter = workers.WorkerReporter(Sender(), "spawn")
     try:
-        answer = worker_requests.ask_segments(str(tmp_path), os.getpid())
+        answer = segment_requests.ask_segments(str(tmp_path), os.getpid())
     finally:
         reporter.final()
     assert answer is not None and answer.snapshot is not None

@@ -1,4 +1,4 @@
-"""Worker processes report their own allocators to the kernel (collectors/workers.py).
+"""Worker processes report their own allocators to the kernel (collectors/workers/).
 
 Real processes, real fork and spawn, the real channel; the allocator is the counting test
 backend, driven byte by byte by the workers (tests/gpu/test_workers.py checks the same

@@ -23,7 +23,7 @@ JUNK = "junk = [{'i': i, 'v': [i, str(i)]} for i in range(50_000)]"
 
 
 def who_shell(junk: bool = False) -> tuple[InteractiveShell, Any]:
-    """The shell with the case set up, and its session's ``Attributor``."""
+    """The shell with the case set up, and its session's ``Who`` service."""
     ip = InteractiveShell.instance()
     with capture_output():
         for cell in SETUP:
@@ -32,7 +32,7 @@ def who_shell(junk: bool = False) -> tuple[InteractiveShell, Any]:
         add_junk(ip)
     from jupyter_gpumem._ipython import current
 
-    return ip, current().attributor
+    return ip, current().who
 
 
 def add_junk(ip: InteractiveShell) -> None:

@@ -1,12 +1,53 @@
-"""IPython front end: ``load_ipython_extension`` / ``unload_ipython_extension``."""
+"""IPython front end: ``load_ipython_extension`` / ``unload_ipython_extension``, and the
+one place a session's services are composed (:func:`compose`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .session import Session
+from .session import GpuMem, Session
+
+if TYPE_CHECKING:
+    from ..collectors import Collector
+    from ..core.attribution import AttributionSource
 
 _SESSIONS: dict[int, Session] = {}  # id(shell) -> session; one per shell however loaded
+
+
+def compose(
+    shell: Any,
+    collector: Collector | None = None,
+    attribution: AttributionSource | None = None,
+) -> Session:
+    """The session of ``shell`` and its services, each given what it needs. The sources are
+    chosen here, once: the collector's backend and the attribution source are those given,
+    else those the environment names (``collectors.plugged``), else the live ones."""
+    from ..collectors import ATTRIBUTION_ENV, Collector, plugged, workers
+    from ..core.breakdown import Breakdowns
+    from ..core.history import History
+    from ..core.postmortem import PostMortems
+    from ..core.trace import Traces
+    from ..core.tracker import CellTracker
+    from ..core.who import Who
+    from .cells import IPythonWorkspace
+
+    config = GpuMem(parent=shell)
+    collector = collector or Collector()
+    if attribution is None:
+        attribution = plugged(ATTRIBUTION_ENV)
+    workspace = IPythonWorkspace(shell)
+    who = Who(workspace, attribution, track=config.track)
+    return Session(
+        shell,
+        config,
+        collector,
+        CellTracker(collector, workers.channel()),
+        History(config.history_size),
+        who,
+        PostMortems(workspace, collector, who),
+        Traces(who),
+        Breakdowns(workspace),
+    )
 
 
 def load(shell: Any) -> Session:
@@ -17,17 +58,15 @@ def load(shell: Any) -> Session:
         return existing
     from .magics import GpuMemMagics
 
-    session = Session(shell)
-    magics = GpuMemMagics(shell, session)
-    shell.register_magics(magics)
+    session = compose(shell)
+    shell.register_magics(GpuMemMagics(shell, session))
     shell.input_transformers_cleanup.append(session.transform)
     shell.events.register("pre_run_cell", session.pre_run_cell)
     shell.events.register("post_run_cell", session.post_run_cell)
-    session.magics = magics  # type: ignore[attr-defined]
     _SESSIONS[id(shell)] = session
     from .. import _kernel
 
-    _kernel.attach(session)
+    _kernel.attach(session, getattr(shell, "kernel", None))
     return session
 
 
@@ -58,7 +97,7 @@ def unload(shell: Any) -> None:
         session.tracker.workers.close()
     import sys
 
-    session.attributor.recording.stop(sys.modules.get("torch"))  # only if we started it
+    session.who.recording.stop(sys.modules.get("torch"))  # only if we started it
 
 
 def current() -> Session | None:
@@ -69,3 +108,8 @@ def current() -> Session | None:
         return None
     shell = get_ipython()
     return _SESSIONS.get(id(shell)) if shell is not None else None
+
+
+def is_loaded(session: Session) -> bool:
+    """Whether ``session`` is still the running shell's (the extension not unloaded)."""
+    return current() is session

@@ -30,8 +30,9 @@ def why_not(opts: CellOptions) -> str | None:
         return (
             "--dry-run needs torch: import torch before the cell (the tool never imports it itself)"
         )
-    version = getattr(torch, "version", None)
-    if getattr(version, "cuda", None) is None and getattr(version, "hip", None) is None:
+    from ..collectors.torch_build import gpu_build
+
+    if not gpu_build(torch):
         return (
             f"--dry-run plans for a CUDA GPU and needs a CUDA build of torch: "
             f"{getattr(torch, '__version__', '?')} is a CPU-only build"
@@ -58,9 +59,9 @@ def check(session: Session, shell: Any, result: DryRun, body: str, device: int) 
     cached = (a.reserved - a.allocated) if a is not None else 0
     room = d.total - d.device_used + cached
     if need > room:
-        from ..units import format_bytes as fb
+        from ..units import format_bytes
 
-        note = f"it needs {fb(need)}, this GPU has {fb(room)} for it now"
+        note = f"it needs {format_bytes(need)}, this GPU has {format_bytes(room)} for it now"
         return replace(result, checks=(DryRunCheck(device, 0, 0, False, note),))
     return measured(session, shell, result, body, device)
 

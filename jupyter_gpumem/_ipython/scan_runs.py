@@ -12,10 +12,9 @@ undone: docs/planning.md says so.
 from __future__ import annotations
 
 import keyword
-import math
-from collections.abc import Iterable, Sized
-from itertools import islice
 from typing import Any
+
+from ..core.scan_values import quoted
 
 _MISSING = object()
 
@@ -61,9 +60,9 @@ class CellRuns:
 def check_name(name: str) -> str | None:
     """Why ``name`` can't be scanned, or None."""
     if not name.isidentifier():
-        return f"{_quoted(name)} is not a Python variable name"
+        return f"{quoted(name)} is not a Python variable name"
     if len(name) > 100:
-        return f"{_quoted(name)} is too long a name"
+        return f"{quoted(name)} is too long a name"
     if keyword.iskeyword(name):
         return f"{name!r} is a Python keyword"
     return None
@@ -71,65 +70,3 @@ def check_name(name: str) -> str | None:
 
 # The values of a scan: ``%%gpumem --scan NAME=V1,V2`` and ``jupyter_gpumem.scan(fn, values)``
 # take them by the same rule, checked here.
-MAX_SCAN_VALUES = 8  # each is a run of the step
-VALUE_CHARS = 20  # a value as typed: longer is no batch size, and is not converted
-MAX_SCAN_VALUE = 2**53  # larger integers are not exact as floats (the fit's numbers)
-
-
-def scan_values(values: Iterable[object]) -> tuple[tuple[float, ...], bool]:
-    """The values to scan and whether all are integers; ValueError, whose message both
-    front ends show as it is, for anything else. A value is a number, or its text as typed
-    (at most ``VALUE_CHARS`` characters). The count is checked first, on at most
-    ``MAX_SCAN_VALUES + 1`` of them: a long list (or an endless iterator) costs nothing."""
-    taken = list(islice(values, MAX_SCAN_VALUES + 1))
-    if len(taken) > MAX_SCAN_VALUES:
-        n = len(values) if isinstance(values, Sized) else "more"
-        raise ValueError(f"at most {MAX_SCAN_VALUES} values, got {n}")
-    out: list[float] = []
-    whole = True
-    for value in taken:
-        v = _number(value)
-        whole = whole and isinstance(v, int)
-        out.append(float(v))
-    if len(set(out)) < 2:
-        raise ValueError("two different values at least are needed (three show curvature)")
-    return tuple(out), whole
-
-
-def _number(value: object) -> int | float:
-    v = value
-    if isinstance(value, str):
-        value = text = value.strip()
-        if len(text) > VALUE_CHARS:
-            raise ValueError(
-                f"{_quoted(text)} is too long: a value has {VALUE_CHARS} characters at most"
-            )
-        try:
-            v = int(text)
-        except ValueError:
-            try:
-                v = float(text)
-            except ValueError:
-                raise ValueError(f"{_quoted(text)} is not a number") from None
-    if not isinstance(v, (int, float)) or isinstance(v, bool):
-        raise ValueError(f"{_quoted(value)} is not a number")
-    if isinstance(v, float) and not math.isfinite(v):
-        raise ValueError(f"{_quoted(value)} is not a finite number")
-    if v <= 0:
-        raise ValueError(f"{_quoted(value)}: values must be positive, finite numbers")
-    if v > MAX_SCAN_VALUE:  # an int of any size compares exactly
-        raise ValueError(f"{_quoted(value)} is too large: values are 2**53 at most")
-    return v
-
-
-def _quoted(value: object) -> str:
-    """A bad value as an error quotes it: text as typed, in quotes, or a number; at most
-    ``VALUE_CHARS`` characters, and only those are ever converted to text."""
-    if isinstance(value, str):
-        text = value if len(value) <= VALUE_CHARS else value[: VALUE_CHARS - 1] + "…"
-        return repr(text)
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
-        return f"{'-' if value < 0 else ''}an integer of {value.bit_length()} bits"
-    if isinstance(value, (int, float)):
-        return repr(value)  # at most 24 characters
-    return f"a {type(value).__name__}"

@@ -12,26 +12,31 @@ after an exception, ``KeyboardInterrupt`` or ``torch.OutOfMemoryError``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from traitlets import Bool, Int
 from traitlets.config import Configurable
 
 from ..analysis.forecast import WINDOW, forecasts
-from ..collectors import Collector
-from ..core.history import History
-from ..core.tracker import CellTracker
 from ..log import warn
-from ..model import CellReport, Target
+from ..model import CellReport, ScanResult
 from ..reporters import bundles
+from .parsers import CellOptions, parse_cell_line
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from IPython.core.interactiveshell import InteractiveShell
 
-    from ..core.attribution import AttributionSource
+    from ..collectors import Collector
+    from ..collectors.snapshot import Trace
+    from ..collectors.step import StepRecorder
+    from ..core.breakdown import Breakdowns
+    from ..core.history import History
+    from ..core.postmortem import PostMortems
+    from ..core.trace import Traces
+    from ..core.tracker import CellTracker
+    from ..core.who import Who
 
 CELL_LINE = re.compile(r"^%%gpumem(?:[ \t]+(?P<args>.*?))?[ \t]*\r?\n?$")
 
@@ -57,67 +62,47 @@ class GpuMem(Configurable):
     ).tag(config=True)
 
 
-@dataclass(frozen=True, slots=True)
-class CellOptions:
-    device: int | None = None
-    quiet: bool = False
-    output: str | None = None
-    keep_peak: bool = False
-    compact: bool = False  # auto mode
-    trace: bool = False  # record the allocator's full history for this cell
-    entries: int = 20_000  # trace entries kept per device (a ring buffer)
-    save: str | None = None  # write the trace as a memory_viz snapshot file
-    breakdown: bool = False  # what the peak is made of
-    # --scan NAME=V1,V2: (name, values, all whole numbers); the magic runs the body itself
-    scan: tuple[str, tuple[float, ...], bool] | None = None
-    fit_in: Target | None = None
-    verify: bool = True
-    dry_run: bool = False  # the magic runs the body under FakeTensorMode itself
-    check: bool = False  # with dry_run: then run it for real and compare
-    world_size: int = 1  # with dry_run: as rank 0 of a job of this many processes
-
-
 class Session:
     """Everything the extension holds for one shell; removed whole on unload."""
 
     def __init__(
         self,
         shell: InteractiveShell,
-        collector: Collector | None = None,
-        attribution: AttributionSource | None = None,
+        config: GpuMem,
+        collector: Collector,
+        tracker: CellTracker,
+        history: History,
+        who: Who,
+        postmortems: PostMortems,
+        traces: Traces,
+        breakdowns: Breakdowns,
     ) -> None:
-        """The session's sources are chosen here, once: the collector's backend and the
-        attribution source are those given, else those the environment names
-        (``collectors.plugged``), else the live ones."""
+        """The session over services composed once, by ``_ipython.compose``."""
         self.shell = shell
-        self.config = GpuMem(parent=shell)
-        self.collector = collector or Collector()
-        from ..collectors import workers
-
-        self.tracker = CellTracker(self.collector, workers.channel())
-        self.history = History(self.config.history_size)
-        self.auto = self.config.auto
+        self.config = config
+        self.collector = collector
+        self.tracker = tracker
+        self.history = history
+        self.who = who
+        self.postmortems = postmortems
+        self.traces = traces
+        self.breakdowns = breakdowns
+        self.auto: bool = config.auto
         self._pending: CellOptions | None = None
-        self._trace: Any = None  # a running %%gpumem --trace
-        self._step: Any = None  # the hooks of a running %%gpumem --breakdown
-        self.scans: list[Any] = []  # ScanResults of this session, newest last
+        self._trace: Trace | str | None = None  # a running %%gpumem --trace
+        self._step: StepRecorder | str | None = None  # a running --breakdown's hooks
+        self.scans: list[ScanResult] = []  # this session's scans, newest last
         self.nested = False  # a cell run by the %%gpumem magic itself (fallback path)
         self.busy = False  # a cell is running (heartbeats tell the panel)
-        self.parse_cell_line: Callable[[str], CellOptions] | None = None
         self._parsed: dict[str, CellOptions] = {}
         self.report_listeners: list[Callable[[CellReport], None]] = []
         self.last_report: CellReport | None = None
         self.last_breakdown: CellReport | None = None  # the last cell with --breakdown
-        from ..collectors import ATTRIBUTION_ENV, plugged
-        from ..core.attribution import Attributor
-        from .cells import IPythonWorkspace
 
-        if attribution is None:
-            attribution = plugged(ATTRIBUTION_ENV)
-        self.attributor = Attributor(
-            IPythonWorkspace(shell), self.collector, track=self.config.track, source=attribution
-        )
-        self.attributor.scans = lambda: self.scans
+    def parse_cell_line(self, line: str) -> CellOptions:
+        """The options of a ``%%gpumem`` line (without ``%%gpumem``); a UsageError with the
+        reason for a bad one."""
+        return parse_cell_line(line, self.collector)
 
     # -- input transformer ---------------------------------------------------------
     def cell_options(self, raw_cell: str) -> CellOptions | None:
@@ -135,7 +120,7 @@ class Session:
         if cached is not None:
             return cached
         m = CELL_LINE.match(first)
-        if m is None or self.parse_cell_line is None:
+        if m is None:
             return None
         try:
             opts = self.parse_cell_line(m.group("args") or "")
@@ -160,10 +145,10 @@ class Session:
         self.busy = True
         if self.nested:
             return
-        rec = self.attributor.recording
+        rec = self.who.recording
         if rec.wanted and not rec.ours:
             try:
-                self.attributor.before_cell()
+                self.who.before_cell()
             except Exception as e:
                 rec.error = repr(e)
                 warn(f"could not start allocation tracking: {e!r}")
@@ -192,11 +177,11 @@ class Session:
             with_process=_shown(opts),
         )
         if opts.trace or opts.breakdown:
-            self._trace = self.attributor.start_trace(opts.entries, stacks=opts.trace)
+            self._trace = self.traces.start(opts.entries, stacks=opts.trace)
         if opts.breakdown:
-            self._step = self.attributor.start_breakdown()
+            self._step = self.breakdowns.start()
 
-    def _stop_step(self) -> Any:
+    def _stop_step(self) -> StepRecorder | str | None:
         """Remove a breakdown's hooks (always, whatever else fails); returns its recorder."""
         step, self._step = self._step, None
         stop = getattr(step, "stop", None)
@@ -288,8 +273,8 @@ class Session:
     ) -> CellReport:
         """The analyses every measured cell may get (attribution, post-mortem)."""
         try:
-            self.attributor.collector = self.collector
-            return self.attributor.enrich(report, error, hints=shown, code=raw)
+            self.postmortems.collector = self.collector
+            return self.postmortems.enrich(report, error, shown, raw, self.scans)
         except Exception as e:  # attribution must never cost the user the report
             warn(f"could not attribute the cell's memory: {e!r}")
             return report
@@ -297,7 +282,7 @@ class Session:
     def _traced(
         self,
         opts: CellOptions,
-        step: Any,
+        step: StepRecorder | str | None,
         report: CellReport,
         error: BaseException | None,
         shown: bool,
@@ -312,7 +297,7 @@ class Session:
         def stop_trace() -> None:
             nonlocal snapshot, ms, note
             try:
-                snapshot, ms, note = self.attributor.stop_trace(trace)
+                snapshot, ms, note = self.traces.stop(trace)
             except Exception as e:
                 warn(f"could not read the cell's trace: {e!r}")
 
@@ -326,12 +311,12 @@ class Session:
             stop_trace()
         if opts.breakdown:
             try:
-                report = self.attributor.finish_breakdown(step, snapshot, note, report)
+                report = self.breakdowns.finish(step, snapshot, note, report)
             except Exception as e:
                 warn(f"could not break the peak down: {e!r}")
         if opts.trace:
             try:
-                report = self.attributor.trace_report(snapshot, ms, note, report, opts.save, trace)
+                report = self.traces.report(snapshot, ms, note, report, opts.save, trace)
             except Exception as e:
                 warn(f"could not read the cell's trace: {e!r}")
         return report

@@ -24,12 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-MIN_BLOCK = 512  # kMinBlockSize
-SMALL_SIZE = 1 << 20  # kSmallSize: requests up to this go to the small pool
-
-
-def _round(size: int) -> int:
-    return MIN_BLOCK if size < MIN_BLOCK else -(-size // MIN_BLOCK) * MIN_BLOCK
+from .allocator_rules import MIN_BLOCK_SIZE, SMALL_SIZE, round_size
 
 
 @dataclass
@@ -86,7 +81,13 @@ class Heap:
 
     def alloc(self, address: int, requested: int) -> int:
         """The size of the block the allocator handed out at ``address``."""
-        size = MIN_BLOCK if requested < MIN_BLOCK else -(-requested // MIN_BLOCK) * MIN_BLOCK
+        # allocator_rules' round_size and should_split, written out: this runs once per
+        # allocation of the trace, and two calls cost a third more (50 ns on 150 ns).
+        size = (
+            MIN_BLOCK_SIZE
+            if requested < MIN_BLOCK_SIZE
+            else -(-requested // MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE
+        )
         whole = self.free.pop(address, None)
         if whole is None:
             self.mismatches += 1
@@ -95,7 +96,7 @@ class Heap:
         del self.free_end[address + whole]
         remaining = whole - size
         if size <= SMALL_SIZE:
-            split = remaining >= MIN_BLOCK
+            split = remaining >= MIN_BLOCK_SIZE
         else:
             split = size < self.max_split and remaining > SMALL_SIZE
         if split:
@@ -111,7 +112,7 @@ class Heap:
         size = self.live.pop(address, None)
         if size is None:
             self.mismatches += 1
-            size = _round(requested)
+            size = round_size(requested)
         self.pending[address] = size
         return size
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..model import (
@@ -39,9 +40,9 @@ from ..model import (
     Phase,
     StepRecord,
 )
+from .allocator_rules import MIN_BLOCK_SIZE
 from .blocks import Heap, end_differences, settings_notes
 
-ROUND = 512  # the allocator rounds every block up to a multiple of 512 bytes
 _RANK: dict[str, int] = {c: i for i, c in enumerate(CATEGORIES)}
 NO_MODULE = "(outside any module)"
 
@@ -110,16 +111,62 @@ def analyze(
     size) when it ended; ``end_position``: its own count of the cell's allocations and
     frees (checks that the trace lost nothing); ``counter_peak``: its peak counter, reset
     when the cell began (checks the replay)."""
-    max_split, notes = settings_notes(settings or {})
+    max_split, _ = settings_notes(settings or {})
     heap = Heap.from_segments(begin_segments, max_split)
-    base_blocks = {a: _Block(a, size, 0) for a, size in heap.live.items()}
+    base_list = [_Block(a, size, 0) for a, size in heap.live.items()]
+    replay = _replay(heap, base_list, events, base_reserved)
+    peak_at = replay.peak_at
+    notes = _replay_notes(replay, heap, base_list, live_at_end, base, counter_peak, end_position)
+    at_peak = [b for b in base_list if b.alive(peak_at)]
+    at_peak += [b for b in replay.blocks if b.alive(peak_at)]
+    claims = _Claims(device, observations, marks, replay.times, peak_at)
+    totals, activations, temporaries = _categorize(at_peak, claims)
+    categories = tuple(
+        CategoryShare(c, totals[c][0], totals[c][1]) for c in CATEGORIES if totals[c][1]
+    )
+    shares = _module_shares(calls, replay.times, temporaries, activations)
+    return Breakdown(
+        device=device,
+        peak=replay.peak,
+        base=base,
+        categories=categories,
+        phase=_phase(device, marks, peak_at),
+        modules=tuple(shares[:max_modules]),
+        reserved_at_peak=replay.reserved_at_peak,
+        outside_torch=outside_torch,
+        exact=not notes,
+        events=replay.position,
+        peak_event=peak_at,
+        counter_peak=counter_peak,
+        note="; ".join(notes),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Replay:
+    """The trace replayed on the allocator's blocks: the exact peak and where it was."""
+
+    blocks: list[_Block]  # every block the cell allocated, in order
+    position: int  # allocations and frees replayed
+    peak: int  # the largest allocated
+    peak_at: int  # the position of the allocation that made it (0: before the cell)
+    reserved_at_peak: int | None
+    times: list[int]  # time_us of the event at each position (position - 1)
+
+
+def _replay(
+    heap: Heap, base_list: list[_Block], events: Sequence[Event], base_reserved: int | None
+) -> _Replay:
+    """Replay the trace on ``heap`` (its blocks when the cell began: ``base_list``),
+    stamping each block with the positions that allocated and freed it. The allocator
+    counts a free when it is requested."""
     blocks: list[_Block] = []
-    live: dict[int, _Block] = dict(base_blocks)
+    live: dict[int, _Block] = {b.address: b for b in base_list}
     allocated, reserved = sum(heap.live.values()), base_reserved
     position = 0
     peak, peak_at, reserved_at_peak = allocated, 0, base_reserved
     alloc, free_requested, free_completed = heap.alloc, heap.free_requested, heap.free_completed
-    times: list[int] = []  # time_us of the event at each position (position - 1)
+    times: list[int] = []
     for action, address, size, time_us in events:
         if action == "alloc":
             position += 1
@@ -147,9 +194,22 @@ def analyze(
             heap.segment_free(address, size)
             if reserved is not None:
                 reserved -= size
-    base_list = list(base_blocks.values())
+    return _Replay(blocks, position, peak, peak_at, reserved_at_peak, times)
 
+
+def _replay_notes(
+    replay: _Replay,
+    heap: Heap,
+    base_list: list[_Block],
+    live_at_end: Sequence[tuple[int, int]],
+    base: int,
+    counter_peak: int | None,
+    end_position: int | None,
+) -> list[str]:
+    """Why the replay may not be exact, checked against the allocator's own figures:
+    none when it is."""
     notes = []
+    position, peak = replay.position, replay.peak
     if end_position is not None and end_position != position:
         notes.append(
             f"the trace holds {position} of the cell's {end_position} allocations and frees "
@@ -165,33 +225,51 @@ def analyze(
         )
     if counter_peak is not None and counter_peak != peak:
         notes.append(f"the replayed peak {peak} B differs from the allocator's {counter_peak} B")
-    exact = not notes
+    return notes
 
-    at_peak = [b for b in base_list if b.alive(peak_at)]
-    at_peak += [b for b in blocks if b.alive(peak_at)]
-    by_address: dict[int, list[Observed]] = {}
-    for o in observations:
-        if o.device == device:
-            by_address.setdefault(o.address, []).append(o)
-    # A saved tensor is an activation until the backward pass that uses it is over: then
-    # autograd has let go of it, whatever else still holds its storage (the input batch).
-    done = [m.positions.get(device, 0) for m in marks if m.phase == "backward done"]
-    released_by_peak = [d for d in done if d < peak_at]
 
-    def window(t_ns: int) -> tuple[int, int]:
+class _Claims:
+    """The observations of one device, by address: which one claims a block."""
+
+    __slots__ = ("by_address", "released_by_peak", "times")
+
+    def __init__(
+        self,
+        device: int,
+        observations: Iterable[Observed],
+        marks: Sequence[Mark],
+        times: list[int],
+        peak_at: int,
+    ) -> None:
+        self.times = times
+        self.by_address: dict[int, list[Observed]] = {}
+        for o in observations:
+            if o.device == device:
+                self.by_address.setdefault(o.address, []).append(o)
+        # A saved tensor is an activation until the backward pass that uses it is over:
+        # then autograd has let go of it, whatever else still holds its storage (the
+        # input batch).
+        done = [m.positions.get(device, 0) for m in marks if m.phase == "backward done"]
+        self.released_by_peak = [d for d in done if d < peak_at]
+
+    def window(self, t_ns: int) -> tuple[int, int]:
         """The positions a moment of Python's clock falls between, on the trace's clock."""
         t = t_ns // 1000
+        times = self.times
         return bisect_left(times, t - TOLERANCE_US), bisect_right(times, t + TOLERANCE_US)
 
-    def owner(b: _Block) -> Observed | None:
+    def owner(self, b: _Block) -> Observed | None:
+        """The observation that claims ``b``: made during its lifetime, of the first
+        category of :data:`CATEGORIES` among them; None when nobody claimed it."""
         best: Observed | None = None
-        for o in by_address.get(b.address, ()):
+        released_by_peak = self.released_by_peak
+        for o in self.by_address.get(b.address, ()):
             if o.position >= 0:
                 if not b.alive(o.position):
                     continue
                 seen_at = o.position
             else:  # stamped by the clock: the block alive at some point of its window
-                lo, hi = window(o.time_ns)
+                lo, hi = self.window(o.time_ns)
                 if not (b.start <= hi and (b.end is None or b.end > lo)):
                     continue
                 seen_at = lo
@@ -201,11 +279,17 @@ def analyze(
                 best = o
         return best
 
+
+def _categorize(
+    at_peak: list[_Block], claims: _Claims
+) -> tuple[dict[str, list[int]], dict[str, int], list[_Block]]:
+    """(bytes and blocks by category, bytes each module saved for backward, the
+    temporaries) of the blocks alive at the peak; every block counted once."""
     totals: dict[str, list[int]] = {c: [0, 0] for c in CATEGORIES}
     activations: dict[str, int] = {}  # module -> bytes it saved, alive at the peak
     temporaries: list[_Block] = []
     for b in at_peak:
-        claim = owner(b)
+        claim = claims.owner(b)
         if claim is None:
             category = "kept from before" if b.start == 0 else "temporaries"
             totals[category][0] += b.size
@@ -222,9 +306,18 @@ def analyze(
         if claim.category == "activations":
             name = claim.module or NO_MODULE
             activations[name] = activations.get(name, 0) + owned
-    categories = tuple(
-        CategoryShare(c, totals[c][0], totals[c][1]) for c in CATEGORIES if totals[c][1]
-    )
+    return totals, activations, temporaries
+
+
+def _module_shares(
+    calls: Sequence[ModuleCall],
+    times: list[int],
+    temporaries: list[_Block],
+    activations: dict[str, int],
+) -> list[ModuleShare]:
+    """Each module's activations and temporaries alive at the peak, largest first: a
+    temporary belongs to the innermost module whose forward was running when it was
+    allocated."""
     spans = [
         (
             c.name,
@@ -243,25 +336,11 @@ def analyze(
         for name in set(activations) | set(temps)
     ]
     shares.sort(key=lambda m: (-m.bytes, m.module))
-    return Breakdown(
-        device=device,
-        peak=peak,
-        base=base,
-        categories=categories,
-        phase=_phase(device, marks, peak_at),
-        modules=tuple(shares[:max_modules]),
-        reserved_at_peak=reserved_at_peak,
-        outside_torch=outside_torch,
-        exact=exact,
-        events=position,
-        peak_event=peak_at,
-        counter_peak=counter_peak,
-        note="; ".join(notes),
-    )
+    return shares
 
 
 def _rounded(n: int) -> int:
-    return -(-n // ROUND) * ROUND
+    return -(-n // MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE
 
 
 def _innermost_calls(

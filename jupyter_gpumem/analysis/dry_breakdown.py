@@ -1,11 +1,11 @@
 """What a dry run's peak would be made of: the ``%%gpumem --breakdown`` categories for a
 step that never ran, from plain records.
 
-Inputs, recorded by ``collectors/fake_run.py`` while the cell ran under FakeTensorMode:
+Inputs, recorded by ``collectors/fake_run.record`` while the cell ran under FakeTensorMode:
 
 - the events: every storage's allocation (its exact bytes, stream, the innermost module
   running) and its free, in order, for every device;
-- :class:`~jupyter_gpumem.collectors.fake_run.Seen`: which allocation was a parameter, a
+- :class:`~jupyter_gpumem.collectors.fake_events.Seen`: which allocation was a parameter, a
   buffer, a gradient or optimizer state (claims by allocation key), which ones autograd
   saved for backward and while which module ran, where each phase began (forward,
   backward, backward done, optimizer step, other), as indices into the events.
@@ -25,10 +25,10 @@ is "kept from before": a dry run predicts a fresh process.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
-from ..collectors.fake_run import Alloc, Free, Seen
+from ..collectors.fake_events import Alloc, Free, Seen
 from ..model import CATEGORIES, Breakdown, CategoryShare, ModuleShare, Phase
 from .breakdown import NO_MODULE
 from .caching_allocator import AllocatorConfig, CachingAllocatorModel, round_size
@@ -46,9 +46,47 @@ def analyze(
     max_modules: int = 8,
 ) -> Breakdown:
     """The predicted breakdown of ``device``'s peak allocated. ``events``: the run's
-    :class:`~jupyter_gpumem.collectors.fake_run.Alloc` and ``Free`` records, all devices,
+    :class:`~jupyter_gpumem.collectors.fake_events.Alloc` and ``Free`` records, all devices,
     in order (the positions in ``seen`` index them); ``config``: the allocator's settings
     the prediction used (``AllocatorConfig.from_conf``; no cap)."""
+    peak = _replay(device, events, config)
+    alive = _alive_at(device, events, peak.at)
+    activation = _activations(seen, alive, peak.at)
+    totals, acts, temps = _categories(alive, peak.blocks, seen.claims, activation)
+    categories = tuple(
+        CategoryShare(c, totals[c][0], totals[c][1]) for c in CATEGORIES if totals[c][1]
+    )
+    return Breakdown(
+        device=device,
+        peak=peak.allocated,
+        base=0,
+        categories=categories,
+        phase=phase_at(seen, peak.at),
+        modules=_module_shares(seen.modules, acts, temps, max_modules),
+        reserved_at_peak=peak.reserved if peak.at >= 0 else None,
+        outside_torch=None,
+        exact=False,
+        events=peak.requests,
+        peak_event=peak.request,
+        counter_peak=None,
+        note=PREDICTED,
+    )
+
+
+class _Peak(NamedTuple):
+    """Where a device's allocated first reached its peak in a replay of a run's events."""
+
+    blocks: dict[int, int]  # allocation key -> the block the allocator gave it
+    allocated: int  # the peak
+    at: int  # index in events of the allocation that first reached it; -1: none
+    request: int  # that allocation's number among the device's requests
+    requests: int  # the device's requests (allocations and frees) in all
+    reserved: int  # reserved when the peak was reached
+
+
+def _replay(device: int, events: Sequence[Any], config: AllocatorConfig | None) -> _Peak:
+    """Replay ``device``'s allocations and frees through the caching allocator's model:
+    each allocation's block, and where allocated first reached its peak."""
     model = CachingAllocatorModel(config)
     malloc, free = model.malloc, model.free
     block: dict[int, int] = {}  # key -> the block the allocator gave it
@@ -72,33 +110,50 @@ def analyze(
             requests += 1
             live.discard(e.key)
             free(e.key)
+    return _Peak(block, peak, peak_at, peak_request, requests, reserved_at_peak)
 
-    # the allocations alive at the peak, in the order they were made
+
+def _alive_at(device: int, events: Sequence[Any], at: int) -> dict[int, Alloc]:
+    """``device``'s allocations alive after ``events[at]``, in the order they were made."""
     alive: dict[int, Alloc] = {}
-    for e in events[: peak_at + 1]:
+    for e in events[: at + 1]:
         if type(e) is Alloc:
             if e.device == device:
                 alive[e.key] = e
         elif type(e) is Free:
             alive.pop(e.key, None)
+    return alive
 
+
+def _activations(seen: Seen, alive: Mapping[int, Alloc], at: int) -> dict[int, int]:
+    """The allocations alive at ``events[at]`` that are activations then: allocation key
+    -> the module that saved it (its first save counts)."""
     # A saved tensor is an activation until the backward pass that uses it is over (the
     # first "backward done" after it was saved); after that, whatever still holds it.
     done = sorted(m.at for m in seen.marks if m.phase == "backward done")
-    activation: dict[int, int] = {}  # key -> the module that saved it (first save counts)
+    activation: dict[int, int] = {}
     for s in seen.saved:
         if s.key in alive and s.key not in activation:
             j = bisect_left(done, s.at)
-            if j == len(done) or done[j] > peak_at:
+            if j == len(done) or done[j] > at:
                 activation[s.key] = s.module
+    return activation
 
-    names = seen.modules
+
+def _categories(
+    alive: Mapping[int, Alloc],
+    blocks: Mapping[int, int],
+    claims: Mapping[int, str],
+    activation: Mapping[int, int],
+) -> tuple[dict[str, list[int]], dict[int, int], dict[int, int]]:
+    """Each block alive at the peak counted once, in the first category that claims it:
+    category -> [bytes, blocks], and by module index the activations' and temporaries'
+    bytes."""
     totals: dict[str, list[int]] = {c: [0, 0] for c in CATEGORIES}
     acts: dict[int, int] = {}  # module index -> activation bytes alive at the peak
     temps: dict[int, int] = {}  # module index -> temporaries alive at the peak
-    claims = seen.claims
     for key, a in alive.items():
-        size = block[key]
+        size = blocks[key]
         if a.kind != "tensor":
             category: str | None = WORKSPACES
         else:
@@ -119,6 +174,14 @@ def analyze(
         if category == "activations":
             m = activation[key]
             acts[m] = acts.get(m, 0) + owned
+    return totals, acts, temps
+
+
+def _module_shares(
+    names: Sequence[str], acts: Mapping[int, int], temps: Mapping[int, int], max_modules: int
+) -> tuple[ModuleShare, ...]:
+    """The ``max_modules`` modules holding the most activations and temporaries at the
+    peak, by name (module indices outside ``names``: no module)."""
 
     def name(i: int) -> str:
         return names[i] if 0 <= i < len(names) else NO_MODULE
@@ -130,24 +193,7 @@ def analyze(
         per_module.setdefault(name(i), [0, 0])[1] += n
     shares = [ModuleShare(m, a, t) for m, (a, t) in per_module.items()]
     shares.sort(key=lambda m: (-m.bytes, m.module))
-    categories = tuple(
-        CategoryShare(c, totals[c][0], totals[c][1]) for c in CATEGORIES if totals[c][1]
-    )
-    return Breakdown(
-        device=device,
-        peak=peak,
-        base=0,
-        categories=categories,
-        phase=phase_at(seen, peak_at),
-        modules=tuple(shares[:max_modules]),
-        reserved_at_peak=reserved_at_peak if peak_at >= 0 else None,
-        outside_torch=None,
-        exact=False,
-        events=requests,
-        peak_event=peak_request,
-        counter_peak=None,
-        note=PREDICTED,
-    )
+    return tuple(shares[:max_modules])
 
 
 def phase_at(seen: Seen, at: int) -> Phase:

@@ -65,7 +65,7 @@ def fit_peaks(xs: Sequence[float], ys: Sequence[int], regimes: bool = False) -> 
     values, whose regime goes on. Without it such a parabola is kept: it rises faster than
     the large values' regime, so the value it predicts is the smaller, the one likely to
     run (the scan's prediction); with it, what the values measured so far allow at most
-    (the scan's steps up from a value that ran, ``core/scanner.py``)."""
+    (the scan's steps up from a value that ran, ``analysis/scan_verify.py``)."""
     if len(xs) != len(ys):
         raise ValueError("as many peaks as values are needed")
     if len(set(xs)) < 2:
@@ -213,12 +213,16 @@ def _round_down(x: float, digits: int = 4) -> float:
 
 def formula(fit: Fit, name: str) -> str:
     """``peak(batch) = 1.20 GiB + 36.00 MiB × batch`` in the user's units."""
-    from ..units import format_bytes as fb
+    from ..units import format_bytes
 
-    parts = [fb(round(fit.a))]
+    parts = [format_bytes(round(fit.a))]
     parts.append(
-        f"{fb(round(fit.b))} × {name}" if fit.b >= 0 else f"- {fb(round(-fit.b))} × {name}"
+        f"{format_bytes(round(fit.b))} × {name}"
+        if fit.b >= 0
+        else f"- {format_bytes(round(-fit.b))} × {name}"
     )
     if fit.kind == "quadratic":
-        parts.append(f"{fb(round(fit.c))} × {name}²" if fit.c >= 1 else f"{fit.c:.3g} B × {name}²")
+        parts.append(
+            f"{format_bytes(round(fit.c))} × {name}²" if fit.c >= 1 else f"{fit.c:.3g} B × {name}²"
+        )
     return f"peak({name}) = " + " + ".join(parts).replace("+ -", "-")

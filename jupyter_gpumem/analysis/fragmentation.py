@@ -1,9 +1,8 @@
 """Free space inside the allocator's segments, and whether a request would fit.
 
-Facts from PyTorch's caching allocator (CUDACachingAllocator.cpp, torch 2.x) this rests on:
-- Requests are rounded up to 512 bytes; up to 1 MiB they come from 2 MiB "small"
-  segments, above that from "large" segments. A new segment is cudaMalloc'd at 2 MiB for
-  small requests, 20 MiB for requests under 10 MiB, else the request rounded up to 2 MiB.
+Facts from PyTorch's caching allocator (CUDACachingAllocator.cpp, torch 2.x) this rests on,
+beside its size rules (``allocator_rules``: a request's block, its pool, the segment a
+new block is cut from):
 - A cached free block serves a request of the same pool if it is at least as large;
   adjacent free blocks of a segment merge.
 - Before raising OutOfMemoryError the allocator releases every segment that holds no live
@@ -22,32 +21,9 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from ..model import ACTIVE, FreeSpace, Segment
+from .allocator_rules import SMALL_BUFFER, SMALL_SIZE, allocation_size, round_size
 
-KB512 = 512
-MiB = 1 << 20
-SMALL_SIZE = 1 * MiB  # kSmallSize
-SMALL_BUFFER = 2 * MiB  # kSmallBuffer
-LARGE_BUFFER = 20 * MiB  # kLargeBuffer
-MIN_LARGE_ALLOC = 10 * MiB  # kMinLargeAlloc
-ROUND_LARGE = 2 * MiB  # kRoundLarge
-PAGE = 2 * MiB
-
-
-def round_size(n: int) -> int:
-    """The block size the allocator uses for a request of ``n`` bytes."""
-    if n < KB512:
-        return KB512
-    return KB512 * ((n + KB512 - 1) // KB512)
-
-
-def allocation_size(n: int) -> int:
-    """What the allocator cudaMallocs for a new segment serving a request of ``n`` bytes."""
-    n = round_size(n)
-    if n <= SMALL_SIZE:
-        return SMALL_BUFFER
-    if n < MIN_LARGE_ALLOC:
-        return LARGE_BUFFER
-    return ROUND_LARGE * ((n + ROUND_LARGE - 1) // ROUND_LARGE)
+PAGE = SMALL_BUFFER  # an expandable segment's page, as this module counts them
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,10 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..model import CellReport, DeviceCellReport
-from ..units import format_bytes as fb
+from ..units import GiB, MiB, format_bytes
 
-_MiB = 1 << 20
-_GiB = 1 << 30
 # PyTorch's names for its allocator settings, in the order releases have read them.
 CONF_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF")
 
@@ -74,9 +72,9 @@ def hints_for(r: CellReport, settings: Mapping[str, Any] | None = None) -> tuple
     if r.traceback is not None and r.traceback.bytes:
         top = r.traceback.holdings[0]
         out.append(
-            f"The kept traceback holds {fb(r.traceback.bytes)} of GPU memory ({top.name} in "
-            f"{top.frame}: {fb(top.bytes)}): IPython keeps the failed cell's frames until the "
-            "next error. `%gpumem release-traceback` drops them."
+            f"The kept traceback holds {format_bytes(r.traceback.bytes)} of GPU memory "
+            f"({top.name} in {top.frame}: {format_bytes(top.bytes)}): IPython keeps the failed "
+            "cell's frames until the next error. `%gpumem release-traceback` drops them."
         )
     elif r.failed and r.traceback is None and any((d.allocated_delta or 0) > 0 for d in r.devices):
         out.append(
@@ -100,7 +98,7 @@ def _device_hints(r: CellReport, d: DeviceCellReport, setting: _Setting) -> list
         out.append(
             f"This cell started CUDA on {dev}"
             + (
-                f": the context and libraries took {fb(ctx)} outside PyTorch's counters."
+                f": the context and libraries took {format_bytes(ctx)} outside PyTorch's counters."
                 if ctx
                 else "."
             )
@@ -109,24 +107,26 @@ def _device_hints(r: CellReport, d: DeviceCellReport, setting: _Setting) -> list
     for o in r.ooms:
         if o.device == d.index and o.device not in explained:
             out.append(
-                f"Out of memory on {dev}: an allocation of {fb(o.requested)} failed with "
-                f"{fb(o.free)} free (allowed: {fb(o.allowed)}). Free tensors with `del`, then "
-                "`%gpumem empty-cache`; or use a smaller batch."
+                f"Out of memory on {dev}: an allocation of {format_bytes(o.requested)} failed with "
+                f"{format_bytes(o.free)} free (allowed: {format_bytes(o.allowed)}). Free tensors "
+                "with `del`, then `%gpumem empty-cache`; or use a smaller batch."
             )
     if a is None:
         return out
     alloc, res = d.allocated_delta or 0, d.reserved_delta or 0
-    if res >= 64 * _MiB and res - max(alloc, 0) >= res // 2:
+    if res >= 64 * MiB and res - max(alloc, 0) >= res // 2:
         out.append(
-            f"Reserved grew by {fb(res)} but allocated only by {fb(max(alloc, 0))}: PyTorch keeps "
-            "freed blocks cached for reuse, and nvidia-smi counts them. `%gpumem empty-cache` "
-            "returns them to the driver (other processes can then use them)."
+            f"Reserved grew by {format_bytes(res)} but allocated only by "
+            f"{format_bytes(max(alloc, 0))}: PyTorch keeps freed blocks cached for reuse, and "
+            "nvidia-smi counts them. `%gpumem empty-cache` returns them to the driver (other "
+            "processes can then use them)."
         )
     above = d.peak_above_start
-    if above is not None and above - max(alloc, 0) >= 256 * _MiB and above >= 2 * max(alloc, 1):
+    if above is not None and above - max(alloc, 0) >= 256 * MiB and above >= 2 * max(alloc, 1):
         out.append(
-            f"Temporaries peaked {fb(above)} above the cell's start, {fb(above - max(alloc, 0))} "
-            "more than it kept: that peak, not the end state, decides whether a cell fits."
+            f"Temporaries peaked {format_bytes(above)} above the cell's start, "
+            f"{format_bytes(above - max(alloc, 0))} more than it kept: that peak, not the end "
+            "state, decides whether a cell fits."
         )
     if (d.alloc_retries or 0) > 0:
         if not setting.on(d.index):
@@ -137,25 +137,28 @@ def _device_hints(r: CellReport, d: DeviceCellReport, setting: _Setting) -> list
             )
         else:
             limit = d.after.limit
-            cap = f", lift the cap of {fb(limit.bytes)} (`%gpumem limit off`)" if limit else ""
+            cap = ""
+            if limit:
+                cap = f", lift the cap of {format_bytes(limit.bytes)} (`%gpumem limit off`)"
             out.append(
                 f"The allocator ran short {d.alloc_retries} time(s), released its cached "
                 "memory and retried (slow). expandable_segments is already on, which avoids "
                 "most fragmentation: memory is nearly full. Free tensors you no longer need "
                 f"(`del`){cap}, or use a smaller batch."
             )
-    if a.reserved and a.inactive_split >= 256 * _MiB and a.inactive_split * 4 >= a.reserved:
+    if a.reserved and a.inactive_split >= 256 * MiB and a.inactive_split * 4 >= a.reserved:
         if not setting.on(d.index):
             out.append(
-                f"{fb(a.inactive_split)} of the cache is free pieces of split blocks, which "
-                "empty_cache can't return (fragmentation). expandable_segments:True avoids it."
+                f"{format_bytes(a.inactive_split)} of the cache is free pieces of split blocks, "
+                "which empty_cache can't return (fragmentation). expandable_segments:True "
+                "avoids it."
             )
         else:
             # PyTorch counts inactive_split only for blocks of ordinary segments, and uses
             # no expandable segments for private pools (CUDA graphs, MemPool).
             out.append(
-                f"{fb(a.inactive_split)} of the cache is free pieces of split blocks, which "
-                "empty_cache can't return (fragmentation). expandable_segments is on, and "
+                f"{format_bytes(a.inactive_split)} of the cache is free pieces of split blocks, "
+                "which empty_cache can't return (fragmentation). expandable_segments is on, and "
                 "PyTorch counts no expandable segment in this figure, so these pieces are in "
                 "ordinary segments: made before it was turned on (a kernel started with it "
                 "set makes every segment expandable) or for CUDA graphs and memory pools, "
@@ -163,15 +166,15 @@ def _device_hints(r: CellReport, d: DeviceCellReport, setting: _Setting) -> list
             )
     if r.after.caching is False and (d.outside_torch_delta or 0) > 0:
         out.append(
-            f"Caching is off: {fb(d.outside_torch_delta)} was allocated straight from cudaMalloc, "
-            "invisible to PyTorch's counters; the device-level figures show it."
+            f"Caching is off: {format_bytes(d.outside_torch_delta)} was allocated straight from "
+            "cudaMalloc, invisible to PyTorch's counters; the device-level figures show it."
         )
     outside = d.after.outside_torch
     used = d.after.process_used
-    if outside is not None and used and outside >= _GiB and outside * 2 >= used:
+    if outside is not None and used and outside >= GiB and outside * 2 >= used:
         out.append(
-            f"Most of this process's GPU memory ({fb(outside)} of {fb(used)}) is outside PyTorch's "
-            "allocator: the CUDA context, cuBLAS/cuDNN workspaces, other libraries, or "
-            "allocations made while caching was off."
+            f"Most of this process's GPU memory ({format_bytes(outside)} of {format_bytes(used)}) "
+            "is outside PyTorch's allocator: the CUDA context, cuBLAS/cuDNN workspaces, other "
+            "libraries, or allocations made while caching was off."
         )
     return out

@@ -13,11 +13,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..model import ScanResult
-from ..units import format_bytes as fb
+from ..units import GiB, MiB, format_bytes
 from .fit import largest_within, smaller_values
 from .postmortem import scan_suggestion, size_variables
-
-GiB, MiB = 1 << 30, 1 << 20
 
 
 def _value_in(code: str, name: str, namespace: Mapping[str, Any]) -> float | None:
@@ -79,7 +77,9 @@ def scan_knowledge(
         base = max((r.base for r in s.probes if r.ok), default=0)
         full = max(0, round(s.fit(value) - base))
         where = f"In[{s.execution_count}]" if s.execution_count is not None else "scan()"
-        said = f"`{s.name}` = {_show(value, s.integer)} needs about {fb(full)} (the fit of "
+        said = (
+            f"`{s.name}` = {_show(value, s.integer)} needs about {format_bytes(full)} (the fit of "
+        )
         said += f"the scan of {where})"
         failed = s.smallest_failed
         if s.verify_failed and failed is not None:
@@ -101,7 +101,7 @@ def scan_knowledge(
             now = largest_within(s.fit, cap - s.margin, s.integer)
             if now is not None:
                 said += (
-                    f"; under the current cap of {fb(cap)} its fit predicts "
+                    f"; under the current cap of {format_bytes(cap)} its fit predicts "
                     f"{_show(now, s.integer)} (not verified)"
                 )
         return full, said
@@ -116,14 +116,14 @@ def scan_knowledge(
         if outside:
             suggestion += (
                 f" (--fit-in is a card's whole memory, from which the scan takes what this "
-                f"process holds outside PyTorch: the current cap of {fb(cap)} plus the "
-                f"{fb(outside)} held outside it here)"
+                f"process holds outside PyTorch: the current cap of {format_bytes(cap)} plus the "
+                f"{format_bytes(outside)} held outside it here)"
             )
         else:
             suggestion += (
                 f" (--fit-in is a card's whole memory, from which the scan takes what this "
                 f"process holds outside PyTorch, unknown here: add it to the current cap of "
-                f"{fb(cap)})"
+                f"{format_bytes(cap)})"
             )
         return None, suggestion
     return None, ""

@@ -9,8 +9,6 @@ can't return it, a large request can't use it unless it fits: fragmentation) and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from ..model import (
     ACTIVE,
     AllocatorSnapshot,
@@ -76,7 +74,3 @@ def _view(seg: Segment, resolver: SiteResolver | None, labels: dict[int, str]) -
         expandable=bool(seg.get("is_expandable", False)),
         blocks=tuple(views),
     )
-
-
-def pieces_of(segments: Sequence[SegmentView]) -> list[BlockView]:
-    return [b for s in segments for b in s.free_pieces]

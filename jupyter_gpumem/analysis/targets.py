@@ -12,9 +12,8 @@ from __future__ import annotations
 import re
 
 from ..model import Target
-from ..units import parse_size
+from ..units import MiB, parse_size
 
-MiB = 1 << 20
 MIN_TARGET = MiB  # smaller is no card's memory: a size typed without its unit
 
 # name -> (MiB the driver reports, what it is, where the figure was read)

@@ -18,7 +18,7 @@ from operator import itemgetter
 from typing import Literal
 
 from ..model import AllocatorSnapshot, Block, Reference, Site, WhoReport, WhoRow, WhoRowKind
-from ..units import format_bytes as fb
+from ..units import format_bytes
 from .sites import SiteResolver
 
 By = Literal["variable", "line", "cell"]
@@ -211,7 +211,7 @@ class DeviceHoldings:
             if holders:
                 top_owner, top_bytes = max(holders.items(), key=lambda kv: kv[1])
                 example = f"held by {top_owner}" + (
-                    f" ({fb(top_bytes)})" if top_bytes != size else ""
+                    f" ({format_bytes(top_bytes)})" if top_bytes != size else ""
                 )
             rows.append(WhoRow(label, detail, size, len(addresses), example, kind))
             if kind != "untracked":

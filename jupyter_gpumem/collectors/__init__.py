@@ -1,179 +1,44 @@
-"""Collectors: the only code that talks to torch, NVML and /proc.
+"""Collectors: the only code that talks to torch, NVML, /proc, the user's namespace and
+worker processes.
 
 ``Collector.measure()`` returns one :class:`~jupyter_gpumem.model.Measurement`; everything
-else in the package works from those records.
+else in the package works from those records. Where each source is read:
 
-Each source is the real one unless an environment variable names another of the same
-records by import path (``package.module:callable``, called without arguments; tests plug
-theirs in this way: ``jupyter_gpumem.testing``): ``JUPYTER_GPUMEM_BACKEND`` the allocator's
-and the driver's figures (a :class:`Backend`), ``JUPYTER_GPUMEM_NVML`` pynvml's calls,
-``JUPYTER_GPUMEM_ATTRIBUTION`` who holds the memory (an
-``AttributionSource``, which the session gives its ``Attributor`` when it is composed).
+- :mod:`.collector`: :class:`Collector` and the :class:`Backend` protocol it reads
+  (:func:`make_backend` picks the real one or the plugged one);
+- :mod:`.plugins`: the environment variables that plug in recorded sources;
+- :mod:`.allocator`: PyTorch's caching allocator and the driver (:class:`TorchBackend`),
+  :mod:`.readings` the conversion of their raw figures into records, :mod:`.nvml` NVML,
+  :mod:`.host` the host's memory and process names;
+- :mod:`.snapshot`, :mod:`.step`, :mod:`.phase_peaks`: torch's snapshots and traces, the
+  hooks of ``--breakdown`` and ``--scan``;
+- :mod:`.namespace` (with :mod:`.namespace_kinds`, :mod:`.namespace_reach`,
+  :mod:`.namespace_bulk`): who holds GPU tensors in the user's namespace;
+- :mod:`.workers` (forked and spawned workers), :mod:`.distributed` (ranks, through a
+  ``torch.distributed`` store), :mod:`.ray_workers` (Ray workers): other processes'
+  figures.
+
+The package's own modules import each other directly, never this ``__init__``; it only
+names what the layers above use.
 """
 
 from __future__ import annotations
 
-import os
-import sys
-import threading
-import time
-from collections import deque
-from collections.abc import Callable
-from typing import Any, Protocol
+from .allocator import TorchBackend, no_torch_before
+from .collector import Backend, Collector, make_backend
+from .plugins import ATTRIBUTION_ENV, BACKEND_ENV, NVML_ENV, load_plugin, plugged
+from .readings import Reading
 
-from ..log import logger
-from ..model import Measurement, OomEvent, Replay
-from . import workers
-from .allocator import Reading, TorchBackend
-from .host import host_rss
-
-BACKEND_ENV = "JUPYTER_GPUMEM_BACKEND"
-NVML_ENV = "JUPYTER_GPUMEM_NVML"
-ATTRIBUTION_ENV = "JUPYTER_GPUMEM_ATTRIBUTION"
-
-
-class Backend(Protocol):
-    """What the collector and the actions need from a source of GPU figures."""
-
-    def read(self, with_process: bool = True, full: bool = True) -> Reading: ...
-    def initialized_devices(self) -> list[int]: ...
-    def device_count(self) -> int: ...
-    def reset_peaks(self, devices: list[int] | None = None) -> None: ...
-    def attach_oom_observer(self, callback: Callable[[int, int, int, int], None]) -> bool:
-        """Attach ``callback`` if it can be; True once it is for good (the collector then
-        stops asking), False to be asked again at the next reading."""
-        ...
-
-    def cuda_ready(self) -> bool: ...
-    def empty_cache(self) -> None: ...
-    def caching_supported(self) -> str | None: ...
-    def set_caching(self, enabled: bool) -> bool: ...
-    def set_limit(self, device: int, fraction: float) -> None: ...
-    def total_for_limit(self, device: int) -> int: ...
-    def actionable(self) -> str | None:
-        """Why actions (empty_cache, caps, caching) can't run here, or None."""
-        ...
-
-    def replay(self) -> Replay | None:
-        """Where the figures were recorded when they are replayed from a recording; None
-        when they are measured here. Asked once per backend (every measurement carries it)."""
-        ...
-
-
-def make_backend() -> Backend:
-    """The real backend (torch and NVML), or the one ``JUPYTER_GPUMEM_BACKEND`` names."""
-    backend: Backend | None = plugged(BACKEND_ENV)
-    return backend if backend is not None else TorchBackend()
-
-
-def plugged(variable: str) -> Any:
-    """What the ``package.module:callable`` named in environment variable ``variable``
-    makes; None when the variable is unset."""
-    spec = os.environ.get(variable)
-    return load_plugin(spec, variable) if spec else None
-
-
-def load_plugin(spec: str, variable: str) -> Any:
-    """Call the ``package.module:callable`` that ``spec`` names; a clear error otherwise."""
-    import importlib
-
-    module, _, attr = spec.partition(":")
-    try:
-        factory = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise RuntimeError(f"{variable}={spec!r}: cannot load it ({e})") from None
-    return factory()
-
-
-class Collector:
-    """Takes measurements; remembers the OOMs the allocator reported."""
-
-    def __init__(self, backend: Backend | None = None, max_ooms: int = 100) -> None:
-        self.backend: Backend = backend if backend is not None else make_backend()
-        self.ooms: deque[OomEvent] = deque(maxlen=max_ooms)
-        self.oom_count = 0  # total seen, also past maxlen
-        self._lock = threading.Lock()  # the panel's thread and the cell hooks both measure
-        self._observed: Backend | None = None  # the backend our OOM observer is attached to
-        self._replay: Replay | None = None
-        self._replay_of: Backend | None = None  # the backend _replay was asked of
-        # Called after each OOM event is kept (a worker's reporter writes its snapshot
-        # there): inside the allocator's failure path, so it must be short; its errors
-        # are swallowed.
-        self.on_oom: Callable[[OomEvent], None] | None = None
-
-    @property
-    def replay(self) -> Replay | None:
-        """Where the backend's figures were recorded, when it replays a recording."""
-        backend = self.backend
-        if self._replay_of is not backend:
-            self._ask_replay(backend)
-        return self._replay
-
-    def _ask_replay(self, backend: Backend) -> None:
-        # A backend plugged in by import path may predate the method: it measures.
-        ask = getattr(backend, "replay", None)
-        self._replay = ask() if callable(ask) else None
-        self._replay_of = backend
-
-    def _on_oom(self, device: int, requested: int, allowed: int, free: int) -> None:
-        # Called by the allocator just before it raises OutOfMemoryError: keep it tiny.
-        event = OomEvent(int(device), int(requested), int(allowed), int(free))
-        self.ooms.append(event)
-        self.oom_count += 1
-        hook = self.on_oom
-        if hook is not None:
-            try:
-                hook(event)
-            except Exception:  # never in the way of the allocator's own error
-                logger.debug("OOM hook failed", exc_info=True)
-
-    def measure(self, with_process: bool = True, full: bool = True) -> Measurement:
-        """``full=False`` is the cheap reading that brackets a cell (see TorchBackend.read)."""
-        backend = self.backend
-        with self._lock:
-            if self._observed is not backend and backend.attach_oom_observer(self._on_oom):
-                self._observed = backend
-            if self._replay_of is not backend:  # asked once per backend (tests swap them)
-                self._ask_replay(backend)
-            t, clock = time.time(), time.perf_counter()
-            r = backend.read(with_process, full)
-            # positional, in the record's field order: this runs twice a measured cell
-            return Measurement(
-                t,  # time
-                clock,
-                r.state,
-                r.message,
-                r.torch_version,
-                host_rss(),
-                r.caching,
-                r.devices,
-                _live_workers() if full else (),
-                self._replay,
-            )
-
-
-def _live_workers() -> tuple[Any, ...]:
-    """The workers alive now (a full reading: the panel's sample, ``%gpumem``), with what
-    Ray workers sent since the last look (never waited for) when Ray is imported."""
-    if "ray" in sys.modules:
-        from . import ray_workers
-
-        ray_workers.poll()
-    return workers.live()
-
-
-def no_torch_before(option: str, why: str) -> str:
-    """One line for an option that needs torch imported before its cell (the tool never
-    imports it itself: importing torch is the user's to do)."""
-    import importlib.util
-
-    try:
-        installed = importlib.util.find_spec("torch") is not None  # finds, does not import
-    except (ImportError, ValueError):
-        installed = False
-    if not installed:
-        return f"{option} needs torch and a CUDA GPU: torch is not installed in this kernel"
-    return (
-        f"{option}: import torch before the cell: it was not imported when the cell began, "
-        f"and {why}"
-    )
+__all__ = [
+    "ATTRIBUTION_ENV",
+    "BACKEND_ENV",
+    "NVML_ENV",
+    "Backend",
+    "Collector",
+    "Reading",
+    "TorchBackend",
+    "load_plugin",
+    "make_backend",
+    "no_torch_before",
+    "plugged",
+]

@@ -14,133 +14,15 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
-from ..model import (
-    AllocatorStats,
-    BackendName,
-    DeviceSample,
-    Limit,
-    ProcessMemory,
-    Replay,
-    State,
-)
-from .host import process_name
+from ..model import BackendName, DeviceSample, Limit, Replay
 from .nvml import Nvml, NvmlDevice
+from .readings import Reading, make_device_sample, stats_from_flat, stats_from_nested
+from .torch_build import cuda_ready, gpu_backend, gpu_build
 
 _NO_CACHING_ENV = "PYTORCH_NO_CUDA_MEMORY_CACHING"
-
-
-def stats_from_nested(s: Mapping[str, Any]) -> AllocatorStats:
-    """From ``torch._C._cuda_memoryStats(device)`` (nested dicts of ints). Runs twice a
-    measured cell: each sub-dict is looked up once (half the time of a lookup per field)."""
-    ab, rb = s["allocated_bytes"]["all"], s["reserved_bytes"]["all"]
-    isb = s["inactive_split_bytes"]["all"]
-    get = s.get
-    # positional, in the record's field order (keywords cost a third more here)
-    return AllocatorStats(
-        ab["current"],  # allocated
-        rb["current"],  # reserved
-        s["active_bytes"]["all"]["current"],  # active
-        s["requested_bytes"]["all"]["current"],  # requested
-        isb["current"],  # inactive_split
-        ab["peak"],  # peak_allocated
-        rb["peak"],  # peak_reserved
-        get("num_device_alloc", 0),  # device_allocs
-        get("num_device_free", 0),  # device_frees
-        get("num_alloc_retries", 0),  # alloc_retries
-        get("num_ooms", 0),  # ooms
-        s["segment"]["all"]["current"],  # segments
-        s["allocation"]["all"]["current"],  # blocks
-        isb["peak"],  # peak_inactive_split
-    )
-
-
-def stats_from_flat(s: Mapping[str, Any]) -> AllocatorStats:
-    """From ``torch.cuda.memory_stats(device)`` / ``torch.accelerator.memory_stats``."""
-
-    def g(key: str) -> int:
-        return int(s.get(key, 0))
-
-    return AllocatorStats(
-        allocated=g("allocated_bytes.all.current"),
-        reserved=g("reserved_bytes.all.current"),
-        active=g("active_bytes.all.current"),
-        requested=g("requested_bytes.all.current"),
-        inactive_split=g("inactive_split_bytes.all.current"),
-        peak_allocated=g("allocated_bytes.all.peak"),
-        peak_reserved=g("reserved_bytes.all.peak"),
-        device_allocs=g("num_device_alloc"),
-        device_frees=g("num_device_free"),
-        alloc_retries=g("num_alloc_retries"),
-        ooms=g("num_ooms"),
-        segments=g("segment.all.current"),
-        blocks=g("allocation.all.current"),
-        peak_inactive_split=g("inactive_split_bytes.all.peak"),
-    )
-
-
-def make_device_sample(
-    *,
-    index: int,
-    name: str,
-    backend: BackendName,
-    initialized: bool,
-    stats: AllocatorStats | None,
-    nvml: NvmlDevice | None,
-    mem_get_info: tuple[int, int] | None,
-    fraction: float | None,
-    error: str | None = None,
-) -> DeviceSample:
-    """The one conversion from raw readings to a :class:`DeviceSample`.
-
-    Where this process has a context, total and usage come from ``cudaMemGetInfo``, as
-    PyTorch sees them (10 us, no NVML needed); NVML's ``used`` is ~0.6 GB higher on an H200
-    because it also counts memory the driver reserves, so the two are never mixed within
-    one device's figures. Devices without a context have NVML's figures only. This
-    process's usage always comes from NVML. A cap is ``fraction * cudaMemGetInfo total``,
-    as the allocator computes it.
-    """
-    total = device_used = process_used = None
-    children: tuple[ProcessMemory, ...] = ()
-    if nvml is not None:
-        process_used = nvml.process_used
-        children = tuple(ProcessMemory(pid, process_name(pid), used) for pid, used in nvml.children)
-        name = name or nvml.name
-    if mem_get_info is not None:
-        free, total = mem_get_info
-        device_used = total - free
-    elif nvml is not None:
-        total, device_used = nvml.total, nvml.used
-    limit = None
-    if fraction is not None and fraction < 1.0 and total is not None:
-        limit = Limit(fraction=fraction, bytes=int(fraction * total))
-    return DeviceSample(
-        index=index,
-        name=name,
-        backend=backend,
-        initialized=initialized,
-        allocator=stats,
-        total=total,
-        device_used=device_used,
-        process_used=process_used,
-        limit=limit,
-        error=error,
-        children=children,
-    )
-
-
-@dataclass(slots=True)
-class Reading:
-    """What a backend reads; the collector adds the clock and host figures."""
-
-    state: State
-    message: str
-    torch_version: str | None
-    caching: bool | None
-    devices: tuple[DeviceSample, ...]
 
 
 class TorchBackend:
@@ -159,13 +41,12 @@ class TorchBackend:
         return sys.modules.get("torch")
 
     def cuda_ready(self) -> bool:
-        t = self.torch()
-        return bool(t is not None and _is_cuda_build(t) and t.cuda.is_initialized())
+        return cuda_ready(self.torch())
 
     def initialized_devices(self) -> list[int]:
         """Devices where this process has a CUDA context."""
         t = self.torch()
-        if t is None or not _is_cuda_build(t) or not t.cuda.is_initialized():
+        if t is None or not gpu_build(t) or not t.cuda.is_initialized():
             return []
         has_ctx = getattr(t._C, "_cuda_hasPrimaryContext", None)
         n = t.cuda.device_count()
@@ -175,7 +56,7 @@ class TorchBackend:
 
     def device_count(self) -> int:
         t = self.torch()
-        if t is not None and _is_cuda_build(t) and t.cuda.is_initialized():
+        if t is not None and gpu_build(t) and t.cuda.is_initialized():
             return int(t.cuda.device_count())
         return len(self.nvml.visible())
 
@@ -193,7 +74,7 @@ class TorchBackend:
             seen = self._nvml_devices(with_process) if full else ()
             return Reading("no_torch", self._no_torch_message(seen), None, None, seen)
         version = str(getattr(t, "__version__", "?"))
-        if not _is_cuda_build(t):
+        if not gpu_build(t):
             other = _other_accelerator(t)
             if other is not None:
                 return other
@@ -385,7 +266,7 @@ class TorchBackend:
         t = self.torch()
         if t is None:
             return "torch is not imported in this kernel: nothing to act on"
-        if not _is_cuda_build(t):
+        if not gpu_build(t):
             return f"torch {t.__version__} has no CUDA/ROCm allocator to act on"
         return None
 
@@ -394,7 +275,7 @@ class TorchBackend:
         t = self.torch()
         if t is None:
             return "torch is not imported in this kernel"
-        if not _is_cuda_build(t):
+        if not gpu_build(t):
             return "this torch has no CUDA caching allocator"
         if not hasattr(t._C, "_cuda_cudaCachingAllocator_enable"):
             return (
@@ -432,7 +313,7 @@ class _Bound:
     def __init__(self, t: Any) -> None:
         self.torch = t
         self.version = str(getattr(t, "__version__", "?"))
-        self.backend: BackendName = "rocm" if getattr(t.version, "hip", None) else "cuda"
+        self.backend: BackendName = gpu_backend(t)
         # torch >= 2.12 can tell the caching switch; before, the variable torch read once,
         # when CUDA started (the switch we set is remembered by TorchBackend).
         self.caching_fn = getattr(t._C, "_cuda_cudaCachingAllocator_is_enabled", None)
@@ -457,11 +338,6 @@ class _Bound:
             self.contexts.add(i)
             return True
         return False
-
-
-def _is_cuda_build(t: Any) -> bool:
-    v = getattr(t, "version", None)
-    return bool(getattr(v, "cuda", None) or getattr(v, "hip", None))
 
 
 def _caching_enabled(t: Any, set_by_us: bool | None = None) -> bool | None:
@@ -526,3 +402,39 @@ def _other_accelerator(t: Any) -> Reading | None:
             )
         )
     return Reading("ok", "", version, None, tuple(devices))
+
+
+def cuda_counters(t: Any) -> tuple[Callable[[], list[int]], Callable[[int], int]]:
+    """(devices with a CUDA context, allocations + frees so far on a device): the counters
+    the hooks of ``--breakdown`` and ``--scan`` stamp their records with."""
+    stats = t._C._cuda_memoryStats
+    has_ctx = getattr(t._C, "_cuda_hasPrimaryContext", None)
+
+    def devices() -> list[int]:
+        if not t.cuda.is_initialized():
+            return []
+        n = t.cuda.device_count()
+        return [i for i in range(n) if has_ctx is None or has_ctx(i)]
+
+    def count(device: int) -> int:
+        a = stats(device)["allocation"]["all"]
+        return int(a["allocated"]) + int(a["freed"])
+
+    return devices, count
+
+
+def no_torch_before(option: str, why: str) -> str:
+    """One line for an option that needs torch imported before its cell (the tool never
+    imports it itself: importing torch is the user's to do)."""
+    import importlib.util
+
+    try:
+        installed = importlib.util.find_spec("torch") is not None  # finds, does not import
+    except (ImportError, ValueError):
+        installed = False
+    if not installed:
+        return f"{option} needs torch and a CUDA GPU: torch is not installed in this kernel"
+    return (
+        f"{option}: import torch before the cell: it was not imported when the cell began, "
+        f"and {why}"
+    )

@@ -30,7 +30,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..log import logger
-from .workers import INTERVAL, WorkerChannel, WorkerReporter, parse_message
+from .workers.kernel_channel import WorkerChannel
+from .workers.message import INTERVAL, parse_message
+from .workers.process import channel
+from .workers.reporter import WorkerReporter
 
 PREFIX = "jupyter_gpumem/rank/"
 
@@ -151,8 +154,6 @@ def watch_store(
     """In the kernel, a member of the job: show the other ranks' figures in measured cells
     and the panel. ``ranks``: whose keys to read (default: every rank but this one)."""
     global _watcher
-    from . import workers
-
     store, me, world = _group(store, rank)
     if ranks is None:
         if world <= 1:
@@ -162,7 +163,7 @@ def watch_store(
         raise ValueError(f"ranks must be non-negative integers, got {list(ranks)!r}")
     if _watcher is not None:
         _watcher.stop()
-    ch = workers.channel()
+    ch = channel()
     ch.open()
     _watcher = StoreWatcher(ch, store, ranks).start()
     return _watcher

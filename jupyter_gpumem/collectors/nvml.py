@@ -16,6 +16,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from .plugins import NVML_ENV, plugged
+
 
 def _strtoul(s: str) -> int:
     """Leading unsigned integer of ``s`` as C's strtoul reads it, or -1."""
@@ -145,8 +147,6 @@ class Nvml:
             return self._nvml is not None
         self._started = True
         try:
-            from . import NVML_ENV, plugged
-
             nvml: Any = plugged(NVML_ENV)  # another implementation of the same calls
             if nvml is None:
                 nvml = importlib.import_module("pynvml")  # from nvidia-ml-py

@@ -12,15 +12,16 @@ and ``ray`` is never imported, unless ``"ray"`` is in ``sys.modules`` already.
   Ray session). It keeps each worker's latest report, at most ``MAX_WORKERS`` of them.
 - **A worker** (a Ray task or actor) calls ``jupyter_gpumem.report_worker()``: when its
   job's mailbox exists (its driver is a kernel with the extension loaded), a
-  :class:`~jupyter_gpumem.collectors.workers.WorkerReporter` (the reading forked and spawned
-  workers take, the one verified on GPUs) hands its reports to the mailbox
+  :class:`~jupyter_gpumem.collectors.workers.reporter.WorkerReporter` (the reading forked
+  and spawned workers take, the one verified on GPUs) hands its reports to the mailbox
   (``report.remote``: fire and forget, nothing in the worker waits). In a job without a
   notebook there is no mailbox: the call returns False and nothing happens.
 - **A measured cell's begin and end** ask the mailbox for what changed since the last
   answer (``since.remote``) and wait at most ``WAIT`` seconds for the reply; an answer that
   comes later is taken at the next cell or panel sample. Every report goes through the
-  same check as a datagram (:func:`~jupyter_gpumem.collectors.workers.parse_message`) into
-  the kernel's :class:`~jupyter_gpumem.collectors.workers.WorkerChannel`, so the cell's
+  same check as a datagram
+  (:func:`~jupyter_gpumem.collectors.workers.message.parse_message`) into the kernel's
+  :class:`~jupyter_gpumem.collectors.workers.kernel_channel.WorkerChannel`, so the cell's
   report, the history, the panel and ``run``'s budgets show Ray workers as they show
   forked ones.
 
@@ -45,8 +46,10 @@ import time
 from typing import Any
 
 from ..log import logger
-from . import workers
-from .workers import MAX_DATAGRAM, MAX_WORKERS, WorkerChannel, WorkerReporter, parse_message
+from .workers import process
+from .workers.kernel_channel import WorkerChannel
+from .workers.message import MAX_DATAGRAM, MAX_WORKERS, parse_message, worker_message
+from .workers.reporter import WorkerReporter
 
 PREFIX = "jupyter_gpumem:"
 WAIT = 0.005  # the longest a measured cell's begin or end waits for the mailbox (seconds)
@@ -180,7 +183,7 @@ def poll(channel: WorkerChannel | None = None, wait: float = 0.0, ask: bool = Tr
         if not ray.is_initialized():
             _watcher = None  # ray.shutdown(): a later ray.init() is another job
             return 0
-        ch = channel if channel is not None else workers._channel
+        ch = channel if channel is not None else process._channel
         if ch is None:
             return 0
         w = _watcher
@@ -346,5 +349,5 @@ def _send_now(reporter: WorkerReporter, final: bool) -> None:
     if final:
         reporter.final()
     elif reporter.collector.backend.cuda_ready():
-        msg = workers.worker_message(reporter.collector, reporter.started, False, "ray")
+        msg = worker_message(reporter.collector, reporter.started, False, "ray")
         reporter.send(msg, False)

@@ -15,22 +15,12 @@ Facts this module rests on (checked on an H200 with torch 2.11, see
 from __future__ import annotations
 
 import inspect
-import sys
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from ..model import AllocatorSnapshot, Segment
-
-
-def _torch() -> Any:
-    return sys.modules.get("torch")
-
-
-def cuda_ready(t: Any) -> bool:
-    v = getattr(t, "version", None)
-    cuda = bool(getattr(v, "cuda", None) or getattr(v, "hip", None))
-    return cuda and bool(t.cuda.is_initialized())
+from .torch_build import cuda_ready, gpu_build, imported_torch
 
 
 def history_enabled(t: Any) -> bool | None:
@@ -59,7 +49,7 @@ def read_snapshot(t: Any | None = None, traces: bool = False) -> AllocatorSnapsh
     ``traces``: also the recorded alloc/free history (``device_traces``), as
     ``torch.cuda.memory._snapshot()`` returns it; only ``%%gpumem --trace`` asks.
     """
-    t = t if t is not None else _torch()
+    t = t if t is not None else imported_torch()
     if t is None or not cuda_ready(t):
         return None
     now = time.time()
@@ -108,8 +98,7 @@ class Recording:
 
     def supported(self, t: Any) -> str | None:
         """None when this torch can record allocation sites, else why not."""
-        v = getattr(t, "version", None)
-        if not (getattr(v, "cuda", None) or getattr(v, "hip", None)):
+        if not gpu_build(t):
             return f"torch {t.__version__} is a CPU-only build: there is no GPU allocator to track"
         f = getattr(getattr(t.cuda, "memory", None), "_record_memory_history", None)
         if f is None:
@@ -123,7 +112,7 @@ class Recording:
         return None
 
     def active(self, t: Any | None = None) -> bool:
-        t = t if t is not None else _torch()
+        t = t if t is not None else imported_torch()
         if t is None:
             return False
         enabled = history_enabled(t) if hasattr(t, "_C") else None

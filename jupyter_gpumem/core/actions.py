@@ -1,21 +1,29 @@
 """Things the user explicitly asks for: empty the cache, switch caching, cap memory, reset
-peaks. Shared by the ``%gpumem`` commands and the panel protocol, so both behave alike.
+peaks. Shared by the ``%gpumem`` commands, the widget and the panel protocol, so all behave
+alike.
 
 Each action returns a typed result or raises :class:`ActionRefused` with a reason meant
 for the user. Only these may call ``gc.collect``/``empty_cache`` or initialise CUDA, and
 only because the user asked.
+
+A cap typed by a person (``24GiB``, ``0.3``, ``30%``, ``off``) is read by
+:func:`parse_limit`, for every front end that takes one as text; the panel reads it as
+well, at once, as the user types (``labextension/src/present/cap.ts``), and
+``tests/fixtures/cap_inputs.json`` holds the inputs on which both must agree. This module
+is the authority: :func:`set_limit` enforces what a cap may be, however it was typed.
 """
 
 from __future__ import annotations
 
 import gc
+import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..collectors import Collector
 from ..errors import ActionRefused
 from ..model import Measurement
-from ..units import format_bytes as fb
-from ..units import shown
+from ..units import NUMBER, format_bytes, parse_size, shown
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +120,50 @@ def fraction_for(nbytes: int, total: int) -> float:
     return min(fraction, 1.0)
 
 
+OFF_WORDS = frozenset({"off", "none", "no", "clear", "unlimited"})  # a cap typed as "no cap"
+_FRACTION = re.compile(rf"({NUMBER})\s*(%?)")  # 0.3, 30 %: a fraction of the device
+
+
+class CapRequest(NamedTuple):
+    """A cap as :func:`set_limit` takes it: a ``fraction`` of the device or ``nbytes``;
+    both None removes the cap."""
+
+    fraction: float | None
+    nbytes: int | None
+
+
+def parse_limit(text: str) -> CapRequest:
+    """Read a cap as a person types it: a size with its unit (``24GiB``, ``24 GB``, as
+    :func:`~jupyter_gpumem.units.parse_size` reads sizes), a plain number from 0 to 1 or a
+    percentage (a fraction of the device: ``0.3``, ``30%``), or one of :data:`OFF_WORDS`
+    (no cap). A plain number above 1 is refused (bytes or gigabytes?), as are a fraction of
+    0 and one above 100 %. Raises :class:`ActionRefused` with the accepted forms."""
+    spec = text.strip()
+    if not spec:
+        raise ActionRefused('type a cap such as 24 GiB or 0.3, or "off"')
+    if spec.lower() in OFF_WORDS:
+        return CapRequest(None, None)
+    m = _FRACTION.fullmatch(spec)
+    if m is None:
+        try:
+            return CapRequest(None, parse_size(spec))
+        except ValueError as e:
+            raise ActionRefused(f"{e}; or a fraction like 0.3; or off") from None
+    fraction = float(m.group(1))
+    if m.group(2):
+        fraction /= 100
+    elif fraction > 1:
+        raise ActionRefused(
+            f"a plain number is a fraction of the device, in (0, 1]; got {shown(spec)}. "
+            "For a size add a unit: 24GiB, 24GB"
+        )
+    if not 0.0 < fraction <= 1.0:
+        raise ActionRefused(
+            f"a fraction of the device must be above 0 and at most 1 (100%); got {shown(spec)}"
+        )
+    return CapRequest(fraction, None)
+
+
 def set_limit(
     c: Collector, device: int, *, fraction: float | None = None, nbytes: int | None = None
 ) -> LimitResult:
@@ -128,7 +180,8 @@ def set_limit(
     if nbytes is not None:
         if nbytes > total:
             raise ActionRefused(
-                f"a cap of {fb(nbytes)} is more than device {device} has ({fb(total)})"
+                f"a cap of {format_bytes(nbytes)} is more than device {device} has "
+                f"({format_bytes(total)})"
             )
         fraction = fraction_for(nbytes, total)
     if fraction is not None and not 0.0 < fraction <= 1.0:

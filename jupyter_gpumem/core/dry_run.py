@@ -20,9 +20,7 @@ from typing import Any
 from ..analysis.caching_allocator import Alloc, AllocatorConfig, Free, replay
 from ..analysis.targets import GPUS
 from ..model import DryRun, DryRunDevice, DryScan, DryScanPoint, Target
-from ..units import format_bytes
-
-MiB = 1 << 20
+from ..units import MiB, format_bytes
 
 # The CUDA context and libraries a PyTorch process holds beside its caching allocator once
 # it has run matmuls (NVML's figure for the process minus reserved), by card.

@@ -101,9 +101,6 @@ class History:
     def maxlen(self) -> int:
         return self._rows.maxlen or 0
 
-    def resize(self, maxlen: int) -> None:
-        self._rows = deque(self._rows, maxlen=maxlen)
-
     def add(self, report: CellReport) -> HistoryRow:
         row = row_from_report(report)
         self._rows.append(row)

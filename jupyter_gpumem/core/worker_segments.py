@@ -1,6 +1,6 @@
 """A worker's segment map (``%gpumem segments --rank N``, the panel's rank chooser).
 
-The worker is asked through the channel's private directory (collectors/worker_requests.py)
+The worker is asked through the channel's private directory (collectors/workers/segment_requests.py)
 and its snapshot goes through the same analysis as the kernel's own map
 (``analysis.segments.segment_map``); each map is titled with the worker. The kernel pays
 nothing unless asked; asked, it waits for the worker at most 2 s.

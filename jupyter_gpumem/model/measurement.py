@@ -83,10 +83,6 @@ class DeviceSample:
             return None
         return used - self.allocator.reserved
 
-    @property
-    def outside_torch_is_process(self) -> bool:
-        return self.process_used is not None
-
 
 @dataclass(frozen=True, slots=True)
 class Replay:

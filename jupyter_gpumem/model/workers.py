@@ -3,7 +3,7 @@
 A notebook that trains on several GPUs starts worker processes (accelerate's
 ``notebook_launcher``, ``torch.multiprocessing`` with ``fork``). Each worker has its own
 caching allocator; the kernel sees it only through what the worker reports
-(``collectors/workers.py``). These records are what a cell's report, the history and the
+(``collectors/workers/``). These records are what a cell's report, the history and the
 panel show of them.
 """
 

@@ -1,7 +1,9 @@
 """Answers the panel's requests: one method per action of schema.json.
 
-Depends on a small :class:`Services` interface (the collector, the attribution service,
-the history, whether a cell runs), not on a front end: IPython's session provides it.
+Depends on a small :class:`Services` interface (the collector, the who and post-mortem
+services, the history, whether a cell runs, who listens to its reports), not on a front
+end: IPython's session provides it, and the kernel front end and the widget depend on it
+alone.
 """
 
 from __future__ import annotations
@@ -17,20 +19,31 @@ from .convert import to_protocol
 
 if TYPE_CHECKING:
     from ..collectors import Collector
-    from ..core.attribution import Attributor
     from ..core.history import History
+    from ..core.postmortem import PostMortems
+    from ..core.who import Who
+    from ..model import CellReport
     from .stream import SampleStream
 
 
 class Services(Protocol):
-    """What the protocol needs of the kernel's state (IPython's session has it)."""
+    """What the protocol, the kernel front end and the widget need of the kernel's state
+    (IPython's session has it)."""
 
     collector: Collector
     history: History
     busy: bool  # a cell is running
+    report_listeners: list[Callable[[CellReport], None]]  # called with each cell's report
 
     @property
-    def attributor(self) -> Attributor | None: ...
+    def who(self) -> Who | None:
+        """Who holds the memory, tracking (None: not available in this kernel)."""
+        ...
+
+    @property
+    def postmortems(self) -> PostMortems | None:
+        """The last failure's post-mortems, the kept traceback (None: not available)."""
+        ...
 
 
 ShellRunner = Callable[[Callable[[], dict[str, Any]]], dict[str, Any]]
@@ -64,8 +77,15 @@ class Handler:
         return self.services.collector
 
     @property
-    def attributor(self) -> Attributor:
-        a = self.services.attributor
+    def who_service(self) -> Who:
+        a = self.services.who
+        if a is None:
+            raise ActionRefused("attribution is not available in this kernel")
+        return a
+
+    @property
+    def postmortems(self) -> PostMortems:
+        a = self.services.postmortems
         if a is None:
             raise ActionRefused("attribution is not available in this kernel")
         return a
@@ -138,12 +158,13 @@ class Handler:
         return {"stream": self.stream.unsubscribe(client)}
 
     def who(self, device: int | None = None, n: int = 10) -> dict[str, Any]:
-        attributor = self.attributor
+        who = self.who_service
+        postmortems = self.postmortems
         if device is not None:
             actions.check_device(self.collector, device)
 
         def read() -> dict[str, Any]:
-            held = attributor.read(None if device is None else [device])
+            held = who.read(None if device is None else [device])
             return {
                 "devices": [
                     {
@@ -153,8 +174,8 @@ class Handler:
                     }
                     for d, h in sorted(held.items())
                 ],
-                "tracking": attributor.tracking,
-                "postmortems": [to_protocol(p) for p in attributor.last_postmortems],
+                "tracking": who.tracking,
+                "postmortems": [to_protocol(p) for p in postmortems.last],
             }
 
         return self.on_shell(read)
@@ -170,7 +191,7 @@ class Handler:
             return self._worker_segments(device, max_segments, rank, pid)
         if device is not None:
             actions.check_device(self.collector, device)
-        maps = self.attributor.segment_maps(device, max_segments)
+        maps = self.who_service.segment_maps(device, max_segments)
         return {"devices": [to_protocol(m) for m in maps]}
 
     def _worker_segments(
@@ -200,20 +221,20 @@ class Handler:
     def _tracking(self) -> dict[str, bool]:
         """``active``: sites are being recorded; ``wanted``: asked for (recording starts
         once torch is imported)."""
-        a = self.services.attributor  # a bare session (tests) has none
+        a = self.services.who  # a bare session (tests) has none
         if a is None:
             return {"active": False, "wanted": False}
         return {"active": a.tracking, "wanted": a.recording.wanted}
 
     def track(self, enabled: bool) -> dict[str, Any]:
-        message = self.attributor.set_tracking(enabled)
+        message = self.who_service.set_tracking(enabled)
         return {"tracking": self._tracking(), "message": message}
 
     def release_traceback(self) -> dict[str, Any]:
-        attributor = self.attributor
+        postmortems = self.postmortems
 
         def release() -> dict[str, Any]:
-            r = attributor.release_traceback()
+            r = postmortems.release_traceback()
             return {"frames": r.frames, "freed": {str(k): v for k, v in r.freed.items()}}
 
         return self.on_shell(release)

@@ -15,7 +15,7 @@ from ..model import (
     TracebackHoldings,
     WorkerReport,
 )
-from ..units import format_bytes as fb
+from ..units import format_bytes
 from ..units import format_delta as fd
 
 
@@ -41,8 +41,8 @@ def _change(before: int | None, after: int | None, delta: int | None) -> str:
     if after is None:
         return "n/a"
     if before is None:
-        return f"{fb(after)} ({fd(delta)})" if delta is not None else fb(after)
-    return f"{fb(before)} -> {fb(after)} ({fd(delta)})"
+        return f"{format_bytes(after)} ({fd(delta)})" if delta is not None else format_bytes(after)
+    return f"{format_bytes(before)} -> {format_bytes(after)} ({fd(delta)})"
 
 
 def cell_header(r: CellReport) -> str:
@@ -62,7 +62,11 @@ def device_section(r: CellReport, d: DeviceCellReport) -> Section:
     if a is None:
         used = d.after.device_used
         rows.append(
-            Row("device used", f"{fb(used)} of {fb(d.after.total)}", "all processes (NVML)")
+            Row(
+                "device used",
+                f"{format_bytes(used)} of {format_bytes(d.after.total)}",
+                "all processes (NVML)",
+            )
         )
         return Section(device_label(d.after), tuple(rows))
     ba = b.allocated if b else None
@@ -73,17 +77,18 @@ def device_section(r: CellReport, d: DeviceCellReport) -> Section:
     rows.append(
         Row(
             "peak allocated",
-            f"{fb(d.peak_allocated)} ({fd(d.peak_above_start)} above start)",
+            f"{format_bytes(d.peak_allocated)} ({fd(d.peak_above_start)} above start)",
             peak_note,
         )
     )
-    rows.append(Row("peak reserved", fb(d.peak_reserved), peak_note))
+    rows.append(Row("peak reserved", format_bytes(d.peak_reserved), peak_note))
     rows.append(_outside_row(d))
     if d.after.device_used is not None:
         rows.append(
             Row(
                 "device used",
-                f"{fb(d.after.device_used)} of {fb(d.after.total)} ({fd(d.device_used_delta)})",
+                f"{format_bytes(d.after.device_used)} of {format_bytes(d.after.total)} "
+                f"({fd(d.device_used_delta)})",
                 "all processes",
             )
         )
@@ -95,11 +100,18 @@ def device_section(r: CellReport, d: DeviceCellReport) -> Section:
         )
     )
     rows.append(
-        Row("non-releasable", fb(a.inactive_split), "free pieces of split blocks (fragmentation)")
+        Row(
+            "non-releasable",
+            format_bytes(a.inactive_split),
+            "free pieces of split blocks (fragmentation)",
+        )
     )
     if d.after.limit is not None:
         rows.append(
-            Row("cap", f"{fb(d.after.limit.bytes)} ({d.after.limit.fraction:.3g} of device)")
+            Row(
+                "cap",
+                f"{format_bytes(d.after.limit.bytes)} ({d.after.limit.fraction:.3g} of device)",
+            )
         )
     attribution = r.device_attribution(d.index)
     if attribution is not None:
@@ -110,16 +122,16 @@ def device_section(r: CellReport, d: DeviceCellReport) -> Section:
 def attribution_text(a: DeviceAttribution, lines: int = 3) -> str:
     """``1.00 GiB at line 3 `acts.append(h)`, 200.00 MiB at line 5``."""
     parts = [
-        f"{fb(s.bytes)} at line {s.line}" + (f" `{_clip(s.text)}`" if s.text else "")
+        f"{format_bytes(s.bytes)} at line {s.line}" + (f" `{_clip(s.text)}`" if s.text else "")
         for s in a.lines[:lines]
     ]
     rest = sum(s.bytes for s in a.lines[lines:])
     if rest:
-        parts.append(f"{fb(rest)} at {len(a.lines) - lines} more line(s)")
+        parts.append(f"{format_bytes(rest)} at {len(a.lines) - lines} more line(s)")
     if a.elsewhere:
-        parts.append(f"{fb(a.elsewhere)} outside this cell's code")
+        parts.append(f"{format_bytes(a.elsewhere)} outside this cell's code")
     if a.no_stack:
-        parts.append(f"{fb(a.no_stack)} without a Python stack (backward pass, C++)")
+        parts.append(f"{format_bytes(a.no_stack)} without a Python stack (backward pass, C++)")
     return ", ".join(parts) if parts else "nothing new is alive"
 
 
@@ -132,60 +144,74 @@ def postmortem_sections(p: PostMortem, who: str = "", trimmed: bool = False) -> 
     from the snapshot its own OOM observer took at the failure."""
     dev = f"{who} cuda:{p.device}" if who else f"cuda:{p.device}"
     needer = "the cell"
-    rows = [Row("asked for", fb(p.requested), "the allocation that failed")]
+    rows = [Row("asked for", format_bytes(p.requested), "the allocation that failed")]
     rows.append(
-        Row("free on the device", fb(p.free), f"of {fb(p.total)}, all processes" if p.total else "")
+        Row(
+            "free on the device",
+            format_bytes(p.free),
+            f"of {format_bytes(p.total)}, all processes" if p.total else "",
+        )
     )
     if p.cap is not None:
-        rows.append(Row("cap", fb(p.cap), f"PyTorch reserves {fb(p.reserved)} of it"))
+        rows.append(
+            Row("cap", format_bytes(p.cap), f"PyTorch reserves {format_bytes(p.reserved)} of it")
+        )
     if who:
         needer = "the rank" if who.startswith("rank") or " rank " in who else "the worker"
         note = "its live blocks at the failure" + (
             " (snapshot trimmed: adjacent live blocks merged)" if trimmed else ""
         )
-        rows.append(Row("allocated by PyTorch", fb(p.allocated), note))
+        rows.append(Row("allocated by PyTorch", format_bytes(p.allocated), note))
     else:
-        rows.append(Row("allocated by PyTorch", fb(p.allocated), "live tensors, by owner:"))
-    rows += [Row(f"  {w.key}", fb(w.bytes), _who_note(w)) for w in p.owners]
+        rows.append(
+            Row("allocated by PyTorch", format_bytes(p.allocated), "live tensors, by owner:")
+        )
+    rows += [Row(f"  {w.key}", format_bytes(w.bytes), _who_note(w)) for w in p.owners]
     if p.lines:
         rows.append(Row("allocated, by line", "", "where the live blocks were allocated:"))
-        rows += [Row(f"  {w.key}", fb(w.bytes), _who_note(w)) for w in p.lines]
+        rows += [Row(f"  {w.key}", format_bytes(w.bytes), _who_note(w)) for w in p.lines]
     pieces = (
-        f"{p.free_pieces} piece(s) in use segments ({fb(p.free_pieces_bytes)}), largest free "
-        f"block {fb(p.largest_free_block)}"
+        f"{p.free_pieces} piece(s) in use segments ({format_bytes(p.free_pieces_bytes)}), "
+        f"largest free block {format_bytes(p.largest_free_block)}"
     )
     if not who:
-        pieces += f"; empty-cache would return {fb(p.releasable)}"
-    rows.append(Row("cached, free", fb(p.cached_free), pieces))
+        pieces += f"; empty-cache would return {format_bytes(p.releasable)}"
+    rows.append(Row("cached, free", format_bytes(p.cached_free), pieces))
     if p.outside_torch is not None:
-        rows.append(Row("outside PyTorch", fb(p.outside_torch), "CUDA context, libraries"))
+        rows.append(
+            Row("outside PyTorch", format_bytes(p.outside_torch), "CUDA context, libraries")
+        )
     others = sum(b for _, _, b in p.other_processes)
     if not who:  # a worker's post-mortem does not list the device's other processes
         rows.append(
             Row(
                 "other processes",
-                fb(others) if p.other_processes else "none",
-                ", ".join(f"PID {pid} {name} {fb(b)}" for pid, name, b in p.other_processes[:5]),
+                format_bytes(others) if p.other_processes else "none",
+                ", ".join(
+                    f"PID {pid} {name} {format_bytes(b)}" for pid, name, b in p.other_processes[:5]
+                ),
             )
         )
     if p.need is not None and p.room is not None:
-        whole = f"; the whole cell needs {fb(p.need_full)}" if p.need_full is not None else ""
+        whole = (
+            f"; the whole cell needs {format_bytes(p.need_full)}" if p.need_full is not None else ""
+        )
         if who:
             rows.append(
                 Row(
                     f"{needer} needed",
-                    fb(p.need),
+                    format_bytes(p.need),
                     "all it held when it failed, with the request; restarted, PyTorch can "
-                    f"use {fb(p.room)} for it here",
+                    f"use {format_bytes(p.room)} for it here",
                 )
             )
         else:
             rows.append(
                 Row(
                     "the cell needs",
-                    fb(p.need) + " so far",
+                    format_bytes(p.need) + " so far",
                     f"above its start when it failed, with the request{whole}; after the "
-                    f"first steps PyTorch can use {fb(p.room)} for it here",
+                    f"first steps PyTorch can use {format_bytes(p.room)} for it here",
                 )
             )
     if p.hint:
@@ -204,12 +230,12 @@ def postmortem_line(p: PostMortem) -> str:
     """The post-mortem in one line (the history's short form): ``asked 3.00 GiB, largest
     free block 512.00 MiB, free 76.00 GiB, cap 4.00 GiB; best fix: cap (maybe)``."""
     parts = [
-        f"asked {fb(p.requested)}",
-        f"largest free block {fb(p.largest_free_block)}",
-        f"free {fb(p.free)}",
+        f"asked {format_bytes(p.requested)}",
+        f"largest free block {format_bytes(p.largest_free_block)}",
+        f"free {format_bytes(p.free)}",
     ]
     if p.cap is not None:
-        parts.append(f"cap {fb(p.cap)}")
+        parts.append(f"cap {format_bytes(p.cap)}")
     text = ", ".join(parts)
     best = next((f for f in p.fixes if not f.first_step and f.kind != "smaller"), None)
     if best is not None:
@@ -227,9 +253,9 @@ def _who_note(w: object) -> str:
 
 
 def traceback_section(t: TracebackHoldings) -> Section:
-    rows = [Row(h.name, fb(h.bytes), h.frame) for h in t.holdings]
+    rows = [Row(h.name, format_bytes(h.bytes), h.frame) for h in t.holdings]
     rows.append(Row("release with", "%gpumem release-traceback", "drops the kept frames"))
-    return Section(f"the kept traceback holds {fb(t.bytes)}", tuple(rows))
+    return Section(f"the kept traceback holds {format_bytes(t.bytes)}", tuple(rows))
 
 
 def _outside_row(d: DeviceCellReport) -> Row:
@@ -288,8 +314,8 @@ def workers_section(workers: tuple[WorkerReport, ...]) -> Section:
             notes.append("started before this cell: peak since its start")
         for e in w.ooms:
             notes.append(
-                f"out of memory on cuda:{e.device}: asked {fb(e.requested)} "
-                f"with {fb(e.free)} free of {fb(e.allowed)}"
+                f"out of memory on cuda:{e.device}: asked {format_bytes(e.requested)} "
+                f"with {format_bytes(e.free)} free of {format_bytes(e.allowed)}"
             )
         if not w.devices:
             rows.append(Row(w.label, "no CUDA memory", "; ".join(notes)))
@@ -297,8 +323,8 @@ def workers_section(workers: tuple[WorkerReport, ...]) -> Section:
             before = None if w.started_in_cell else d.allocated_before
             value = (
                 f"allocated {_change(before, d.allocated, d.allocated_delta)}, "
-                f"peak {fb(d.peak_allocated)}{'' if d.peak_exact else ' (upper bound)'}, "
-                f"reserved {fb(d.reserved)}"
+                f"peak {format_bytes(d.peak_allocated)}{'' if d.peak_exact else ' (upper bound)'}, "
+                f"reserved {format_bytes(d.reserved)}"
             )
             if d.ooms:
                 value += f", {d.ooms} OOM" + ("s" if d.ooms > 1 else "")
@@ -322,18 +348,19 @@ def compact_line(r: CellReport) -> str:
         a = d.after.allocator
         part = (
             f"{device_label(d.after).split()[0]} alloc {fd(d.allocated_delta)} "
-            f"({fb(a.allocated)}), reserved {fd(d.reserved_delta)} ({fb(a.reserved)}), "
-            f"peak {fb(d.peak_allocated)} ({fd(d.peak_above_start)})"
+            f"({format_bytes(a.allocated)}), reserved {fd(d.reserved_delta)} "
+            f"({format_bytes(a.reserved)}), peak {format_bytes(d.peak_allocated)} "
+            f"({fd(d.peak_above_start)})"
         )
         attribution = r.device_attribution(d.index)
         if attribution is not None and attribution.lines:
             top = attribution.lines[0]
-            part += f", top line {top.line} `{_clip(top.text, 40)}` {fb(top.bytes)}"
+            part += f", top line {top.line} `{_clip(top.text, 40)}` {format_bytes(top.bytes)}"
         parts.append(part)
     if r.workers:
         peaks = ", ".join(
             (f"rank {w.rank}" if w.rank is not None else f"pid {w.pid}")
-            + f" peak {fb(w.peak_allocated)}"
+            + f" peak {format_bytes(w.peak_allocated)}"
             + (f" {w.status}" if w.status != "exited" else "")
             for w in r.workers
         )
@@ -380,14 +407,15 @@ def forecast_line(f: Forecast) -> str:
     """The full report's line: the forecast, the rate it comes from, against what, and
     who grows (with tracking)."""
     limit = (
-        f"the cap of {fb(f.limit)}"
+        f"the cap of {format_bytes(f.limit)}"
         if f.limit_kind == "cap"
-        else f"{fb(f.limit)}, reserved + the device's free memory"
+        else f"{format_bytes(f.limit)}, reserved + the device's free memory"
     )
     who = f"; grows at {f.who}" if f.who else ""
     return (
         f"forecast {forecast_target(f)}: {forecast_text(f)}: {fd(f.bytes_per_cell)} a cell "
-        f"over the last {f.cells} cells ({fb(f.allocated)} allocated), against {limit}{who}"
+        f"over the last {f.cells} cells ({format_bytes(f.allocated)} allocated), against "
+        f"{limit}{who}"
     )
 
 
@@ -408,21 +436,27 @@ def table_rows(m: Measurement) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for d in m.devices:
         a = d.allocator
-        used = f"{fb(d.device_used)} / {fb(d.total)}" if d.total is not None else "n/a"
-        cap = f"{fb(d.limit.bytes)}" if d.limit else "-"
+        used = (
+            f"{format_bytes(d.device_used)} / {format_bytes(d.total)}"
+            if d.total is not None
+            else "n/a"
+        )
+        cap = f"{format_bytes(d.limit.bytes)}" if d.limit else "-"
         if a is None:
-            rows.append((device_label(d), "-", "-", "-", "-", "-", fb(d.process_used), used, cap))
+            rows.append(
+                (device_label(d), "-", "-", "-", "-", "-", format_bytes(d.process_used), used, cap)
+            )
             rows += _child_rows(d)
             continue
         rows.append(
             (
                 device_label(d),
-                fb(a.allocated),
-                fb(a.reserved),
-                fb(a.peak_allocated),
-                fb(a.inactive_split),
-                fb(d.outside_torch),
-                fb(d.process_used),
+                format_bytes(a.allocated),
+                format_bytes(a.reserved),
+                format_bytes(a.peak_allocated),
+                format_bytes(a.inactive_split),
+                format_bytes(d.outside_torch),
+                format_bytes(d.process_used),
                 used,
                 cap,
             )
@@ -434,7 +468,7 @@ def table_rows(m: Measurement) -> list[tuple[str, ...]]:
 def _child_rows(d: DeviceSample) -> list[tuple[str, ...]]:
     """The kernel's child processes on the device, under it (their own memory, NVML)."""
     return [
-        (f"  child {pid} {name}", "-", "-", "-", "-", "-", fb(used), "", "")
+        (f"  child {pid} {name}", "-", "-", "-", "-", "-", format_bytes(used), "", "")
         for pid, name, used in d.children
     ]
 
@@ -452,5 +486,5 @@ def measurement_notes(m: Measurement) -> list[str]:
         if d.error:
             notes.append(f"{device_label(d)}: {d.error}")
     if m.host_rss is not None:
-        notes.append(f"host RSS {fb(m.host_rss)}")
+        notes.append(f"host RSS {format_bytes(m.host_rss)}")
     return notes

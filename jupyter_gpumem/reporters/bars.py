@@ -3,7 +3,7 @@
 Used by the ipywidgets panel (``%gpumem panel``) for frontends without the JupyterLab
 extension. Colours come from JupyterLab's CSS variables with plain fallbacks. The bar's
 geometry and words follow the JupyterLab panel's (``labextension/src/present/bar.ts``,
-``views/deviceSection.tsx``): by default the full width is fitted to what this kernel
+``views/overview/deviceSection.tsx``): by default the full width is fitted to what this kernel
 holds, so that 800 MiB on a 140 GiB GPU is not a sliver.
 """
 
@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any, Literal
 
-from ..units import format_bytes as fb
-from ..units import join_sizes
+from ..units import format_bytes, join_sizes
 
 # What the full width stands for: ``fit``, the largest of what this process holds
 # (reserved, peak, cap, its NVML figure), with room; ``total``, the device's capacity.
@@ -104,8 +103,8 @@ def bar_geometry(d: dict[str, Any], scale: BarScale = "fit") -> BarGeometry:
 def scale_line(g: BarGeometry) -> str:
     """Which scale the bar is drawn to, in the JupyterLab panel's words."""
     if g.scale_is_total:
-        return f"Scale: the device, {fb(int(g.scale))}"
-    return f"Scale: 0 to {fb(int(g.scale))}, fitted to this kernel"
+        return f"Scale: the device, {format_bytes(int(g.scale))}"
+    return f"Scale: 0 to {format_bytes(int(g.scale))}, fitted to this kernel"
 
 
 def _html(text: str) -> str:
@@ -118,7 +117,7 @@ def device_bar_html(d: dict[str, Any], scale: BarScale = "fit") -> str:
     total = d.get("total")
     bars = "".join(
         f'<div data-segment="{s.key}" data-bytes="{s.bytes}" '
-        f'title="{_html(_LABELS[s.key])}: {_html(fb(s.bytes))}'
+        f'title="{_html(_LABELS[s.key])}: {_html(format_bytes(s.bytes))}'
         f'{" (beyond the scale)" if s.clipped else ""}" style="position:absolute;left:0;'
         f'top:0;bottom:0;width:{100 * s.fraction:.3f}%;background:{_COLORS[s.key]}"></div>'
         for s in g.segments
@@ -127,30 +126,32 @@ def device_bar_html(d: dict[str, Any], scale: BarScale = "fit") -> str:
     if g.peak is not None:
         bars += (
             f'<div data-mark="peak" title="Peak allocated since the last reset: '
-            f'{_html(fb(peak))}" style="position:absolute;top:0;bottom:0;'
+            f'{_html(format_bytes(peak))}" style="position:absolute;top:0;bottom:0;'
             f'left:{100 * g.peak:.3f}%;width:2px;background:var(--jp-error-color1,#d32f2f)">'
             "</div>"
         )
     limit = d.get("limit")
     if g.limit is not None and limit:
         bars += (
-            f'<div data-mark="cap" title="Cap: {_html(fb(limit["bytes"]))}" '
+            f'<div data-mark="cap" title="Cap: {_html(format_bytes(limit["bytes"]))}" '
             f'style="position:absolute;top:-3px;bottom:-3px;left:{100 * g.limit:.3f}%;'
             'width:2px;background:var(--jp-ui-font-color0,#000)"></div>'
         )
     name = f"cuda:{d['index']} {escape(d.get('name') or '')}"
     if d.get("allocated") is None:
         figures = (
-            f"device used {fb(d.get('device_used'))} of {fb(total)} (NVML; no CUDA context here)"
+            f"device used {format_bytes(d.get('device_used'))} of {format_bytes(total)} "
+            "(NVML; no CUDA context here)"
         )
     else:
         figures = (
-            f"allocated {fb(d['allocated'])} · reserved {fb(d['reserved'])} · "
-            f"peak {fb(peak)} · non-releasable {fb(d.get('inactive_split'))} · "
-            f"process {fb(d.get('process_used'))} · device {fb(d.get('device_used'))} / {fb(total)}"
+            f"allocated {format_bytes(d['allocated'])} · reserved {format_bytes(d['reserved'])} · "
+            f"peak {format_bytes(peak)} · non-releasable {format_bytes(d.get('inactive_split'))} · "
+            f"process {format_bytes(d.get('process_used'))} · device "
+            f"{format_bytes(d.get('device_used'))} / {format_bytes(total)}"
         )
         if limit:
-            figures += f" · cap {fb(limit['bytes'])}"
+            figures += f" · cap {format_bytes(limit['bytes'])}"
     small = "font-size:var(--jp-ui-font-size0,11px)"
     return (
         f'<div class="jp-GpuMem-device" style="margin:4px 0"><div><b>{name}</b></div>'
@@ -195,8 +196,9 @@ def workers_html(workers: list[dict[str, Any]]) -> str:
         for d in w.get("devices") or [None]:
             where = f" · cuda:{d['index']}" if d else ""
             figures = (
-                f"allocated {fb(d['allocated'])} · peak {fb(d['peak_allocated'])} · "
-                f"reserved {fb(d['reserved'])}"
+                f"allocated {format_bytes(d['allocated'])} · "
+                f"peak {format_bytes(d['peak_allocated'])} · "
+                f"reserved {format_bytes(d['reserved'])}"
                 if d
                 else "no GPU memory"
             )

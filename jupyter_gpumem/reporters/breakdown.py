@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from html import escape
 
 from ..model import Breakdown
-from ..units import format_bytes as fb
+from ..units import format_bytes
 
 # Mid-tone colours that read on light and dark backgrounds alike.
 COLORS: dict[str, str] = {
@@ -41,23 +41,28 @@ def _share(part: int, whole: int) -> str:
 def headline(b: Breakdown) -> str:
     above = b.peak - b.base
     return (
-        f"cuda:{b.device} peak {fb(b.peak)} ({'+' if above >= 0 else ''}{fb(above)} above "
-        f"the start), during the {b.phase}"
+        f"cuda:{b.device} peak {format_bytes(b.peak)} "
+        f"({'+' if above >= 0 else ''}{format_bytes(above)} above the start), "
+        f"during the {b.phase}"
         if b.phase != "other"
-        else f"cuda:{b.device} peak {fb(b.peak)} ({fb(above)} above the start), outside "
-        "forward, backward and optimizer steps"
+        else f"cuda:{b.device} peak {format_bytes(b.peak)} "
+        f"({format_bytes(above)} above the start), outside forward, backward and optimizer steps"
     )
 
 
 def _notes(b: Breakdown) -> list[str]:
     out = []
     if b.cached_free_at_peak is not None:
-        out.append(f"beside it: {fb(b.cached_free_at_peak)} cached but free at the peak")
+        out.append(f"beside it: {format_bytes(b.cached_free_at_peak)} cached but free at the peak")
     if b.outside_torch is not None:
-        out.append(f"{fb(b.outside_torch)} outside PyTorch (context, libraries; at the end)")
+        out.append(
+            f"{format_bytes(b.outside_torch)} outside PyTorch (context, libraries; at the end)"
+        )
     check = "equals" if b.exact else "differs from"
     if b.counter_peak is not None:
-        out.append(f"the sum {check} the allocator's own peak counter ({fb(b.counter_peak)})")
+        out.append(
+            f"the sum {check} the allocator's own peak counter ({format_bytes(b.counter_peak)})"
+        )
     if b.note:
         out.append(b.note)
     return out
@@ -77,18 +82,19 @@ def body_lines(b: Breakdown) -> list[str]:
     width = max((len(c.category) for c in b.categories), default=10)
     for c in b.categories:
         lines.append(
-            f"    {c.category:<{width}}  {fb(c.bytes):>12}  {_share(c.bytes, b.peak):>7}"
+            f"    {c.category:<{width}}  {format_bytes(c.bytes):>12}  {_share(c.bytes, b.peak):>7}"
             f"  {c.blocks} block(s)"
         )
-    lines.append(f"    {'total':<{width}}  {fb(sum(c.bytes for c in b.categories)):>12}")
+    lines.append(f"    {'total':<{width}}  {format_bytes(sum(c.bytes for c in b.categories)):>12}")
     for n in _notes(b):
         lines.append(f"    {n}")
     if b.modules:
         lines.append("    modules by bytes alive at the peak (activations + temporaries):")
         for m in b.modules:
             lines.append(
-                f"      {m.module}: {fb(m.bytes)} ({fb(m.activations)} activations, "
-                f"{fb(m.temporaries)} temporaries)"
+                f"      {m.module}: {format_bytes(m.bytes)} "
+                f"({format_bytes(m.activations)} activations, "
+                f"{format_bytes(m.temporaries)} temporaries)"
             )
     return lines
 
@@ -101,7 +107,7 @@ def _bar(b: Breakdown) -> str:
         width = 100 * c.bytes / b.peak
         if width <= 0:
             continue
-        tip = f"{c.category}: {fb(c.bytes)} ({_share(c.bytes, b.peak)})"
+        tip = f"{c.category}: {format_bytes(c.bytes)} ({_share(c.bytes, b.peak)})"
         parts.append(
             f'<div title="{escape(tip)}" style="width:{width:.3f}%;'
             f'background:{COLORS[c.category]}"></div>'
@@ -138,13 +144,13 @@ def body_html(b: Breakdown) -> str:
         )
         rows.append(
             f'<tr title="{escape(MEANING[c.category])}"><td style="{_CELL}">{swatch}'
-            f'{escape(c.category)}</td><td style="{_NUM}">{fb(c.bytes)}</td>'
+            f'{escape(c.category)}</td><td style="{_NUM}">{format_bytes(c.bytes)}</td>'
             f'<td style="{_NUM}">{_share(c.bytes, b.peak)}</td>'
             f'<td style="{_NUM}">{c.blocks}</td></tr>'
         )
     total = sum(c.bytes for c in b.categories)
     rows.append(
-        f'<tr><td style="{_CELL}"><b>total</b></td><td style="{_NUM}"><b>{fb(total)}</b>'
+        f'<tr><td style="{_CELL}"><b>total</b></td><td style="{_NUM}"><b>{format_bytes(total)}</b>'
         f'</td><td style="{_NUM}"></td><td style="{_NUM}"></td></tr>'
     )
     notes = "".join(f"<div>{escape(n)}</div>" for n in _notes(b))
@@ -152,7 +158,8 @@ def body_html(b: Breakdown) -> str:
     if b.modules:
         mrows = "".join(
             f'<tr><td style="{_CELL}">{escape(m.module)}</td><td style="{_NUM}">'
-            f'{fb(m.activations)}</td><td style="{_NUM}">{fb(m.temporaries)}</td></tr>'
+            f"{format_bytes(m.activations)}</td>"
+            f'<td style="{_NUM}">{format_bytes(m.temporaries)}</td></tr>'
             for m in b.modules
         )
         modules = (

@@ -10,7 +10,7 @@ from html import escape
 
 from ..analysis.dry_breakdown import is_predicted
 from ..model import CATEGORIES, Breakdown, DryRun, DryScan
-from ..units import format_bytes as fb
+from ..units import format_bytes
 from .breakdown import body_html, body_lines
 from .html import table_html
 from .text import table_text
@@ -36,9 +36,9 @@ def rows(r: DryRun) -> list[tuple[str, ...]]:
         out.append(
             (
                 f"cuda:{d.device}",
-                fb(d.peak_allocated),
-                fb(d.peak_reserved),
-                fb(d.workspaces),
+                format_bytes(d.peak_allocated),
+                format_bytes(d.peak_reserved),
+                format_bytes(d.workspaces),
                 str(d.requests),
                 str(d.segments),
                 d.out_of_memory or "",
@@ -62,14 +62,14 @@ def answer(r: DryRun) -> str:
     if r.target is None:
         return ""
     if r.stopped is not None:
-        need = f" (what it saw needs {fb(r.need)})" if r.need is not None else ""
+        need = f" (what it saw needs {format_bytes(r.need)})" if r.need is not None else ""
         return f"fits in {r.target.label}: unknown: the dry run stopped before the cell's end{need}"
     if r.fits is None or r.headroom is None:
         return f"fits in {r.target.label}: unknown ({r.outside_source})"
-    need = f" (needs {fb(r.need)} in a fresh process)" if r.need is not None else ""
+    need = f" (needs {format_bytes(r.need)} in a fresh process)" if r.need is not None else ""
     if r.fits:
-        return f"fits in {r.target.label}: yes, with {fb(r.headroom)} to spare{need}"
-    return f"fits in {r.target.label}: no, about {fb(-r.headroom)} short{need}"
+        return f"fits in {r.target.label}: yes, with {format_bytes(r.headroom)} to spare{need}"
+    return f"fits in {r.target.label}: no, about {format_bytes(-r.headroom)} short{need}"
 
 
 def breakdown_title(b: Breakdown) -> str:
@@ -81,7 +81,7 @@ def breakdown_title(b: Breakdown) -> str:
     )
     return (
         f"what the peak would be made of (predicted): cuda:{b.device} peak allocated "
-        f"{fb(b.peak)}, {when}"
+        f"{format_bytes(b.peak)}, {when}"
     )
 
 
@@ -116,7 +116,8 @@ def tail_lines(r: DryRun) -> list[str]:
     out: list[str] = []
     if r.outside is not None:
         out.append(
-            f"beside PyTorch: {fb(r.outside)} (CUDA context and libraries; {r.outside_source})"
+            f"beside PyTorch: {format_bytes(r.outside)} (CUDA context and libraries; "
+            f"{r.outside_source})"
         )
     else:
         out.append(f"beside PyTorch: unknown ({r.outside_source})")
@@ -126,10 +127,10 @@ def tail_lines(r: DryRun) -> list[str]:
             out.append(f"check: cuda:{c.device} did not run for real: {c.note}")
             continue
         out.append(
-            f"check, run for real on cuda:{c.device}: peak allocated {fb(c.peak_allocated)} "
-            f"measured, {fb(d.peak_allocated)} predicted"
+            f"check, run for real on cuda:{c.device}: peak allocated "
+            f"{format_bytes(c.peak_allocated)} measured, {format_bytes(d.peak_allocated)} predicted"
             f"{_percent(d.peak_allocated, c.peak_allocated)}; peak reserved "
-            f"{fb(c.peak_reserved)} measured, {fb(d.peak_reserved)} predicted"
+            f"{format_bytes(c.peak_reserved)} measured, {format_bytes(d.peak_reserved)} predicted"
             f"{_percent(d.peak_reserved, c.peak_reserved)}"
         )
         if c.breakdown is not None and d.breakdown is not None:
@@ -154,7 +155,14 @@ def compared_lines(predicted: Breakdown, measured: Breakdown) -> list[str]:
     for category in CATEGORIES:
         p, m = predicted.bytes_of(category), measured.bytes_of(category)
         if p or m:
-            rows.append((category, fb(p), fb(m), _percent(p, m).strip(" ()") if m else ""))
+            rows.append(
+                (
+                    category,
+                    format_bytes(p),
+                    format_bytes(m),
+                    _percent(p, m).strip(" ()") if m else "",
+                )
+            )
     out.extend(
         "    " + line
         for line in table_text(("category", "predicted", "measured", ""), rows).splitlines()
@@ -213,9 +221,9 @@ def scan_rows(s: DryScan) -> list[tuple[str, ...]]:
         out.append(
             (
                 _v(p.value, s.integer),
-                fb(p.peak_allocated),
-                fb(p.peak_reserved),
-                fb(p.need) if p.need is not None else "-",
+                format_bytes(p.peak_allocated),
+                format_bytes(p.peak_reserved),
+                format_bytes(p.need) if p.need is not None else "-",
                 fits,
             )
         )
@@ -227,14 +235,16 @@ def scan_answer(s: DryScan) -> str:
     if s.largest is None:
         first = s.points[0] if s.points else None
         need = (
-            f": {_v(first.value, s.integer)} needs {fb(first.need)}" if first and first.need else ""
+            f": {_v(first.value, s.integer)} needs {format_bytes(first.need)}"
+            if first and first.need
+            else ""
         )
         return f"no value tried fits in {where}{need} (predicted); scan smaller values"
     tail = ""
     if s.smallest_failing is not None:
         p = next((p for p in s.points if p.value == s.smallest_failing), None)
         if p is not None and p.need is not None:
-            tail = f"; {_v(p.value, s.integer)} needs {fb(p.need)}"
+            tail = f"; {_v(p.value, s.integer)} needs {format_bytes(p.need)}"
     return (
         f"largest {s.name} that fits in {where}: {_v(s.largest, s.integer)} "
         f"(predicted by {len(s.points)} dry runs, nothing ran on the GPU{tail})"
@@ -248,7 +258,8 @@ def dry_scan_lines(s: DryScan) -> list[str]:
         f"gpumem: scan of {where} without running{rank}: {s.name} ({s.seconds:.1f} s)",
         table_text(SCAN_COLUMNS, scan_rows(s)),
         (
-            f"target: {s.target.label} ({s.target.source}); beside PyTorch {fb(s.outside)} "
+            f"target: {s.target.label} ({s.target.source}); "
+            f"beside PyTorch {format_bytes(s.outside)} "
             f"({s.outside_source})"
         ),
         scan_answer(s),

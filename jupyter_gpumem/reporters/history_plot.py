@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from html import escape
 
 from ..model import DeviceRow, HistoryRow, Measurement
-from ..units import format_bytes as fb
+from ..units import format_bytes
 
 WIDTH, HEIGHT = 640, 200
 LEFT, RIGHT, TOP, BOTTOM = 64, 10, 16, 30
@@ -89,7 +89,8 @@ def history_svg(rows: Sequence[HistoryRow], device: int) -> str:
                 f"{axis}>[{r.execution_count}]</text>"
             )
     parts.append(
-        f'<text x="{LEFT - 4}" y="{TOP + 4}" text-anchor="end" {axis}>{escape(fb(highest))}</text>'
+        f'<text x="{LEFT - 4}" y="{TOP + 4}" text-anchor="end" '
+        f"{axis}>{escape(format_bytes(highest))}</text>"
     )
     parts.append(f'<text x="{LEFT - 4}" y="{TOP + plot_h}" text-anchor="end" {axis}>0</text>')
     parts.append(
@@ -113,9 +114,9 @@ def _tip(r: HistoryRow, d: DeviceRow) -> str:
     cell = f"[{r.execution_count}]" if r.execution_count is not None else "cell"
     lines = [
         f"{cell} {r.first_line}" + (" (failed)" if r.failed else ""),
-        f"allocated {fb(d.allocated)} ({_signed(d.allocated_delta)})",
-        f"reserved {fb(d.reserved)} ({_signed(d.reserved_delta)})",
-        f"peak {fb(d.peak_allocated)} ({_signed(d.peak_above_start)} above start)",
+        f"allocated {format_bytes(d.allocated)} ({_signed(d.allocated_delta)})",
+        f"reserved {format_bytes(d.reserved)} ({_signed(d.reserved_delta)})",
+        f"peak {format_bytes(d.peak_allocated)} ({_signed(d.peak_above_start)} above start)",
     ]
     if d.kept_at:
         lines.append(f"kept at {d.kept_at}")

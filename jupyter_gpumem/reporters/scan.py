@@ -8,7 +8,7 @@ from html import escape
 
 from ..analysis.fit import formula
 from ..model import ScanResult, ScanRun
-from ..units import format_bytes as fb
+from ..units import format_bytes
 from ..units import format_delta as fd
 
 COLUMNS = (
@@ -33,19 +33,21 @@ def run_rows(runs: Sequence[ScanRun], integer: bool) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for r in runs:
         if r.ok:
-            result = "ok" + (f" under the {fb(r.cap)} cap" if r.cap is not None else "")
+            result = "ok" + (f" under the {format_bytes(r.cap)} cap" if r.cap is not None else "")
         elif r.oom:
-            result = "out of memory" + (f" under the {fb(r.cap)} cap" if r.cap is not None else "")
+            result = "out of memory" + (
+                f" under the {format_bytes(r.cap)} cap" if r.cap is not None else ""
+            )
         else:
             result = r.error or "failed"
         rows.append(
             (
                 _KIND[r.kind],
                 _value(r.value, integer),
-                fb(r.peak_allocated),
+                format_bytes(r.peak_allocated),
                 r.peak_phase or "",
-                fb(r.peak_reserved),
-                fb(r.margin),
+                format_bytes(r.peak_reserved),
+                format_bytes(r.margin),
                 fd(r.kept),
                 f"{r.wall_time * 1000:.1f} ms" if r.wall_time < 1 else f"{r.wall_time:.2f} s",
                 result,
@@ -59,15 +61,16 @@ def budget_lines(r: ScanResult) -> list[str]:
     lines = [f"target: {t.label} ({t.source})"]
     if t.whole_card:
         lines.append(
-            f"  - {fb(r.outside_torch)} this process holds outside PyTorch (context, "
-            f"libraries; measured here) = {fb(r.cap)} PyTorch may reserve"
+            f"  - {format_bytes(r.outside_torch)} this process holds outside PyTorch (context, "
+            f"libraries; measured here) = {format_bytes(r.cap)} PyTorch may reserve"
         )
     else:
-        lines.append(f"  = {fb(r.cap)} PyTorch may reserve")
+        lines.append(f"  = {format_bytes(r.cap)} PyTorch may reserve")
     lines.append(
-        f"  - {fb(r.margin)} fragmentation margin (the most a probe could not use: reserved "
+        f"  - {format_bytes(r.margin)} fragmentation margin "
+        "(the most a probe could not use: reserved "
         f"beyond allocated at its peak, at most its free pieces of used segments) = "
-        f"{fb(r.budget)} for the peak allocated"
+        f"{format_bytes(r.budget)} for the peak allocated"
     )
     return lines
 
@@ -84,7 +87,7 @@ def fit_lines(r: ScanResult) -> list[str]:
     lines = [f"fit per phase: peak({r.name}) = the largest of the phases' peaks"]
     for c in f.phases:
         binds = " (binds at the prediction)" if c.phase == f.phase and r.predicted else ""
-        peaks = ", ".join(fb(y) for y in c.ys)
+        peaks = ", ".join(format_bytes(y) for y in c.ys)
         lines.append(f"  {c.phase} ({c.kind}): {formula(c, r.name)}{binds}; measured {peaks}")
     lines.append(f"  residuals of the peak (measured - fitted): {res}")
     return lines
@@ -145,7 +148,8 @@ def scan_svg(r: ScanResult) -> str:
     for frac in (0, 0.5, 1):
         v = y_hi / 1.08 * frac
         out.append(
-            f'<text x="{L - 4}" y="{sy(v) + 3:.1f}" text-anchor="end" {axis}>{fb(round(v))}</text>'
+            f'<text x="{L - 4}" y="{sy(v) + 3:.1f}" text-anchor="end" '
+            f"{axis}>{format_bytes(round(v))}</text>"
         )
     for v in sorted({p.value for p in points}):
         out.append(
@@ -158,12 +162,13 @@ def scan_svg(r: ScanResult) -> str:
     for level, label, dash in ((r.cap, "cap", ""), (r.budget, "budget", ' stroke-dasharray="4 3"')):
         out.append(
             f'<line x1="{L}" y1="{sy(level):.1f}" x2="{L + pw}" y2="{sy(level):.1f}" '
-            f'stroke="var(--jp-error-color1,#d32f2f)"{dash}><title>{label}: {fb(level)}</title>'
+            f'stroke="var(--jp-error-color1,#d32f2f)"{dash}><title>{label}: '
+            f"{format_bytes(level)}</title>"
             "</line>"
         )
         out.append(
             f'<text x="{L + pw - 2}" y="{sy(level) - 3:.1f}" text-anchor="end" font-size="10" '
-            f'fill="var(--jp-error-color1,#d32f2f)">{label} {fb(level)}</text>'
+            f'fill="var(--jp-error-color1,#d32f2f)">{label} {format_bytes(level)}</text>'
         )
     if r.fit is not None:
         steps = 48
@@ -178,7 +183,10 @@ def scan_svg(r: ScanResult) -> str:
     for p in points:
         color = "var(--jp-brand-color1,#1976d2)" if p.ok else "var(--jp-error-color1,#d32f2f)"
         shape = "rect" if p.kind == "verify" else "circle"
-        tip = f"{_KIND[p.kind]} {r.name}={_value(p.value, r.integer)}: peak {fb(p.peak_allocated)}"
+        tip = (
+            f"{_KIND[p.kind]} {r.name}={_value(p.value, r.integer)}: "
+            f"peak {format_bytes(p.peak_allocated)}"
+        )
         tip += "" if p.ok else " (out of memory)"
         cx, cy = sx(p.value), sy(p.peak_allocated or 0)
         if shape == "circle":

@@ -8,7 +8,7 @@ from functools import lru_cache
 from html import escape
 
 from ..model import BlockView, SegmentMap, SegmentView
-from ..units import format_bytes as fb
+from ..units import format_bytes
 
 COLORS = {
     "allocated": "var(--jp-brand-color1,#1976d2)",
@@ -41,30 +41,33 @@ def summary_lines(m: SegmentMap) -> list[str]:
     owner = f"{m.owner} " if m.owner else ""  # another process's: a worker's
     lines = [
         (
-            f"{owner}cuda:{m.device}: {sp.segments} segment(s) hold {fb(sp.reserved)}: allocated "
-            f"{fb(sp.allocated)}, cached free {fb(sp.cached_free)}"
+            f"{owner}cuda:{m.device}: {sp.segments} segment(s) hold {format_bytes(sp.reserved)}: "
+            f"allocated {format_bytes(sp.allocated)}, cached free {format_bytes(sp.cached_free)}"
         )
     ]
     if sp.segments:
         lines.append(
-            f"free pieces in segments with live blocks: {sp.pieces} ({fb(sp.pieces_bytes)}), "
-            f"largest free block {fb(sp.largest_free_block)}; fragmentation "
-            f"{100 * sp.fragmentation:.0f} % of the cached free memory"
+            f"free pieces in segments with live blocks: {sp.pieces} "
+            f"({format_bytes(sp.pieces_bytes)}), "
+            f"largest free block {format_bytes(sp.largest_free_block)}; "
+            f"fragmentation {100 * sp.fragmentation:.0f} % of the cached free memory"
         )
-        lines.append(f"empty-cache would return {fb(sp.releasable)} (whole free segments)")
+        lines.append(
+            f"empty-cache would return {format_bytes(sp.releasable)} (whole free segments)"
+        )
     if m.omitted:
-        lines.append(f"{m.omitted} smaller segment(s) not drawn ({fb(m.omitted_bytes)})")
+        lines.append(f"{m.omitted} smaller segment(s) not drawn ({format_bytes(m.omitted_bytes)})")
     return lines
 
 
 def _segment_line(s: SegmentView) -> str:
     pieces = s.free_pieces
     kind = ("expandable " if s.expandable else "") + s.pool
-    text = f"{kind} {fb(s.size)} @{s.address:#x}: live {fb(s.live)}"
+    text = f"{kind} {format_bytes(s.size)} @{s.address:#x}: live {format_bytes(s.live)}"
     if pieces:
         text += (
-            f", {len(pieces)} free piece(s) {fb(sum(p.size for p in pieces))} "
-            f"(largest {fb(max(p.size for p in pieces))})"
+            f", {len(pieces)} free piece(s) {format_bytes(sum(p.size for p in pieces))} "
+            f"(largest {format_bytes(max(p.size for p in pieces))})"
         )
     elif all(b.kind == "cached" for b in s.blocks):
         text += ", all free (releasable)"
@@ -84,9 +87,9 @@ def segments_text(maps: list[SegmentMap], rows: int = 30) -> str:
 
 
 def _title(b: BlockView, s: SegmentView) -> str:
-    parts = [f"{WORDS[b.kind]}: {fb(b.size)}"]
+    parts = [f"{WORDS[b.kind]}: {format_bytes(b.size)}"]
     if b.kind == "allocated" and b.requested and b.requested != b.size:
-        parts.append(f"asked {fb(b.requested)}")
+        parts.append(f"asked {format_bytes(b.requested)}")
     parts.append(f"stream {s.stream}")
     if b.site:
         parts.append(b.site)
@@ -112,7 +115,9 @@ def _runs(s: SegmentView, scale: float) -> list[tuple[int, int, str, str]]:
         if j - i == 1:
             out.append((b.offset, b.size, b.kind, _title(b, s)))
         else:
-            out.append((b.offset, size, b.kind, f"{j - i} {WORDS[b.kind]} blocks: {fb(size)}"))
+            out.append(
+                (b.offset, size, b.kind, f"{j - i} {WORDS[b.kind]} blocks: {format_bytes(size)}")
+            )
         i = j
     return out
 
@@ -152,7 +157,7 @@ def segments_svg(m: SegmentMap) -> str:
     kinds: dict[str, list[str]] = {k: [] for k in COLORS}  # blocks, grouped by colour
     y = 0
     for s in large:
-        label = ("exp. " if s.expandable else "") + fb(s.size)
+        label = ("exp. " if s.expandable else "") + format_bytes(s.size)
         labels.append(f'<text x="0" y="{y + ROW - 4}">{escape(label)}</text>')
         _bar(s, LABEL, y, BAR, ROW - 2, frames, kinds)
         y += ROW

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from html import escape
 
 from ..model import CellTrace, Timeline, TraceAllocation
-from ..units import format_bytes as fb
+from ..units import format_bytes
 
 WIDTH, HEIGHT = 640, 180
 LEFT, RIGHT, TOP, BOTTOM = 64, 8, 14, 20
@@ -43,14 +43,17 @@ def summary_lines(t: Timeline) -> list[str]:
     lines = [
         (
             f"cuda:{t.device}: trace of {len(t.active)} alloc/free events over "
-            f"{t.duration_ms:.1f} ms: allocated {fb(t.base)} at the start, peak {fb(t.peak)} "
-            f"({'+' if t.peak_above_start >= 0 else ''}{fb(t.peak_above_start)} above the start)"
+            f"{t.duration_ms:.1f} ms: allocated {format_bytes(t.base)} at the start, "
+            f"peak {format_bytes(t.peak)} "
+            f"({'+' if t.peak_above_start >= 0 else ''}{format_bytes(t.peak_above_start)} "
+            "above the start)"
         )
     ]
     kept = t.kept()
     if kept:
         lines.append(
-            f"alive at the end: {len(kept)} allocation(s), {fb(sum(a.size for a in kept))}"
+            f"alive at the end: {len(kept)} allocation(s), "
+            f"{format_bytes(sum(a.size for a in kept))}"
         )
     note = f"{t.entries} trace entries (at most {t.max_entries}), snapshot {t.snapshot_ms:.1f} ms"
     if not t.complete:
@@ -67,7 +70,7 @@ def peak_rows(t: Timeline, n: int = 20) -> list[tuple[str, str, str]]:
     rows = []
     for a in t.alive_at_peak()[:n]:
         when = "kept" if a.end is None else f"freed at event {a.end}"
-        rows.append((fb(a.size), a.label, f"made at event {a.start}, {when}"))
+        rows.append((format_bytes(a.size), a.label, f"made at event {a.start}, {when}"))
     return rows
 
 
@@ -124,18 +127,19 @@ def timeline_svg(t: Timeline) -> str:
         (
             f'<rect x="{LEFT}" y="{y(t.base):.2f}" width="{plot_w}" '
             f'height="{y(0) - y(t.base):.2f}" '
-            f'fill="{BASE}"><title>{escape(f"allocated before the cell: {fb(t.base)}")}</title>'
+            f'fill="{BASE}"><title>'
+            f"{escape(f'allocated before the cell: {format_bytes(t.base)}')}</title>"
             "</rect>"
         )
     ]
     parts.append(_band(other_path, xs, y, OTHER, "other allocations of this cell"))
     for i, a in enumerate(band_order):
-        title = f"{fb(a.size)} at {a.label}" + (" (kept)" if a.end is None else "")
+        title = f"{format_bytes(a.size)} at {a.label}" + (" (kept)" if a.end is None else "")
         parts.append(_band(lower[id(a)], xs, y, PALETTE[i % len(PALETTE)], title))
     # the peak
     pc = reps.index(t.peak_event) if t.peak_event in reps else 0
     px = (xs(pc)[0] + xs(pc)[1]) / 2
-    peak_label = f"peak {fb(t.peak)} (+{fb(t.peak_above_start)})"
+    peak_label = f"peak {format_bytes(t.peak)} (+{format_bytes(t.peak_above_start)})"
     parts.append(
         f'<line x1="{px:.2f}" x2="{px:.2f}" y1="{TOP - 4}" y2="{TOP + plot_h}" '
         'stroke="var(--jp-error-color1,#d32f2f)" stroke-dasharray="3 2" stroke-width="1.2">'
@@ -150,7 +154,7 @@ def timeline_svg(t: Timeline) -> str:
     axis = 'font-size="10" fill="var(--jp-ui-font-color2,#666)"'
     parts.append(
         f'<text x="{LEFT - 4}" y="{y(t.peak) + 3:.2f}" text-anchor="end" {axis}>'
-        f"{escape(fb(t.peak))}</text>"
+        f"{escape(format_bytes(t.peak))}</text>"
     )
     parts.append(f'<text x="{LEFT - 4}" y="{TOP + plot_h}" text-anchor="end" {axis}>0</text>')
     parts.append(f'<text x="{LEFT}" y="{HEIGHT - 4}" {axis}>event 0</text>')
@@ -215,7 +219,8 @@ def timeline_html(t: Timeline) -> str:
 
 def _saved_line(trace: CellTrace) -> str:
     return (
-        f"saved {trace.saved} ({fb(trace.saved_bytes)}): open it at https://pytorch.org/memory_viz "
+        f"saved {trace.saved} ({format_bytes(trace.saved_bytes)}): open it at "
+        "https://pytorch.org/memory_viz "
         "(the page reads the file locally)"
     )
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from html import escape
 
 from ..model import WhoReport
-from ..units import format_bytes as fb
+from ..units import format_bytes
 from .html import table_html
 from .text import table_text
 
@@ -26,7 +26,7 @@ def who_table(
     header += (_EXAMPLE[r.by],)
     rows: list[tuple[str, ...]] = []
     for w in r.rows:
-        row: tuple[str, ...] = (w.key, fb(w.bytes), str(w.blocks), _clip(w.detail, clip))
+        row: tuple[str, ...] = (w.key, format_bytes(w.bytes), str(w.blocks), _clip(w.detail, clip))
         if sites:
             row += (_clip(w.site, clip),)
         rows.append((*row, _clip(w.example, clip)))
@@ -41,7 +41,8 @@ def who_title(r: WhoReport) -> str:
     share = f"{100 * r.explained_share:.1f} %" if r.allocated else "all"
     what = {"variable": "names", "line": "recorded lines", "cell": "cells"}[r.by]
     return (
-        f"cuda:{r.device}: allocated {fb(r.allocated)}; {what} explain {fb(r.explained)} ({share})"
+        f"cuda:{r.device}: allocated {format_bytes(r.allocated)}; "
+        f"{what} explain {format_bytes(r.explained)} ({share})"
     )
 
 
@@ -49,7 +50,8 @@ def who_notes(r: WhoReport) -> list[str]:
     notes = list(r.notes)
     if r.outside_allocator:
         notes.append(
-            f"{fb(r.outside_allocator)} of reachable tensors is not PyTorch's cache (allocated "
+            f"{format_bytes(r.outside_allocator)} of reachable tensors is not PyTorch's cache "
+            "(allocated "
             "while caching was off, or from another library): not counted in allocated"
         )
     notes.append(f"took {r.elapsed * 1000:.1f} ms")

@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..errors import KernelLost, RunError
+from ..errors import KernelLost, RunError, is_out_of_memory_text
 from .budgets import Budget, BudgetResult
 
-OOM_NAMES = frozenset({"OutOfMemoryError"})  # torch.OutOfMemoryError, torch.cuda.OutOfMemoryError
 REQUEST_TIMEOUT_S = 10.0
 WHO_TIMEOUT_S = 20.0
 MIN_REVISION = 3  # the protocol revision that added the history action
@@ -51,7 +50,7 @@ class CellRun:
     measured: bool = False  # the kernel has a history record for it
     # HistoryCell devices: the kernel's, then its workers' (with "worker": "rank 1 (pid 7)")
     devices: list[dict[str, Any]] = field(default_factory=list)
-    oom: bool = False  # raised OutOfMemoryError
+    oom: bool = False  # ran out of GPU memory (errors.is_out_of_memory_text)
     oom_fix: str | None = None  # the first fix of the kernel's post-mortem
     results: list[BudgetResult] = field(default_factory=list)
 
@@ -394,7 +393,7 @@ class Runner:
             if reply.get("status") == "error":
                 cell.status = "error"
                 cell.error = (str(reply.get("ename", "")), str(reply.get("evalue", "")))
-                cell.oom = is_oom(*cell.error)
+                cell.oom = is_out_of_memory_text(*cell.error)
                 cell.expected_error = "raises-exception" in nb_cell.metadata.get("tags", [])
             else:
                 cell.status = "ok"
@@ -423,12 +422,6 @@ class Runner:
                         result.stopped += f"; the post-mortem's first fix: {cell.oom_fix}"
                 break  # an OOM under --fits: it does not fit, exit 1 (the verdict says so)
         self._current = None
-
-
-def is_oom(ename: str, evalue: str) -> bool:
-    """torch's OutOfMemoryError, or an error that re-raised one as text (old torch raised
-    a RuntimeError; some libraries wrap it)."""
-    return ename in OOM_NAMES or "CUDA out of memory" in evalue
 
 
 def _clip(text: str, n: int = 300) -> str:

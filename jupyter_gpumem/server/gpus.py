@@ -227,86 +227,8 @@ def gpu_table(
     mapped = namespace != "foreign"
     by_pid = {k.pid: k for k in kernels if k.pid is not None}
     kernel_use: dict[str, dict[str, Any]] = {}
-    devices = []
-    for g in reading.gpus:
-        processes = []
-        for p in g.processes:
-            local = reading.local.get(p.pid) if mapped else None
-            kernel, parent = _owner(p.pid, local, by_pid) if local is not None else (None, None)
-            role = "kernel" if kernel and parent is None else "child" if kernel else "other"
-            if mapped and local is None:
-                role = "ended"  # gone between NVML's answer and the process table's
-            entry: dict[str, Any] = {
-                "pid": p.pid,
-                "name": local.name if local else p.nvml_name,
-                "user": local.user if local else None,
-                "used": p.used,
-                "kernel_id": kernel.id if kernel else None,
-                "role": role,
-            }
-            if kernel is not None:
-                use = kernel_use.setdefault(kernel.id, {"used": 0, "devices": {}, "children": {}})
-                use["used"] += p.used
-                use["devices"][g.nvml_index] = use["devices"].get(g.nvml_index, 0) + p.used
-                if parent is not None:
-                    use["children"][p.pid] = use["children"].get(p.pid, 0) + p.used
-            processes.append(entry)
-        processes.sort(key=lambda e: -e["used"])
-        notebooks = [
-            {
-                "kernel_id": kid,
-                "reserved": d.reserved,
-                "allocated": d.allocated,
-                "time": r.time,
-            }
-            for kid, r in sorted(reported.items())
-            for d in r.devices
-            if g.cuda_index is not None and d.index == g.cuda_index and d.name == g.name
-        ]
-        devices.append(
-            {
-                "index": g.nvml_index,
-                "cuda_index": g.cuda_index,
-                "uuid": g.uuid,
-                "name": g.name,
-                "total": g.total,
-                "used": g.used,
-                "driver_reserved": g.reserved,
-                "unseen": g.unseen,
-                "processes": processes,
-                "reported": notebooks,
-            }
-        )
-    kernel_rows = []
-    for k in kernels:
-        use = kernel_use.get(k.id, {"used": 0, "devices": {}, "children": {}})
-        kernel_rows.append(
-            {
-                "id": k.id,
-                "name": k.name,
-                "pid": k.pid,
-                "path": k.path,
-                "execution_state": k.execution_state,
-                "last_activity": k.last_activity,
-                "connections": k.connections,
-                "gpu_used": use["used"],
-                "devices": [{"index": i, "used": b} for i, b in sorted(use["devices"].items())],
-                "children": [{"pid": pid, "used": b} for pid, b in sorted(use["children"].items())],
-                "reported": _reported(reported.get(k.id)),
-            }
-        )
-    note = None
-    if namespace == "foreign":
-        note = (
-            "NVML reports processes by PIDs this server can't match (a container without the "
-            "host's PID namespace?): they are listed by the PID and name NVML gives and are "
-            "not matched with notebooks"
-        )
-        if reported:
-            note += (
-                f"; {len(reported)} notebook(s) with jupyter_gpumem loaded said what PyTorch "
-                "holds for them (reported)"
-            )
+    devices = [_device_row(g, reading, mapped, by_pid, kernel_use, reported) for g in reading.gpus]
+    kernel_rows = [_kernel_row(k, kernel_use.get(k.id), reported.get(k.id)) for k in kernels]
     return {
         "version": 1,
         "time": reading.time,
@@ -316,10 +238,106 @@ def gpu_table(
             "error": reading.error,
         },
         "pid_namespace": namespace,
-        "note": note,
+        "note": _foreign_note(reported) if namespace == "foreign" else None,
         "devices": devices,
         "kernels": kernel_rows,
     }
+
+
+def _device_row(
+    g: Gpu,
+    reading: GpuReading,
+    mapped: bool,
+    by_pid: Mapping[int, KernelInfo],
+    kernel_use: dict[str, dict[str, Any]],
+    reported: Mapping[str, Reported],
+) -> dict[str, Any]:
+    """One device of the reply: its processes, largest first, each matched with the kernel
+    it is or descends from (``mapped``: NVML's PIDs are this server's), and what the
+    notebooks reported for it. Adds each kernel's use to ``kernel_use``."""
+    processes = []
+    for p in g.processes:
+        local = reading.local.get(p.pid) if mapped else None
+        kernel, parent = _owner(p.pid, local, by_pid) if local is not None else (None, None)
+        role = "kernel" if kernel and parent is None else "child" if kernel else "other"
+        if mapped and local is None:
+            role = "ended"  # gone between NVML's answer and the process table's
+        entry: dict[str, Any] = {
+            "pid": p.pid,
+            "name": local.name if local else p.nvml_name,
+            "user": local.user if local else None,
+            "used": p.used,
+            "kernel_id": kernel.id if kernel else None,
+            "role": role,
+        }
+        if kernel is not None:
+            use = kernel_use.setdefault(kernel.id, {"used": 0, "devices": {}, "children": {}})
+            use["used"] += p.used
+            use["devices"][g.nvml_index] = use["devices"].get(g.nvml_index, 0) + p.used
+            if parent is not None:
+                use["children"][p.pid] = use["children"].get(p.pid, 0) + p.used
+        processes.append(entry)
+    processes.sort(key=lambda e: -e["used"])
+    notebooks = [
+        {
+            "kernel_id": kid,
+            "reserved": d.reserved,
+            "allocated": d.allocated,
+            "time": r.time,
+        }
+        for kid, r in sorted(reported.items())
+        for d in r.devices
+        if g.cuda_index is not None and d.index == g.cuda_index and d.name == g.name
+    ]
+    return {
+        "index": g.nvml_index,
+        "cuda_index": g.cuda_index,
+        "uuid": g.uuid,
+        "name": g.name,
+        "total": g.total,
+        "used": g.used,
+        "driver_reserved": g.reserved,
+        "unseen": g.unseen,
+        "processes": processes,
+        "reported": notebooks,
+    }
+
+
+def _kernel_row(
+    k: KernelInfo, use: dict[str, Any] | None, reported: Reported | None
+) -> dict[str, Any]:
+    """One kernel of the reply, with what its processes use on each device (``use``:
+    from :func:`_device_row`; None: nothing) and what it reported."""
+    if use is None:
+        use = {"used": 0, "devices": {}, "children": {}}
+    return {
+        "id": k.id,
+        "name": k.name,
+        "pid": k.pid,
+        "path": k.path,
+        "execution_state": k.execution_state,
+        "last_activity": k.last_activity,
+        "connections": k.connections,
+        "gpu_used": use["used"],
+        "devices": [{"index": i, "used": b} for i, b in sorted(use["devices"].items())],
+        "children": [{"pid": pid, "used": b} for pid, b in sorted(use["children"].items())],
+        "reported": _reported(reported),
+    }
+
+
+def _foreign_note(reported: Mapping[str, Reported]) -> str:
+    """Why processes are not matched with notebooks when NVML's PIDs are foreign."""
+    note = (
+        "NVML reports processes by PIDs this server can't match (a container without the "
+        "host's PID namespace?): they are listed by the PID and name NVML gives and are "
+        "not matched with notebooks"
+    )
+    if reported:
+        note += (
+            f"; {len(reported)} notebook(s) with jupyter_gpumem loaded said what PyTorch "
+            "holds for them (reported)"
+        )
+    return note
 
 
 def _reported(r: Reported | None) -> dict[str, Any] | None:

@@ -27,13 +27,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..collectors.allocator import Reading, make_device_sample
+from ..analysis.allocator_rules import SMALL_SIZE
+from ..collectors.readings import Reading, make_device_sample
 from ..model import AllocatorStats, Replay
+from ..units import GiB, MiB
 
-TOTAL = 80 * 2**30
+TOTAL = 80 * GiB
 _BASE = 0x7F0000000000  # device d's segments start at _BASE + d << 40
-_ALIGN = 2 << 20  # segments start 2 MiB apart, as cudaMalloc's do
-_SMALL = 1 << 20  # requests up to this size are the small pool's in PyTorch
+_ALIGN = 2 * MiB  # segments start 2 MiB apart, as cudaMalloc's do
 
 
 @dataclass
@@ -186,7 +187,7 @@ def snapshot() -> dict[str, Any]:
                     "active_size": active,
                     "requested_size": active,
                     "stream": 0,
-                    "segment_type": "small" if seg.size <= _SMALL else "large",
+                    "segment_type": "small" if seg.size <= SMALL_SIZE else "large",
                     "is_expandable": False,
                     "blocks": blocks,
                 }

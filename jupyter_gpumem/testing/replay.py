@@ -29,8 +29,8 @@ from ..analysis.postmortem import explain_oom
 from ..analysis.segments import segment_map
 from ..analysis.sites import SiteResolver
 from ..analysis.who import DeviceHoldings, holdings
-from ..collectors.allocator import Reading, make_device_sample, stats_from_flat
 from ..collectors.nvml import NvmlDevice
+from ..collectors.readings import Reading, make_device_sample, stats_from_flat
 from ..collectors.snapshot import Recording, snapshot_from_dict
 from ..model import (
     AllocatorSnapshot,

@@ -179,13 +179,34 @@ class RealCase:
 
 
 REAL_CASES = (
-    RealCase("llm_adamw_bf16", LLM, "batch", (1, 2, 4), 10, "transformers",
-             ("llm", "llm_config", "llm_opt", "step")),
-    RealCase("resnet50_inference", RESNET_INFERENCE, "batch", (32, 64, 128), 300,
-             "torchvision", ("rn_eval", "step")),
-    RealCase("resnet50_adamw", RESNET_TRAIN, "batch", (16, 32, 64), 160, "torchvision",
-             ("rn", "rn_opt", "step")),
-)  # fmt: skip
+    RealCase(
+        name="llm_adamw_bf16",
+        setup=LLM,
+        var="batch",
+        probes=(1, 2, 4),
+        near=10,
+        needs="transformers",
+        names=("llm", "llm_config", "llm_opt", "step"),
+    ),
+    RealCase(
+        name="resnet50_inference",
+        setup=RESNET_INFERENCE,
+        var="batch",
+        probes=(32, 64, 128),
+        near=300,
+        needs="torchvision",
+        names=("rn_eval", "step"),
+    ),
+    RealCase(
+        name="resnet50_adamw",
+        setup=RESNET_TRAIN,
+        var="batch",
+        probes=(16, 32, 64),
+        near=160,
+        needs="torchvision",
+        names=("rn", "rn_opt", "step"),
+    ),
+)
 
 
 def runs_under_cap(torch: Any, step: Any, value: int, cap: int, device: int = 0) -> bool:
@@ -242,7 +263,7 @@ def scan_real_case(ip: Any, torch: Any, case: RealCase, device: int = 0) -> dict
     from IPython.utils.capture import capture_output
 
     from jupyter_gpumem.analysis.fit import fit_peaks, largest_within
-    from jupyter_gpumem.core.scanner import fit_probes
+    from jupyter_gpumem.analysis.scan_predict import fit_probes
 
     started = time.perf_counter()
     with capture_output():

@@ -50,17 +50,17 @@ def r512(n: int) -> int:
 
 
 def main(path: str) -> None:
-    from jupyter_gpumem.core import attribution
+    from jupyter_gpumem.core import breakdown
 
     captured: dict = {}
-    original = attribution.breakdowns_from_raw
+    original = breakdown.breakdowns_from_raw
 
     def spy(raw, record, report):
         captured["record"] = record
         captured["raw"] = raw
         return original(raw, record, report)
 
-    attribution.breakdowns_from_raw = spy  # type: ignore[assignment]
+    breakdown.breakdowns_from_raw = spy  # type: ignore[assignment]
     ip = InteractiveShell.instance()
     ip.run_line_magic("load_ext", "jupyter_gpumem")
     out = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "cases": {}}

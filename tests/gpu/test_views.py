@@ -45,7 +45,7 @@ def test_segment_map_of_a_planted_fragmentation(vip):
     )
     from jupyter_gpumem._ipython import current
 
-    m = current().attributor.segment_maps(0)[0]
+    m = current().who.segment_maps(0)[0]
     seg = next(s for s in m.segments if s.size == 1 << 30)
     assert len(seg.free_pieces) == 8 and {p.size for p in seg.free_pieces} == {64 * MiB}
     assert m.space.largest_free_block == 64 * MiB

@@ -1,6 +1,6 @@
 """A worker's out-of-memory snapshot, handed to the kernel as a file.
 
-A worker's OOM observer (the one its :class:`~.workers.WorkerReporter`'s collector
+A worker's OOM observer (the one its :class:`~.reporter.WorkerReporter`'s collector
 attaches, as the kernel's collector does) takes the worker's own allocator snapshot at the
 failure: ``torch.cuda.memory._snapshot()``, which PyTorch lets an observer take (it calls
 observers after releasing the allocator's lock). A snapshot does not fit a datagram, so
@@ -17,7 +17,7 @@ whatever it held; like a datagram it is read, never trusted: a name that is not 
 large, JSON that fails any check (types, ranges, a block outside its segment, blocks that
 overlap) is dropped with a debug line on the ``jupyter_gpumem`` logger.
 
-The same files carry a rank's segment map on request (``worker_requests.py``): the
+The same files carry a rank's segment map on request (:mod:`.segment_requests`): the
 writer (:func:`write_file`), the reader (:func:`take_file`) and the checks of segments
 and blocks (:func:`parse_segments`) are shared.
 """
@@ -32,9 +32,9 @@ import stat
 from collections import defaultdict
 from typing import Any
 
-from ..log import logger
-from ..model import Segment, WorkerOomSnapshot
-from ..model.snapshot import Block, BlockState
+from ...log import logger
+from ...model import Segment, WorkerOomSnapshot
+from ...model.snapshot import Block, BlockState
 
 SNAPSHOT_LIMIT = 4 << 20  # bytes of one snapshot file
 MAX_SEGMENTS = 1 << 17

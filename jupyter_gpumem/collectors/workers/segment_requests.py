@@ -2,7 +2,7 @@
 
 The kernel asks; the worker answers from its reporter thread; both ways go through the
 channel's private directory (mode 0700), with the writer, reader and checks of
-``worker_oom.py``. No port, socket or signal of ours:
+``oom.py``. No port, socket or signal of ours:
 
 - **The request**: the kernel writes ``req-<pid>.json`` (``{"v": 1, "nonce": <32 hex
   digits>}``, under a temporary name, then renamed; a newer request replaces an older
@@ -12,12 +12,12 @@ channel's private directory (mode 0700), with the writer, reader and checks of
   allocator snapshot (the backend's ``raw_snapshot``: ``torch.cuda.memory._snapshot()``,
   taken in the reporter thread, between the worker's own allocations, under the
   allocator's lock) and writes its segments and blocks, every device's, as compact JSON
-  to ``seg-<pid>-<nonce>.json``. Past :data:`~.worker_oom.SNAPSHOT_LIMIT` each run of
+  to ``seg-<pid>-<nonce>.json``. Past :data:`~.oom.SNAPSHOT_LIMIT` each run of
   adjacent live blocks becomes one block (*trimmed*); still too large, or no CUDA yet,
   the answer says so in a word.
 - **The kernel** waits for that one name at most :data:`ANSWER_WAIT` seconds (looking
   every 10 ms), reads it once, deletes it and checks it field by field: the nonce it
-  sent, the pid, each segment and block (``worker_oom.parse_segments``). A file that
+  sent, the pid, each segment and block (``oom.parse_segments``). A file that
   fails is dropped (and deleted) and the kernel goes on waiting for the real answer
   until the deadline. Answers of earlier requests (another nonce) are deleted unread
   when the next request is made; the request is deleted when nobody took it in time.
@@ -37,10 +37,17 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..log import logger
-from ..model import AllocatorSnapshot, Segment
-from . import worker_oom
-from .worker_oom import SNAPSHOT_LIMIT, BadFile
+from ...log import logger
+from ...model import AllocatorSnapshot, Segment
+from .oom import (
+    SNAPSHOT_LIMIT,
+    BadFile,
+    _merged,
+    parse_segments,
+    reduce_segments,
+    take_file,
+    write_file,
+)
 
 ANSWER_WAIT = 2.0  # seconds the kernel waits for a worker's answer, never longer
 LOOK_EVERY = 0.01  # how often the kernel looks for the answer meanwhile (seconds)
@@ -84,7 +91,7 @@ class RequestWatch:
         """Once a tick: answer a pending request; False (one ``access`` call) when none."""
         if not os.access(self.path, os.F_OK):
             return False
-        data = worker_oom.take_file(self.directory, self.name, REQUEST_LIMIT, "segments request")
+        data = take_file(self.directory, self.name, REQUEST_LIMIT, "segments request")
         nonce = parse_request(data) if data is not None else None
         if nonce is None:
             return False
@@ -93,7 +100,7 @@ class RequestWatch:
             take = getattr(self.backend, "raw_snapshot", None)
             raw = take() if callable(take) else None
         doc = segments_answer(raw, nonce, self.pid)
-        worker_oom.write_file(self.directory, answer_name(self.pid, nonce), doc)
+        write_file(self.directory, answer_name(self.pid, nonce), doc)
         return True
 
 
@@ -119,12 +126,12 @@ def segments_answer(raw: dict[str, Any] | None, nonce: str, pid: int) -> bytes:
     devices = sorted({int(s.get("device", 0)) for s in raw.get("segments", ())})[:MAX_DEVICES]
     doc = {
         **head,
-        "devices": [[d, worker_oom.reduce_segments(raw, d, detail=True)] for d in devices],
+        "devices": [[d, reduce_segments(raw, d, detail=True)] for d in devices],
         "trimmed": False,
     }
     data = _dumps(doc)
     if len(data) > SNAPSHOT_LIMIT:
-        doc["devices"] = [[d, [worker_oom._merged(s) for s in segs]] for d, segs in doc["devices"]]
+        doc["devices"] = [[d, [_merged(s) for s in segs]] for d, segs in doc["devices"]]
         doc["trimmed"] = True
         data = _dumps(doc)
         if len(data) > SNAPSHOT_LIMIT:
@@ -151,13 +158,13 @@ def ask_segments(directory: str, pid: int, wait: float = ANSWER_WAIT) -> Answer 
     with contextlib.suppress(OSError):  # a request's temporary file left by a crash
         os.unlink(os.path.join(directory, f".{request_name(pid)}.tmp"))
     nonce = _nonce()
-    worker_oom.write_file(directory, request_name(pid), _dumps({"v": VERSION, "nonce": nonce}))
+    write_file(directory, request_name(pid), _dumps({"v": VERSION, "nonce": nonce}))
     name = answer_name(pid, nonce)
     path = os.path.join(directory, name)
     try:
         while True:
             if os.path.lexists(path):  # a symlink too: take_file refuses and deletes it
-                data = worker_oom.take_file(directory, name, SNAPSHOT_LIMIT, "segments answer")
+                data = take_file(directory, name, SNAPSHOT_LIMIT, "segments answer")
                 answer = parse_answer(data, nonce, pid) if data is not None else None
                 if answer is not None:
                     return answer
@@ -229,5 +236,5 @@ def _checked(data: bytes, nonce: str, pid: int) -> Answer:
         if device in seen:
             raise BadFile("a device twice")
         seen.add(device)
-        segments += worker_oom.parse_segments(entry[1], device, n_blocks)
+        segments += parse_segments(entry[1], device, n_blocks)
     return Answer(AllocatorSnapshot(time=time.time(), segments=segments, tracking=False), trimmed)

@@ -1,0 +1,343 @@
+"""The per-run state of a dry run: what sees storages born and die.
+
+A ``TorchDispatchMode`` above the fake mode (:func:`_recorder_class`) looks at each op's
+outputs; a storage it has not seen is a new allocation (its exact bytes, device, stream and
+thread), and a weak reference on the storage's Python object records its death (PyTorch
+keeps one Python object per storage while the storage lives). Views and in-place ops
+return storages already seen: they allocate nothing. Storages of the user's real tensors
+(converted to fake copies by the fake mode) existed before the run: they are inputs, not
+allocations. :class:`_State` keeps the events in order, adds cuBLAS's workspaces and the
+notes on what the fake kernels don't show (``collectors/fake_workspaces.py``), and answers
+a value read to the host with 0 (:meth:`_State.host_read`). Used by
+``collectors/fake_run.record`` for one run, and by the breakdown's watch
+(``collectors/fake_watch.py``), which reads its live storages."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from functools import partial
+from typing import Any
+
+from .fake_events import Alloc, AllocKind, Event, Free
+from .fake_where import _here
+from .fake_workspaces import _CUDNN_OPS, _SCRATCH_OPS, _addmm_uses_lt, op_kind
+
+MAX_HOST_READS = 100_000  # a dry run's reads of values before it stops (see host_read)
+
+
+def _tensors(out: Any, tensor_type: type) -> Iterator[Any]:
+    """The tensors of an op's output: a tensor, or tuples and lists of them."""
+    if isinstance(out, tensor_type):
+        yield out
+    elif isinstance(out, (tuple, list)):
+        for o in out:
+            yield from _tensors(o, tensor_type)
+
+
+class _State:
+    """The recorder's bookkeeping, shared by the dispatch mode and the weak references'
+    callbacks (which run in whichever thread drops a storage's last reference)."""
+
+    def __init__(self, t: Any, fake_mode: Any, device_type: str, workspaces: Any) -> None:
+        self.t = t
+        self.fake_mode = fake_mode
+        self.device_type = device_type
+        self.workspaces = workspaces  # Workspaces | Callable[[int], Workspaces] | None
+        self.events: list[Event] = []
+        self.notes: list[str] = []
+        self.recording = True
+        self.ops = 0
+        self.next_key = 0
+        self.live: dict[int, tuple[int | None, int, Any]] = {}  # id(storage) -> key, bytes, ref
+        self.threads: dict[int, int] = {threading.get_ident(): 0}
+        self.handles: set[tuple[int, int, int, str]] = set()  # (device, thread, stream, lib)
+        # id -> (a real tensor, its .grad, its fake copy: kept, as the fake mode's memo of
+        # copies holds them weakly and would make a new copy, a new storage, at each op)
+        self.real: dict[int, tuple[Any, Any, Any]] = {}
+        self.input_bytes = 0
+        self.failed: tuple[Any, BaseException] | None = None  # (op, what it raised)
+        self.kinds: dict[Any, str] = {}  # op -> "cublas" / "cublaslt" / "addmm" / ""
+        self.noted: set[str] = set()
+        self.module_now = -1  # the innermost module running in the run's thread (_Watch)
+        self.libraries: set[str] = set()  # "cudnn", "nccl": loaded by the ops that ran
+        self.scalar_read = t.ops.aten._local_scalar_dense.default
+        from torch.utils._python_dispatch import is_traceable_wrapper_subclass_type
+
+        self.is_wrapper = is_traceable_wrapper_subclass_type
+        self.wrappers: dict[type, bool] = {}
+        from torch._subclasses.fake_tensor import DataDependentOutputException
+
+        self.data_dependent = DataDependentOutputException
+        self.reads = 0  # values read to the host (.item(), bool(), `if tensor`)
+        self.read_at: dict[str, int] = {}  # where, in the user's code -> how many times
+        self.cell_names: Callable[[str], int | None] | None = None
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        self.fake_type = FakeTensor
+        cuda = getattr(t, "cuda", None)
+        self.cuda_streams = device_type == "cuda" and cuda is not None
+
+    # -- storages ----------------------------------------------------------------------
+    def _freed(self, sid: int, key: int | None, ref: Any) -> None:
+        entry = self.live.get(sid)
+        if entry is None or entry[2] is not ref:
+            return  # a storage resized in place: its older size was freed then
+        del self.live[sid]
+        if key is not None and self.recording:
+            self.events.append(Free(key))
+
+    def _watch(self, st: Any, key: int | None, nbytes: int) -> None:
+        sid = id(st)
+        ref = weakref.ref(st, partial(self._callback, sid, key))
+        self.live[sid] = (key, nbytes, ref)
+
+    def _callback(self, sid: int, key: int | None, ref: Any) -> None:
+        self._freed(sid, key, ref)
+
+    def thread(self) -> int:
+        ident = threading.get_ident()
+        n = self.threads.get(ident)
+        if n is None:
+            n = self.threads[ident] = len(self.threads)
+        return n
+
+    def stream(self, device: int) -> int:
+        if not self.cuda_streams or not self.t.cuda.is_initialized():
+            return 0  # no CUDA context, so no stream but the default one
+        return int(self.t.cuda.current_stream(device).stream_id)
+
+    def alloc(self, nbytes: int, device: int, op: str, kind: AllocKind) -> int:
+        self.next_key += 1
+        key = self.next_key
+        thread = self.thread()
+        module = self.module_now if thread == 0 else -1
+        stream = self.stream(device)
+        self.events.append(Alloc(key, nbytes, device, stream, thread, op, kind, module))
+        return key
+
+    # -- inputs ------------------------------------------------------------------------
+    def see_inputs(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+        """Real tensors among the op's arguments: their fake copies' storages existed before
+        the run (no allocation), and their gradients are put back at the end."""
+        Tensor, fake_type = self.t.Tensor, self.fake_type
+        for a in (*args, *kwargs.values()):
+            if isinstance(a, Tensor):
+                if not isinstance(a, fake_type):
+                    self._real_input(a)
+            elif isinstance(a, (list, tuple)):
+                for x in a:
+                    if isinstance(x, Tensor) and not isinstance(x, fake_type):
+                        self._real_input(x)
+
+    def _real_input(self, x: Any) -> None:
+        if id(x) in self.real:
+            return
+        grad = x.grad if x.is_leaf and x.requires_grad else None
+        try:
+            fake = self.fake_mode.from_tensor(x)
+            st = fake.untyped_storage()
+        except Exception:  # sparse, nested, subclasses: the fake mode will say
+            self.real[id(x)] = (x, grad, None)
+            return
+        self.real[id(x)] = (x, grad, fake)
+        if id(st) not in self.live:
+            n = st.nbytes()
+            if fake.device.type == self.device_type:
+                self.input_bytes += n
+            self._watch(st, None, n)
+
+    # -- outputs -----------------------------------------------------------------------
+    def see_outputs(self, func: Any, out: Any, args: tuple[Any, ...], kwargs: Any) -> None:
+        op = None
+        for x in _tensors(out, self.t.Tensor):
+            if x.device.type != self.device_type:
+                continue
+            try:
+                st = x.untyped_storage()
+            except Exception:  # no storage (sparse, nested): nothing this can count
+                continue
+            entry = self.live.get(id(st))
+            n = st.nbytes()
+            if entry is not None:
+                if entry[1] == n:
+                    continue
+                # resized in place (resize_, set_, out= of the wrong size): a new block
+                if entry[0] is not None:
+                    self.events.append(Free(entry[0]))
+            if n == 0:  # the allocator is not asked for nothing
+                self._watch(st, None, 0)
+                continue
+            if op is None:
+                op = str(func)
+            key = self.alloc(n, x.device.index or 0, op, "tensor")
+            self._watch(st, key, n)
+        kind = self.kinds.get(func)
+        if kind is None:
+            kind = self.kinds[func] = op_kind(func)
+        if kind:
+            self._library(func, kind, out, args, kwargs)
+
+    def _library(self, func: Any, kind: str, out: Any, args: Any, kwargs: Any) -> None:
+        if kind == "custom":
+            if not any(x.device.type == self.device_type for x in _tensors(out, self.t.Tensor)):
+                return  # a query (a version, a flag): nothing on the device
+            self.note(
+                f"custom:{func}",
+                f"{func} (a custom op) ran its fake kernel: scratch memory its real kernel "
+                "takes is not seen",
+            )
+            return
+        if kind == "collective":
+            self.libraries.add("nccl")
+            self.note(
+                "collective",
+                f"collectives ran ({func}): NCCL's own buffers are outside PyTorch's "
+                "allocator, counted beside it",
+            )
+            return
+        if kind == "scratch":
+            name = func._opname
+            if name in _CUDNN_OPS:
+                self.libraries.add("cudnn")
+            self.note(f"scratch:{name}", f"not seen: {_SCRATCH_OPS[name]} ({func})")
+            return
+        if self.workspaces is None:
+            return
+        device = next((x.device for x in _tensors(out, self.t.Tensor)), None)
+        if device is None or device.type != self.device_type:
+            return
+        index = device.index or 0
+        ws = self.workspaces(index) if callable(self.workspaces) else self.workspaces
+        libs = ["cublas"]
+        if kind == "cublaslt" or (kind == "addmm" and _addmm_uses_lt(args, kwargs)):
+            libs.append("cublaslt")  # the Lt handle is cuBLAS's: its workspace comes first
+        thread, stream = self.thread(), self.stream(index)
+        op = str(func)
+        for lib in libs:
+            nbytes = ws.cublas if lib == "cublas" else ws.cublaslt
+            handle = (index, thread, stream, lib)
+            if nbytes <= 0 or (ws.lifetime == "cached" and handle in self.handles):
+                continue
+            self.handles.add(handle)
+            key = self.alloc(nbytes, index, op, f"{lib} workspace")  # type: ignore[arg-type]
+            if ws.lifetime == "per_call":
+                self.events.append(Free(key))
+            when = "around each call" if ws.lifetime == "per_call" else "once per thread and stream"
+            self.note(
+                f"ws:{lib}",
+                f"{'cuBLASLt' if lib == 'cublaslt' else 'cuBLAS'} workspace of {nbytes:,} B "
+                f"added {when}, first at {op} ({ws.source})",
+            )
+
+    def wrapped(self, types: Any) -> bool:
+        """Whether an op's tensor types include a wrapper subclass other than FakeTensor."""
+        for ty in types:
+            if ty is not self.fake_type:
+                found = self.wrappers.get(ty)
+                if found is None:
+                    found = self.wrappers[ty] = bool(self.is_wrapper(ty))
+                if found:
+                    return True
+        return False
+
+    def resized(self, st: Any, nbytes: int) -> None:
+        """A storage resized in place (``untyped_storage().resize_``: FSDP2 frees and
+        re-allocates its unsharded parameters so): its block is freed, a new one made."""
+        if not self.recording:
+            return
+        sid = id(st)
+        entry = self.live.get(sid)
+        if entry is not None and entry[0] is not None:
+            self.events.append(Free(entry[0]))
+        key = None
+        try:
+            device = st.device
+        except Exception:
+            return
+        if nbytes > 0 and device.type == self.device_type:
+            key = self.alloc(nbytes, device.index or 0, "UntypedStorage.resize_", "tensor")
+        self._watch(st, key, nbytes)
+
+    def host_read(self, x: Any) -> Any:
+        """A value read to the host (``.item()``, ``bool()``, ``if tensor``): a dry run has
+        none, so it goes on with zero (``False``), and says where. A loop that reads values
+        for ever is stopped after :data:`MAX_HOST_READS` of them."""
+        self.reads += 1
+        if self.reads > MAX_HOST_READS:
+            raise RuntimeError(
+                f"the run read {MAX_HOST_READS:,} values to the host (each taken as 0): a loop "
+                "that waits on a value never ends in a dry run"
+            )
+        where = _here(self.t, self.cell_names) or "?"
+        if where not in self.read_at and len(self.read_at) < 8:
+            self.notes.append(
+                f"a value read to the host at {where} (.item(), bool(), `if tensor`): a dry "
+                "run has no values; it went on as if it were 0 (False), so what depends on "
+                "that value may differ from the real run"
+            )
+        self.read_at[where] = self.read_at.get(where, 0) + 1
+        dtype = x.dtype
+        if dtype == self.t.bool:
+            return False
+        if dtype.is_complex:
+            return 0j
+        return 0.0 if dtype.is_floating_point else 0
+
+    def note(self, key: str, line: str) -> None:
+        if key not in self.noted:
+            self.noted.add(key)
+            self.notes.append(line)
+
+    def restore_grads(self) -> None:
+        for x, grad, _ in self.real.values():
+            if x.is_leaf and x.requires_grad and x.grad is not grad:
+                x.grad = grad
+        self.real.clear()
+
+
+_RECORDER: Any = None
+
+
+def _recorder_class() -> Any:
+    """The dispatch mode's class, made on first use (its base class is torch's)."""
+    global _RECORDER
+    if _RECORDER is None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Recorder(TorchDispatchMode):
+            def __init__(self, state: _State) -> None:
+                super().__init__()
+                self.state = state
+
+            def __torch_dispatch__(
+                self,
+                func: Any,
+                types: Any,
+                args: tuple[Any, ...] = (),
+                kwargs: dict[str, Any] | None = None,
+            ) -> Any:
+                state = self.state
+                kwargs = kwargs or {}
+                if state.wrapped(types):
+                    # a tensor subclass that wraps others (DTensor): its own ops run on its
+                    # local tensors and come back here at their real, sharded sizes
+                    return NotImplemented
+                state.ops += 1
+                if func is state.scalar_read and args and isinstance(args[0], state.fake_type):
+                    try:  # a constant the fake mode knows (AdamW's step count) it answers
+                        return func(*args, **kwargs)
+                    except state.data_dependent:
+                        return state.host_read(args[0])
+                state.see_inputs(args, kwargs)
+                try:
+                    out = func(*args, **kwargs)
+                except Exception as e:
+                    state.failed = (func, e)
+                    raise
+                state.see_outputs(func, out, args, kwargs)
+                return out
+
+        _RECORDER = Recorder
+    return _RECORDER

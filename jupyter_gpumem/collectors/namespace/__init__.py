@@ -1,0 +1,31 @@
+"""Which names hold GPU tensors: a bounded walk from roots (the user's variables, ``Out``,
+the kept traceback's frames) to tensor storages.
+
+- :mod:`.walker`: :class:`NamespaceWalker` (the walk, its limits and what it returns:
+  :class:`Root`, :class:`Limits`, :class:`Walk`) and :func:`collection_paused`;
+- :mod:`.kinds`: the classifier (what the walk does with each type) and
+  :class:`TorchTensors` (what it needs of torch);
+- :mod:`.reach`: the pre-pass that skips roots from which no tensor is reachable;
+- :mod:`.bulk`: long lists of plain tensors, recorded with C loops;
+- :mod:`.paths`: paths from a root, spelled out only for tensors (:func:`spell`).
+
+Matching the references with the allocator's blocks is ``analysis/who.py``'s job.
+"""
+
+from __future__ import annotations
+
+from .kinds import ATOMIC, SKIP_PACKAGES, TorchTensors
+from .paths import spell
+from .walker import Limits, NamespaceWalker, Root, Walk, collection_paused
+
+__all__ = [
+    "ATOMIC",
+    "SKIP_PACKAGES",
+    "Limits",
+    "NamespaceWalker",
+    "Root",
+    "TorchTensors",
+    "Walk",
+    "collection_paused",
+    "spell",
+]

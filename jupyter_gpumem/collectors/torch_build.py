@@ -1,0 +1,47 @@
+"""Which torch this process has imported and what it was built for, asked in one place.
+
+For every module that must know whether there is a GPU allocator to read or act on: the
+collectors, the core services and the front ends' refusals ("needs a CUDA build of
+torch"). It never imports torch (the tool must not import what the user has not:
+:func:`imported_torch` reads ``sys.modules``) and never starts CUDA (``torch.version``
+and ``torch.cuda.is_initialized`` ask nothing of the driver). Each answer is one or two
+attribute reads, cheap enough for a cell's path.
+
+A build is told by ``torch.version``: ``cuda`` is set on a CUDA build, ``hip`` on a ROCm
+build (whose GPUs PyTorch still calls ``cuda``), neither on a CPU-only build.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from ..model import BackendName
+
+
+def imported_torch() -> Any:
+    """The ``torch`` module if the user's code imported it, else None."""
+    return sys.modules.get("torch")
+
+
+def gpu_build(t: Any) -> bool:
+    """Whether torch module ``t`` is a CUDA or a ROCm build: it has the caching allocator
+    the tool reads. False for None and for a CPU-only build."""
+    v = getattr(t, "version", None)
+    return bool(getattr(v, "cuda", None) or getattr(v, "hip", None))
+
+
+def rocm_build(t: Any) -> bool:
+    """Whether torch module ``t`` is a ROCm (HIP) build."""
+    return bool(getattr(getattr(t, "version", None), "hip", None))
+
+
+def gpu_backend(t: Any) -> BackendName:
+    """The backend a GPU build of torch reads through: ``"rocm"`` or ``"cuda"``."""
+    return "rocm" if rocm_build(t) else "cuda"
+
+
+def cuda_ready(t: Any) -> bool:
+    """Whether ``t`` is a GPU build that has started CUDA in this process (asked without
+    starting it): only then may the allocator be read without creating a context."""
+    return gpu_build(t) and bool(t.cuda.is_initialized())
