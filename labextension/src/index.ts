@@ -117,10 +117,10 @@ const plugin: JupyterFrontEndPlugin<GpuMemModel> = {
     model.stateChanged.connect((_, state) => {
       const key = JSON.stringify([
         state.status.kind,
-        state.pending,
+        state.process.pending,
         state.actions,
-        state.sample?.caching,
-        state.sample?.devices.map(d => d.initialized)
+        state.process.sample?.caching,
+        state.process.sample?.devices.map(d => d.initialized)
       ]);
       if (key !== commandKey) {
         commandKey = key;
@@ -152,8 +152,9 @@ const plugin: JupyterFrontEndPlugin<GpuMemModel> = {
         "Switch PyTorch's caching allocator on or off in the kernel"
       ),
       isEnabled: () => availability(model.state, 'set_caching', trans).enabled,
-      isToggled: () => model.state.sample?.caching === true,
-      execute: () => model.setCaching(model.state.sample?.caching === false)
+      isToggled: () => model.state.process.sample?.caching === true,
+      execute: () =>
+        model.setCaching(model.state.process.sample?.caching === false)
     });
     commands.addCommand(CommandIDs.resetPeak, {
       label: trans.__('Reset GPU Memory Peak'),

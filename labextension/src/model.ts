@@ -215,9 +215,9 @@ export class GpuMemModel implements IDisposable {
    * kernel's). The kernel asks the worker, which has 2 s to answer.
    */
   setSegmentsSource(source: ISegmentsSource | null): Promise<void> {
-    const before = this._client.state.segmentsSource;
+    const before = this._client.state.process.segmentsSource;
     this._client.dispatch({ type: 'segments_source', source });
-    if (this._client.state.segmentsSource === before) {
+    if (this._client.state.process.segmentsSource === before) {
       return Promise.resolve();
     }
     return this._client.fetchReading('segments');

@@ -146,22 +146,22 @@ describe("the state keeps the last cell's forecast", () => {
 
   it('replaces it with each cell that touched a device, keeps it otherwise', () => {
     let state = reduce(initialState(), follow);
-    expect(state.forecast).toBeNull();
+    expect(state.process.forecast).toBeNull();
     state = reduce(state, marker({ forecasts: [forecast()] }));
-    expect(state.forecast?.cell).toBe(seq);
-    expect(state.forecast?.forecasts).toEqual([forecast()]);
-    const made = state.forecast;
+    expect(state.process.forecast?.cell).toBe(seq);
+    expect(state.process.forecast?.forecasts).toEqual([forecast()]);
+    const made = state.process.forecast;
     // a cell that touched no device (a print) changes nothing
     state = reduce(state, marker({ devices: [] }));
-    expect(state.forecast).toBe(made);
+    expect(state.process.forecast).toBe(made);
     // a cell that touched a device without a forecast (it freed memory) clears it
     state = reduce(state, marker({}));
-    expect(state.forecast?.forecasts).toEqual([]);
+    expect(state.process.forecast?.forecasts).toEqual([]);
     // a kernel restart forgets it
     state = reduce(reduce(state, marker({ forecasts: [forecast()] })), {
       type: 'kernel_status',
       status: 'restarting'
     });
-    expect(state.forecast).toBeNull();
+    expect(state.process.forecast).toBeNull();
   });
 });

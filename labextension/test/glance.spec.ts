@@ -73,7 +73,7 @@ describe('the glance while the panel is hidden', () => {
       })
     );
     await flush();
-    expect(model.state.sample?.devices[0].reserved).toBe(7 * GiB);
+    expect(model.state.process.sample?.devices[0].reserved).toBe(7 * GiB);
     await flush(GLANCE_MS + 10);
     expect(kernel.requests('sample')).toHaveLength(2);
     model.dispose();

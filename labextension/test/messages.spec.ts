@@ -146,7 +146,7 @@ describe('availability', () => {
       state,
       'set_limit',
       trans,
-      state.sample!.devices[0]
+      state.process.sample!.devices[0]
     );
     expect(cap.reason).toBe(
       'CUDA is not initialised on GPU 0: setting a cap would create a context'

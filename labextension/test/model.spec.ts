@@ -60,6 +60,7 @@ beforeEach(() => {
 
 afterEach(() => {
   vi.useRealTimers();
+  vi.restoreAllMocks();
 });
 
 describe('GpuMemModel', () => {
@@ -117,7 +118,7 @@ describe('GpuMemModel', () => {
       seq: 1,
       sample: sample({ time: 1001, devices: [device({ allocated: 5 * GiB })] })
     });
-    expect(model.state.sample?.devices[0].allocated).toBe(5 * GiB);
+    expect(model.state.process.sample?.devices[0].allocated).toBe(5 * GiB);
   });
 
   it('attaches to the comm by the id hello names, with no comm_open', async () => {
@@ -150,9 +151,9 @@ describe('GpuMemModel', () => {
       seq: 42,
       sample: sample({ time: 1002 })
     });
-    expect(model.state.sample?.time).toBe(1002);
-    expect(model.state.lastSeq).toBe(42);
-    expect(model.state.commId).toBe('kernel-comm');
+    expect(model.state.process.sample?.time).toBe(1002);
+    expect(model.state.process.lastSeq).toBe(42);
+    expect(model.state.process.commId).toBe('kernel-comm');
     kernel.last('subscribe').reply(
       okReply('subscribe', {
         stream: { ...STREAM, comm_id: 'kernel-comm' }
@@ -161,14 +162,14 @@ describe('GpuMemModel', () => {
     await flush();
     // The same comm: not created again, numbering goes on.
     expect(kernel.created).toHaveLength(1);
-    expect(model.state.lastSeq).toBe(42);
+    expect(model.state.process.lastSeq).toBe(42);
     kernel.commMsg('kernel-comm', {
       protocol: 1,
       type: 'sample',
       seq: 43,
       sample: sample({ time: 1003 })
     });
-    expect(model.state.sample?.time).toBe(1003);
+    expect(model.state.process.sample?.time).toBe(1003);
   });
 
   it('attaches to the comm a subscribe reply names when hello named none', async () => {
@@ -194,7 +195,7 @@ describe('GpuMemModel', () => {
       seq: 7,
       sample: sample({ time: 1002 })
     });
-    expect(model.state.sample?.time).toBe(1002);
+    expect(model.state.process.sample?.time).toBe(1002);
   });
 
   it('renews its lease every third of lease_s while shown', async () => {
@@ -316,8 +317,8 @@ describe('GpuMemModel', () => {
       seq: 5,
       sample: sample({ time: 1005 })
     });
-    expect(model.state.sample?.time).toBe(1005);
-    expect(model.state.commId).toBe('comm-1');
+    expect(model.state.process.sample?.time).toBe(1005);
+    expect(model.state.process.commId).toBe('comm-1');
     await heartbeats(kernel, 10000);
     expect(kernel.requests('subscribe')).toHaveLength(1);
     expect(kernel.requests('sample')).toHaveLength(0);
@@ -336,7 +337,7 @@ describe('GpuMemModel', () => {
       });
     push(2, 2 * GiB);
     push(1, 1 * GiB);
-    expect(model.state.sample?.devices[0].allocated).toBe(2 * GiB);
+    expect(model.state.process.sample?.devices[0].allocated).toBe(2 * GiB);
   });
 
   it('drops replies from a kernel it no longer follows', async () => {
@@ -349,7 +350,7 @@ describe('GpuMemModel', () => {
     oldHello.reply(okReply('hello', helloResult(sample({ time: 5000 }))));
     await flush();
     expect(model.state.status.kind).toBe('loading');
-    expect(model.state.sample).toBeNull();
+    expect(model.state.process.sample).toBeNull();
     // The new kernel was greeted and is answered normally.
     other.last('hello').reply(okReply('hello', helloResult()));
     await flush();
@@ -373,7 +374,7 @@ describe('GpuMemModel', () => {
       seq: 9,
       sample: sample({ time: 9999 })
     });
-    expect(model.state.sample).toBeNull();
+    expect(model.state.process.sample).toBeNull();
   });
 
   it('unsubscribes when hidden and greets again when shown', async () => {
@@ -399,7 +400,7 @@ describe('GpuMemModel', () => {
     await connect(kernel);
     kernel.setStatus('restarting');
     expect(model.state.status.kind).toBe('restarting');
-    expect(model.state.sample).toBeNull();
+    expect(model.state.process.sample).toBeNull();
     // The old process's last statuses arrive late: still restarting.
     kernel.setStatus('idle');
     kernel.iopubStatus('idle', 'gpumem_request', 'process-1');
@@ -435,7 +436,45 @@ describe('GpuMemModel', () => {
       seq: 99,
       sample: sample({ time: 9999 })
     });
-    expect(model.state.sample).toBeNull();
+    expect(model.state.process.sample).toBeNull();
+  });
+
+  it('greets again later and later while the replaced process answers', async () => {
+    // lumino's backoff draws its delays at random: the middle of each range.
+    vi.spyOn(Math, 'random').mockReturnValue(0.5);
+    const { model, kernel } = setup();
+    model.setVisible(true);
+    await connect(kernel);
+    kernel.setStatus('restarting');
+    kernel.newProcessIdle('process-2');
+    const times: number[] = [];
+    const t0 = Date.now();
+    let answered = 0;
+    for (let t = 0; t < 20000; t += 100) {
+      const hellos = kernel.requests('hello');
+      if (hellos.length - 1 > answered) {
+        answered += 1;
+        times.push(Date.now() - t0);
+        kernel
+          .last('hello')
+          .reply(okReply('hello', helloResult()), 'process-1');
+      }
+      await flush(100);
+    }
+    // The first retry 300 ms later, then backing off (every 300 ms: 66).
+    expect(times[1] - times[0]).toBe(300);
+    expect(times.length).toBeGreaterThan(3);
+    expect(times.length).toBeLessThan(20);
+    // The new process answers: no more retries.
+    while (kernel.requests('hello').length - 1 === answered) {
+      await flush(100);
+    }
+    kernel.last('hello').reply(okReply('hello', helloResult()), 'process-2');
+    await flush();
+    expect(model.state.status.kind).toBe('ok');
+    const hellos = kernel.requests('hello').length;
+    await flush(60000);
+    expect(kernel.requests('hello')).toHaveLength(hellos);
   });
 
   it('greets a kernel restarted while the panel was hidden once shown', async () => {
@@ -468,11 +507,11 @@ describe('GpuMemModel', () => {
     model.setVisible(true);
     await connect(kernel);
     kernel.iopubStatus('busy', 'gpumem_request');
-    expect(model.state.busy).toBe(false);
+    expect(model.state.process.busy).toBe(false);
     kernel.iopubStatus('busy');
-    expect(model.state.busy).toBe(true);
+    expect(model.state.process.busy).toBe(true);
     kernel.iopubStatus('idle');
-    expect(model.state.busy).toBe(false);
+    expect(model.state.process.busy).toBe(false);
   });
 
   it('asks again after a cell when the extension was not loaded', async () => {
@@ -562,7 +601,7 @@ describe('GpuMemModel', () => {
     // (it would stall a running cell).
     const emptied = model.emptyCache();
     expect(kernel.last('empty_cache').args).toEqual({});
-    expect(model.state.pending).toBe('empty_cache');
+    expect(model.state.process.pending).toBe('empty_cache');
     kernel.last('empty_cache').reply(
       okReply('empty_cache', {
         released: { '0': GiB },
@@ -621,7 +660,7 @@ describe('GpuMemModel', () => {
       })
     );
     await caching;
-    expect(model.state.sample?.caching).toBe(false);
+    expect(model.state.process.sample?.caching).toBe(false);
 
     const peak = model.resetPeak();
     expect(kernel.last('reset_peak').args).toEqual({});
@@ -640,7 +679,7 @@ describe('GpuMemModel', () => {
     await flush(10001);
     await peak;
     expect(model.state.lastError?.code).toBe('timeout');
-    expect(model.state.pending).toBeNull();
+    expect(model.state.process.pending).toBeNull();
   });
 
   it('re-subscribes when the stream goes quiet', async () => {
@@ -679,9 +718,34 @@ describe('GpuMemModel', () => {
       .last('sample')
       .reply(okReply('sample', { sample: sample({ time: 1500 }) }));
     await flush();
-    expect(model.state.sample?.time).toBe(1500);
+    expect(model.state.process.sample?.time).toBe(1500);
     await flush(500);
     expect(kernel.requests('sample')).toHaveLength(2);
+  });
+
+  it('polls less often while the kernel does not answer', async () => {
+    // lumino's backoff draws its delays at random: the middle of each range.
+    vi.spyOn(Math, 'random').mockReturnValue(0.5);
+    const kernel = new FakeKernel();
+    kernel.handleComms = false;
+    const { model } = setup(kernel, { requestTimeoutMs: 1000 });
+    model.setVisible(true);
+    kernel.last('hello').reply(okReply('hello', helloResult()));
+    await flush(60000);
+    // Every 1.5 s without backing off (500 ms, then 1 s to time out): 40.
+    const unanswered = kernel.requests('sample').length;
+    expect(unanswered).toBeGreaterThan(3);
+    expect(unanswered).toBeLessThan(20);
+    // An answer again: every refresh interval again.
+    while (kernel.requests('sample').length === unanswered) {
+      await flush(100);
+    }
+    kernel
+      .last('sample')
+      .reply(okReply('sample', { sample: sample({ time: 1500 }) }));
+    await flush(500);
+    expect(kernel.requests('sample')).toHaveLength(unanswered + 2);
+    expect(model.state.process.sample?.time).toBe(1500);
   });
 
   it('follows no kernel when the source goes away', async () => {
@@ -718,7 +782,7 @@ describe('GpuMemModel', () => {
       { protocol: 1, type: 'sample', seq: 1, sample: sample({ time: 2001 }) },
       'process-2'
     );
-    expect(model.state.sample?.time).toBe(2001);
-    expect(model.state.commId).toBe('comm-2');
+    expect(model.state.process.sample?.time).toBe(2001);
+    expect(model.state.process.commId).toBe('comm-2');
   });
 });

@@ -229,13 +229,13 @@ describe('the state', () => {
       }
     ];
     const before = stateAfter(read);
-    expect(before.readings.segments.status).toBe('ok');
+    expect(before.process.readings.segments.status).toBe('ok');
     const after = reduce(before, {
       type: 'segments_source',
       source: { pid: 4243, rank: 1 }
     });
-    expect(after.segmentsSource).toEqual({ pid: 4243, rank: 1 });
-    expect(after.readings.segments.data).toBeNull();
+    expect(after.process.segmentsSource).toEqual({ pid: 4243, rank: 1 });
+    expect(after.process.readings.segments.data).toBeNull();
     // the same choice again changes nothing
     expect(
       reduce(after, {
@@ -256,7 +256,7 @@ describe('the state', () => {
         reply: okReply('segments', WORKER_MAP as any)
       } as GpuMemEvent
     ].reduce(reduce, after);
-    expect(crossed.readings.segments.data).toBeNull();
+    expect(crossed.process.readings.segments.data).toBeNull();
   });
 
   it('goes back to the kernel when the process restarts, and knows the revision', () => {
@@ -268,7 +268,7 @@ describe('the state', () => {
       type: 'kernel_status',
       status: 'restarting'
     });
-    expect(restarted.segmentsSource).toBeNull();
+    expect(restarted.process.segmentsSource).toBeNull();
   });
 
   it('asks for the chosen worker by rank and pid', () => {
@@ -433,15 +433,15 @@ describe('the model reads the chosen process', () => {
     expect(kernel.requests('segments')).toHaveLength(2);
     asked.reply(okReply('segments', WORKER_MAP as any));
     await flush();
-    expect(model.state.readings.segments.data).toBeNull();
+    expect(model.state.process.readings.segments.data).toBeNull();
     expect(kernel.requests('segments')).toHaveLength(3);
     expect(kernel.last('segments').msg.content.args).toEqual(
       READING_ARGS.segments
     );
     kernel.last('segments').reply(okReply('segments', { devices: [] }));
     await flush();
-    expect(model.state.readings.segments.status).toBe('ok');
-    expect(model.state.readings.segments.data?.worker).toBeUndefined();
+    expect(model.state.process.readings.segments.status).toBe('ok');
+    expect(model.state.process.readings.segments.data?.worker).toBeUndefined();
     model.dispose();
   });
 });

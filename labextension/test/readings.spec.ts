@@ -57,7 +57,7 @@ describe('reading the Segments and History views', () => {
     expect(kernel.last('history').msg.content.args).toEqual(
       READING_ARGS.history
     );
-    expect(model.state.readings.history.status).toBe('loading');
+    expect(model.state.process.readings.history.status).toBe('loading');
     kernel.last('history').reply(
       okReply('history', {
         cells: [
@@ -73,8 +73,8 @@ describe('reading the Segments and History views', () => {
       })
     );
     await flush();
-    expect(model.state.readings.history.status).toBe('ok');
-    expect(model.state.readings.history.data?.cells).toHaveLength(1);
+    expect(model.state.process.readings.history.status).toBe('ok');
+    expect(model.state.process.readings.history.data?.cells).toHaveLength(1);
     // A cell runs and ends: read again.
     kernel.iopubStatus('busy');
     kernel.iopubStatus('idle');
@@ -141,7 +141,7 @@ describe('reading the Segments and History views', () => {
     });
     old.reply(okReply('segments', { devices: [{ device: 0 }] }));
     await flush();
-    expect(model.state.readings.segments.data).toBeNull();
+    expect(model.state.process.readings.segments.data).toBeNull();
   });
 
   it('says the kernel side is too old instead of asking it', async () => {
@@ -150,6 +150,8 @@ describe('reading the Segments and History views', () => {
     await connect(kernel, ['hello', 'sample', 'subscribe', 'unsubscribe']);
     await model.fetchReading('segments');
     expect(kernel.requests('segments')).toHaveLength(0);
-    expect(model.state.readings.segments.error?.code).toBe('unknown_action');
+    expect(model.state.process.readings.segments.error?.code).toBe(
+      'unknown_action'
+    );
   });
 });

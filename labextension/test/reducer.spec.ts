@@ -69,8 +69,8 @@ describe('reduce: connecting', () => {
     expect(state.status.kind).toBe('ok');
     expect(state.version).toBe('0.1.0');
     expect(state.actions).toContain('empty_cache');
-    expect(state.sample?.devices[0].allocated).toBe(1 * GiB);
-    expect(state.history[0]).toEqual([
+    expect(state.process.sample?.devices[0].allocated).toBe(1 * GiB);
+    expect(state.process.history[0]).toEqual([
       { time: 1000, allocated: 1 * GiB, reserved: 2 * GiB, process: 2.5 * GiB }
     ]);
   });
@@ -96,7 +96,7 @@ describe('reduce: connecting', () => {
     ]);
     expect(state.status.kind).toBe(kind);
     // NVML-only devices give no trend points.
-    expect(state.history).toEqual({});
+    expect(state.process.history).toEqual({});
   });
 
   it('shows an incompatible kernel side instead of pretending it is absent', () => {
@@ -148,10 +148,10 @@ describe('reduce: stream', () => {
       commSample(1, 1001, 2 * GiB),
       commSample(2, 1002, 3 * GiB)
     ]);
-    expect(state.commId).toBe('comm-1');
-    expect(state.lastSeq).toBe(2);
-    expect(state.sample?.devices[0].allocated).toBe(3 * GiB);
-    expect(state.history[0].map(p => p.allocated)).toEqual([
+    expect(state.process.commId).toBe('comm-1');
+    expect(state.process.lastSeq).toBe(2);
+    expect(state.process.sample?.devices[0].allocated).toBe(3 * GiB);
+    expect(state.process.history[0].map(p => p.allocated)).toEqual([
       1 * GiB,
       2 * GiB,
       3 * GiB
@@ -167,9 +167,12 @@ describe('reduce: stream', () => {
       commSample(4, 1004, 4 * GiB),
       commSample(5, 1005, 6 * GiB)
     ]);
-    expect(state.lastSeq).toBe(5);
-    expect(state.sample?.devices[0].allocated).toBe(5 * GiB);
-    expect(state.history[0].map(p => p.allocated)).toEqual([1 * GiB, 5 * GiB]);
+    expect(state.process.lastSeq).toBe(5);
+    expect(state.process.sample?.devices[0].allocated).toBe(5 * GiB);
+    expect(state.process.history[0].map(p => p.allocated)).toEqual([
+      1 * GiB,
+      5 * GiB
+    ]);
   });
 
   it('drops a reply sample older than a pushed one', () => {
@@ -183,8 +186,8 @@ describe('reduce: stream', () => {
         reply: okReply('sample', { sample: sample({ time: 1005 }) })
       }
     ]);
-    expect(state.sample?.time).toBe(1010);
-    expect(state.sample?.devices[0].allocated).toBe(7 * GiB);
+    expect(state.process.sample?.time).toBe(1010);
+    expect(state.process.sample?.devices[0].allocated).toBe(7 * GiB);
   });
 
   it('restarts numbering on a new comm', () => {
@@ -203,25 +206,25 @@ describe('reduce: stream', () => {
         }
       }
     ]);
-    expect(state.commId).toBe('comm-2');
-    expect(state.lastSeq).toBe(0);
-    expect(state.sample?.time).toBe(1002);
+    expect(state.process.commId).toBe('comm-2');
+    expect(state.process.lastSeq).toBe(0);
+    expect(state.process.sample?.time).toBe(1002);
   });
 
   it('takes the comm id from hello and subscribe replies', () => {
     let state = run([follow, hello]);
-    expect(state.commId).toBe('comm-1');
+    expect(state.process.commId).toBe('comm-1');
     state = reduce(state, commSample(3, 1003, GiB));
     state = reduce(state, subscribed);
     // The same comm: numbering goes on.
-    expect(state.lastSeq).toBe(3);
+    expect(state.process.lastSeq).toBe(3);
     state = reduce(state, {
       type: 'reply',
       action: 'subscribe',
       reply: okReply('subscribe', { stream: { ...STREAM, comm_id: 'comm-9' } })
     });
-    expect(state.commId).toBe('comm-9');
-    expect(state.lastSeq).toBeNull();
+    expect(state.process.commId).toBe('comm-9');
+    expect(state.process.lastSeq).toBeNull();
   });
 
   it('keeps numbering across a restarted stream on the same comm', () => {
@@ -240,10 +243,10 @@ describe('reduce: stream', () => {
       commSample(4, 1004, 4 * GiB),
       commSample(7, 1007, 7 * GiB)
     ]);
-    expect(state.stream).toEqual(restarted);
-    expect(state.lastSeq).toBe(7);
-    expect(state.sample?.devices[0].allocated).toBe(7 * GiB);
-    expect(state.history[0].map(p => p.allocated)).toEqual([
+    expect(state.process.stream).toEqual(restarted);
+    expect(state.process.lastSeq).toBe(7);
+    expect(state.process.sample?.devices[0].allocated).toBe(7 * GiB);
+    expect(state.process.history[0].map(p => p.allocated)).toEqual([
       1 * GiB,
       5 * GiB,
       7 * GiB
@@ -260,8 +263,8 @@ describe('reduce: stream', () => {
         data: { protocol: 1, type: 'heartbeat', seq: 1, time: 1030, busy: true }
       }
     ]);
-    expect(state.busy).toBe(true);
-    expect(state.lastHeard).toBe(1030);
+    expect(state.process.busy).toBe(true);
+    expect(state.process.lastHeard).toBe(1030);
   });
 
   it('keeps cell markers', () => {
@@ -289,7 +292,7 @@ describe('reduce: stream', () => {
         data: { protocol: 1, type: 'cell', seq: 1, cell }
       }
     ]);
-    expect(state.cells).toEqual([cell]);
+    expect(state.process.cells).toEqual([cell]);
   });
 
   it('forgets trend points older than the trend length', () => {
@@ -298,9 +301,11 @@ describe('reduce: stream', () => {
       state = reduce(state, commSample(i, 1000 + i * 30, i * GiB));
     }
     // Newest at 1150: one minute back is 1090.
-    expect(state.history[0].map(p => p.time)).toEqual([1090, 1120, 1150]);
+    expect(state.process.history[0].map(p => p.time)).toEqual([
+      1090, 1120, 1150
+    ]);
     state = reduce(state, { type: 'configure', trendMinutes: 0.5 });
-    expect(state.history[0].map(p => p.time)).toEqual([1120, 1150]);
+    expect(state.process.history[0].map(p => p.time)).toEqual([1120, 1150]);
   });
 });
 
@@ -319,9 +324,9 @@ describe('reduce: kernel lifecycle', () => {
       { type: 'kernel_status', status: 'restarting' }
     ]);
     expect(state.status.kind).toBe('restarting');
-    expect(state.sample).toBeNull();
-    expect(state.history).toEqual({});
-    expect(state.lastSeq).toBeNull();
+    expect(state.process.sample).toBeNull();
+    expect(state.process.history).toEqual({});
+    expect(state.process.lastSeq).toBeNull();
   });
 
   it('shows a dead kernel and ignores late comm messages', () => {
@@ -332,7 +337,7 @@ describe('reduce: kernel lifecycle', () => {
       commSample(1, 1001, GiB)
     ]);
     expect(state.status.kind).toBe('dead');
-    expect(state.sample).toBeNull();
+    expect(state.process.sample).toBeNull();
   });
 
   it('greets again after a restart', () => {
@@ -362,7 +367,7 @@ describe('reduce: kernel lifecycle', () => {
       { type: 'follow', kernelId: 'k2', source: 'Other.ipynb' }
     ]);
     expect(state.status.kind).toBe('loading');
-    expect(state.sample).toBeNull();
+    expect(state.process.sample).toBeNull();
     expect(state.kernelId).toBe('k2');
   });
 });
@@ -386,9 +391,9 @@ describe('reduce: actions', () => {
         reply: okReply('empty_cache', { released: { '0': GiB }, sample: after })
       }
     ]);
-    expect(state.pending).toBeNull();
+    expect(state.process.pending).toBeNull();
     expect(state.notice).toEqual({ kind: 'released', released: { '0': GiB } });
-    expect(state.sample?.devices[0].reserved).toBe(GiB);
+    expect(state.process.sample?.devices[0].reserved).toBe(GiB);
   });
 
   it('shows the real caching state from the reply', () => {
@@ -424,7 +429,7 @@ describe('reduce: actions', () => {
         reply: errorReply('set_limit', 'refused', 'device 3 out of range')
       }
     ]);
-    expect(state.pending).toBeNull();
+    expect(state.process.pending).toBeNull();
     expect(state.lastError).toEqual({
       action: 'set_limit',
       code: 'refused',
@@ -448,7 +453,7 @@ describe('reduce: actions', () => {
       }
     ]);
     expect(state.notice).toEqual({ kind: 'limit', device: 0, limit });
-    expect(state.sample?.devices[0].limit).toEqual(limit);
+    expect(state.process.sample?.devices[0].limit).toEqual(limit);
   });
 
   it('reports an action without reply', () => {
@@ -458,7 +463,7 @@ describe('reduce: actions', () => {
       { type: 'pending', action: 'reset_peak' },
       { type: 'no_reply', action: 'reset_peak' }
     ]);
-    expect(state.pending).toBeNull();
+    expect(state.process.pending).toBeNull();
     expect(state.lastError?.code).toBe('timeout');
   });
 
@@ -521,13 +526,13 @@ describe('reduce: who holds it', () => {
   const sent: GpuMemEvent = { type: 'who_sent' };
 
   it('starts unread, loads, then keeps the reading with its time', () => {
-    expect(run(connected).who).toEqual({
+    expect(run(connected).process.who).toEqual({
       status: 'idle',
       data: null,
       error: null,
       fetchedAt: null
     });
-    expect(run([...connected, sent]).who.status).toBe('loading');
+    expect(run([...connected, sent]).process.who.status).toBe('loading');
     const result = whoResult({
       tracking: true,
       devices: [
@@ -540,22 +545,22 @@ describe('reduce: who holds it', () => {
       postmortems: [postmortem()]
     });
     const state = run([...connected, sent, whoOk(result, 1234)]);
-    expect(state.who.status).toBe('ok');
-    expect(state.who.data).toEqual(result);
-    expect(state.who.fetchedAt).toBe(1234);
-    expect(state.tracking).toBe(true);
-    expect(state.postmortems).toEqual([postmortem()]);
+    expect(state.process.who.status).toBe('ok');
+    expect(state.process.who.data).toEqual(result);
+    expect(state.process.who.fetchedAt).toBe(1234);
+    expect(state.process.tracking).toBe(true);
+    expect(state.process.postmortems).toEqual([postmortem()]);
     // A reading is not an action of the status line.
     expect(state.notice).toBeNull();
     expect(state.lastError).toBeNull();
-    expect(state.pending).toBeNull();
+    expect(state.process.pending).toBeNull();
   });
 
   it('keeps the last reading while the next one loads', () => {
     const state = run([...connected, sent, whoOk(), sent]);
-    expect(state.who.status).toBe('loading');
-    expect(state.who.data).toEqual(whoResult());
-    expect(state.who.fetchedAt).toBe(5000);
+    expect(state.process.who.status).toBe('loading');
+    expect(state.process.who.data).toEqual(whoResult());
+    expect(state.process.who.fetchedAt).toBe(5000);
   });
 
   it('says busy while a cell runs, keeping the older reading', () => {
@@ -566,9 +571,9 @@ describe('reduce: who holds it', () => {
       sent,
       whoError('busy', 'busy: available when the cell ends')
     ]);
-    expect(state.who.status).toBe('busy');
-    expect(state.who.error).toBeNull();
-    expect(state.who.data).toEqual(whoResult());
+    expect(state.process.who.status).toBe('busy');
+    expect(state.process.who.error).toBeNull();
+    expect(state.process.who.data).toEqual(whoResult());
     expect(state.lastError).toBeNull();
   });
 
@@ -576,28 +581,28 @@ describe('reduce: who holds it', () => {
     const reason =
       'torch is not imported in this kernel: PyTorch holds no GPU memory';
     const state = run([...connected, sent, whoError('refused', reason)]);
-    expect(state.who.status).toBe('error');
-    expect(state.who.error).toEqual({
+    expect(state.process.who.status).toBe('error');
+    expect(state.process.who.error).toEqual({
       action: 'who',
       code: 'refused',
       message: reason
     });
     expect(state.lastError).toBeNull();
     const again = run([sent], state);
-    expect(again.who.status).toBe('loading');
-    expect(again.who.error).toBeNull();
+    expect(again.process.who.status).toBe('loading');
+    expect(again.process.who.error).toBeNull();
   });
 
   it('reports a reading that got no answer', () => {
     expect(
-      run([...connected, sent, { type: 'no_reply', action: 'who' }]).who
+      run([...connected, sent, { type: 'no_reply', action: 'who' }]).process.who
     ).toMatchObject({ status: 'error', error: { code: 'timeout' } });
     expect(
       run([
         ...connected,
         sent,
         { type: 'who_failed', code: 'local', message: 'no kernel' }
-      ]).who
+      ]).process.who
     ).toMatchObject({
       status: 'error',
       error: { code: 'local', message: 'no kernel' }
@@ -611,8 +616,8 @@ describe('reduce: who holds it', () => {
       sent,
       { type: 'follow', kernelId: 'k2', source: 'b.ipynb' }
     ]);
-    expect(other.who.status).toBe('idle');
-    expect(run([whoOk()], other).who).toEqual(other.who);
+    expect(other.process.who.status).toBe('idle');
+    expect(run([whoOk()], other).process.who).toEqual(other.process.who);
     // Asked before a restart, answered by the old process.
     const restarted = run([
       ...connected,
@@ -621,15 +626,15 @@ describe('reduce: who holds it', () => {
       sent,
       { type: 'kernel_status', status: 'restarting' }
     ]);
-    expect(restarted.who.status).toBe('idle');
-    expect(restarted.who.data).toBeNull();
-    expect(restarted.tracking).toBeNull();
-    expect(restarted.postmortems).toEqual([]);
+    expect(restarted.process.who.status).toBe('idle');
+    expect(restarted.process.who.data).toBeNull();
+    expect(restarted.process.tracking).toBeNull();
+    expect(restarted.process.postmortems).toEqual([]);
     const late = run([whoOk()], restarted);
     expect(late).toBe(restarted);
     // With no kernel nothing is read.
     const none = run([{ type: 'follow', kernelId: null, source: null }, sent]);
-    expect(none.who.status).toBe('idle');
+    expect(none.process.who.status).toBe('idle');
   });
 
   it('takes post-mortems and kept lines from cell markers', () => {
@@ -665,13 +670,13 @@ describe('reduce: who holds it', () => {
       ...connected,
       marker(1, { failed: true, postmortems: [oom] })
     ]);
-    expect(state.postmortems).toEqual([oom]);
-    expect(state.cells[0].devices[0].kept_at?.[0].line).toBe(1);
+    expect(state.process.postmortems).toEqual([oom]);
+    expect(state.process.cells[0].devices[0].kept_at?.[0].line).toBe(1);
     // The kernel keeps them until the next out-of-memory error.
-    expect(run([marker(2, {})], state).postmortems).toEqual([oom]);
-    expect(run([marker(2, { postmortems: [] })], state).postmortems).toEqual([
-      oom
-    ]);
+    expect(run([marker(2, {})], state).process.postmortems).toEqual([oom]);
+    expect(
+      run([marker(2, { postmortems: [] })], state).process.postmortems
+    ).toEqual([oom]);
   });
 
   it('reads tracking as {active, wanted} from hello and track, and the old boolean', () => {
@@ -681,13 +686,19 @@ describe('reduce: who holds it', () => {
       reply: okReply('hello', { ...helloResult(), tracking } as any)
     });
     const wanted = run([follow, hello({ active: false, wanted: true })]);
-    expect(wanted.tracking).toBe(false);
-    expect(wanted.trackingWanted).toBe(true);
+    expect(wanted.process.tracking).toBe(false);
+    expect(wanted.process.trackingWanted).toBe(true);
     const on = run([follow, hello({ active: true, wanted: false })]);
-    expect([on.tracking, on.trackingWanted]).toEqual([true, true]);
+    expect([on.process.tracking, on.process.trackingWanted]).toEqual([
+      true,
+      true
+    ]);
     // A kernel before revision 3 says nothing: unknown stays unknown.
     const old = run([follow, hello(undefined)]);
-    expect([old.tracking, old.trackingWanted]).toEqual([null, false]);
+    expect([old.process.tracking, old.process.trackingWanted]).toEqual([
+      null,
+      false
+    ]);
     const off = run([
       ...connected,
       {
@@ -700,7 +711,10 @@ describe('reduce: who holds it', () => {
         args: { enabled: false }
       }
     ]);
-    expect([off.tracking, off.trackingWanted]).toEqual([false, false]);
+    expect([off.process.tracking, off.process.trackingWanted]).toEqual([
+      false,
+      false
+    ]);
   });
 
   it('words the track and release_traceback replies in the status line', () => {
@@ -717,8 +731,8 @@ describe('reduce: who holds it', () => {
         args: { enabled: true }
       }
     ]);
-    expect(tracked.pending).toBeNull();
-    expect(tracked.tracking).toBe(true);
+    expect(tracked.process.pending).toBeNull();
+    expect(tracked.process.tracking).toBe(true);
     expect(tracked.notice).toEqual({
       kind: 'tracking',
       requested: true,
@@ -755,7 +769,7 @@ describe('reduce: who holds it', () => {
         )
       }
     ]);
-    expect(busy.pending).toBeNull();
+    expect(busy.process.pending).toBeNull();
     expect(busy.lastError).toEqual({
       action: 'release_traceback',
       code: 'busy',
@@ -770,7 +784,7 @@ describe('reduce: who holds it', () => {
       whoOk(whoResult({ tracking: true })),
       { type: 'hello_timeout' }
     ]);
-    expect(state.who.data).toBeNull();
-    expect(state.tracking).toBeNull();
+    expect(state.process.who.data).toBeNull();
+    expect(state.process.tracking).toBeNull();
   });
 });

@@ -40,8 +40,8 @@ describe('GpuMemStore', () => {
     store.dispatch({ type: 'who_sent' });
     store.dispatch(reply);
     expect(changes).toHaveLength(3);
-    expect(store.state.who.status).toBe('ok');
-    expect(store.state.who.data).toEqual(whoResult());
+    expect(store.state.process.who.status).toBe('ok');
+    expect(store.state.process.who.data).toEqual(whoResult());
     store.dispatch(reply);
     expect(changes).toHaveLength(3);
   });

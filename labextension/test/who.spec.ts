@@ -107,7 +107,7 @@ describe('reading who holds the memory', () => {
     kernel.iopubStatus('idle');
     await flush(10000);
     expect(kernel.requests('who')).toHaveLength(0);
-    expect(model.state.who.status).toBe('idle');
+    expect(model.state.process.who.status).toBe('idle');
   });
 
   it('reads when the tab is shown, with the rows it shows', async () => {
@@ -117,11 +117,11 @@ describe('reading who holds the memory', () => {
     model.setWhoShown(true);
     expect(kernel.requests('who')).toHaveLength(1);
     expect(kernel.last('who').args).toEqual({ n: WHO_ROWS });
-    expect(model.state.who.status).toBe('loading');
+    expect(model.state.process.who.status).toBe('loading');
     await answerWho(kernel);
-    expect(model.state.who.status).toBe('ok');
-    expect(model.state.who.data).toEqual(whoResult());
-    expect(model.state.who.fetchedAt).toBe(Date.now());
+    expect(model.state.process.who.status).toBe('ok');
+    expect(model.state.process.who.data).toEqual(whoResult());
+    expect(model.state.process.who.fetchedAt).toBe(Date.now());
     // Shown again with nothing new: the reading stands.
     model.setWhoShown(false);
     model.setWhoShown(true);
@@ -186,14 +186,14 @@ describe('reading who holds the memory', () => {
     void model.who();
     expect(kernel.requests('who')).toHaveLength(2);
     await answerWho(kernel, BUSY);
-    expect(model.state.who.status).toBe('busy');
-    expect(model.state.who.data).toEqual(whoResult());
+    expect(model.state.process.who.status).toBe('busy');
+    expect(model.state.process.who.data).toEqual(whoResult());
     await flush(10000);
     expect(kernel.requests('who')).toHaveLength(2);
     kernel.iopubStatus('idle');
     expect(kernel.requests('who')).toHaveLength(3);
     await answerWho(kernel);
-    expect(model.state.who.status).toBe('ok');
+    expect(model.state.process.who.status).toBe('ok');
   });
 
   it('hears the end of the cell from a heartbeat too', async () => {
@@ -237,7 +237,7 @@ describe('reading who holds the memory', () => {
     // A few times only; then the end of a cell or Refresh reads.
     await flush(60000);
     expect(kernel.requests('who')).toHaveLength(4);
-    expect(model.state.who.status).toBe('busy');
+    expect(model.state.process.who.status).toBe('busy');
     kernel.iopubStatus('busy');
     kernel.iopubStatus('idle');
     expect(kernel.requests('who')).toHaveLength(5);
@@ -282,8 +282,8 @@ describe('reading who holds the memory', () => {
     first.reply(okReply('who', whoResult() as any));
     await flush();
     expect(model.state.kernelId).toBe('k2');
-    expect(model.state.who.status).toBe('idle');
-    expect(model.state.who.data).toBeNull();
+    expect(model.state.process.who.status).toBe('idle');
+    expect(model.state.process.who.data).toBeNull();
     // The new kernel is read once it answers.
     await connect(other);
     expect(other.requests('who')).toHaveLength(1);
@@ -298,7 +298,7 @@ describe('reading who holds the memory', () => {
     kernel.setStatus('restarting');
     first.reply(okReply('who', whoResult() as any));
     await flush();
-    expect(model.state.who.data).toBeNull();
+    expect(model.state.process.who.data).toBeNull();
     kernel.newProcessIdle('process-2');
     await connect(kernel, undefined, 'process-2');
     expect(kernel.requests('who')).toHaveLength(2);
@@ -314,7 +314,7 @@ describe('reading who holds the memory', () => {
     cellMarker(kernel);
     kernel.iopubStatus('idle');
     expect(kernel.requests('who')).toHaveLength(0);
-    expect(model.state.who.status).toBe('idle');
+    expect(model.state.process.who.status).toBe('idle');
   });
 
   it('reports a reading the kernel never answers', async () => {
@@ -323,8 +323,8 @@ describe('reading who holds the memory', () => {
     await connect(kernel);
     model.setWhoShown(true);
     await flush(15001);
-    expect(model.state.who.status).toBe('error');
-    expect(model.state.who.error?.code).toBe('timeout');
+    expect(model.state.process.who.status).toBe('error');
+    expect(model.state.process.who.error?.code).toBe('timeout');
     // No status-line error: the tab says it.
     expect(model.state.lastError).toBeNull();
   });
@@ -337,7 +337,7 @@ describe('reading who holds the memory', () => {
     await answerWho(kernel);
     const switched = model.setTracking(true);
     expect(kernel.last('track').args).toEqual({ enabled: true });
-    expect(model.state.pending).toBe('track');
+    expect(model.state.process.pending).toBe('track');
     kernel.last('track').reply(
       okReply('track', {
         tracking: true,
@@ -345,7 +345,7 @@ describe('reading who holds the memory', () => {
       })
     );
     await switched;
-    expect(model.state.tracking).toBe(true);
+    expect(model.state.process.tracking).toBe(true);
     expect(model.state.notice?.kind).toBe('tracking');
     expect(kernel.requests('who')).toHaveLength(2);
     const tracked = whoResult({
@@ -359,7 +359,7 @@ describe('reading who holds the memory', () => {
       ]
     });
     await answerWho(kernel, okReply('who', tracked as any));
-    expect(model.state.who.data?.devices[0].by_line?.by).toBe('line');
+    expect(model.state.process.who.data?.devices[0].by_line?.by).toBe('line');
   });
 
   it('releases the traceback, then reads again', async () => {

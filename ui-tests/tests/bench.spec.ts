@@ -188,8 +188,8 @@ test('panel update cost with 8 devices (Overview tab)', async ({
           await settle();
           const state = model.state;
           before = {
-            points: state.history[args.watched].length,
-            cells: state.cells.length,
+            points: state.process.history[args.watched].length,
+            cells: state.process.cells.length,
             markers: body.querySelectorAll(
               `[data-device="${args.watched}"] .jp-GpuMem-markerLabel`
             ).length,
@@ -256,15 +256,15 @@ test('panel update cost with 8 devices (Overview tab)', async ({
         missed,
         before,
         after: {
-          points: state.history[args.watched].length,
-          cells: state.cells.length,
+          points: state.process.history[args.watched].length,
+          cells: state.process.cells.length,
           markers: body.querySelectorAll(
             `[data-device="${args.watched}"] .jp-GpuMem-markerLabel`
           ).length,
           nodes: body.querySelectorAll('*').length
         },
         devices: body.querySelectorAll('.jp-GpuMem-device').length,
-        historyDevices: Object.keys(state.history).length,
+        historyDevices: Object.keys(state.process.history).length,
         tab: body
           .querySelector('.jp-GpuMem-tabPanel')
           ?.getAttribute('data-tab'),

@@ -190,9 +190,9 @@ export async function panelToFeed(
     });
     const state = model.state;
     return {
-      commId: state.commId as string,
-      lastSeq: (state.lastSeq ?? 0) as number,
-      time: state.sample.time as number,
+      commId: state.process.commId as string,
+      lastSeq: (state.process.lastSeq ?? 0) as number,
+      time: state.process.sample.time as number,
       subscribed: model._client._subscription._subscribed as boolean,
       jupyterlab: w.jupyterapp.version as string
     };

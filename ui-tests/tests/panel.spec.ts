@@ -397,7 +397,7 @@ function figureTests(allocator: IAllocator): void {
         const model = (window as any).jupyterapp.pluginRegistry?._plugins?.get(
           'jupyter-gpumem:plugin'
         )?.service;
-        const points = model?.state.history[0] ?? [];
+        const points = model?.state.process.history[0] ?? [];
         return points.length > 1
           ? points[points.length - 1].time - points[0].time
           : -1;

@@ -5,7 +5,7 @@
 import { KernelMessage } from '@jupyterlab/services';
 
 import { Action } from '../protocol';
-import { IGpuMemState } from '../state';
+import { UserAction } from '../state';
 import { IClientContext } from './context';
 
 /** Code run by Attach. */
@@ -32,7 +32,7 @@ export class ActionSender {
     if (!kernel || ctx.state.status.kind !== 'not_loaded') {
       return;
     }
-    if (kernel.status !== 'idle' || ctx.state.busy) {
+    if (kernel.status !== 'idle' || ctx.state.process.busy) {
       ctx.dispatch({
         type: 'local_error',
         action: 'attach',
@@ -79,13 +79,13 @@ export class ActionSender {
   async perform(action: Action, args: Record<string, unknown>): Promise<void> {
     const ctx = this._ctx;
     const kernel = ctx.kernel;
-    if (!kernel || ctx.state.pending !== null) {
+    if (!kernel || ctx.state.process.pending !== null) {
       return;
     }
     const generation = ctx.generation;
     ctx.dispatch({
       type: 'pending',
-      action: action as IGpuMemState['pending']
+      action: action as UserAction
     });
     const outcome = await ctx.request(action, args, ctx.requestTimeoutMs);
     if (generation !== ctx.generation || kernel !== ctx.kernel) {

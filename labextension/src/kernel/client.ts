@@ -10,19 +10,23 @@
  */
 import { Kernel, KernelMessage } from '@jupyterlab/services';
 import { IDisposable } from '@lumino/disposable';
+import { Poll } from '@lumino/polling';
 import { Signal } from '@lumino/signaling';
 
 import { Action, IHelloResult } from '../protocol';
 import { GpuMemEvent, IGpuMemState, ReadingView } from '../state';
 import { GpuMemStore } from '../state';
 import { ActionSender } from './actions';
-import { IClientContext } from './context';
+import { IClientContext, stopPoll } from './context';
 import { GlanceReader } from './glance';
 import { ProcessTracker } from './process';
 import { OnDemandReadings } from './readings';
 import { RequestOutcome, sendRequest } from './request';
 import { SampleSubscription } from './subscription';
 import { IKernelLike, IKernelSource, ISessionLike, kernelOf } from './types';
+
+/** The first `hello` again after the old process took one, ms. */
+export const HELLO_RETRY_MS = 300;
 
 export class GpuMemClient implements IDisposable, IClientContext {
   constructor(options: GpuMemClient.IOptions) {
@@ -70,9 +74,9 @@ export class GpuMemClient implements IDisposable, IClientContext {
   }
 
   dispatch(event: GpuMemEvent): void {
-    const wasBusy = this.state.busy;
+    const wasBusy = this.state.process.busy;
     this._store.dispatch(event);
-    if (wasBusy && !this.state.busy) {
+    if (wasBusy && !this.state.process.busy) {
       // A cell ended (or the process went away: then nothing is read).
       this._readings.cellEnded();
     }
@@ -100,6 +104,8 @@ export class GpuMemClient implements IDisposable, IClientContext {
       return;
     }
     this._setSession(null, '');
+    stopPoll(this._helloRetry);
+    this._subscription.dispose();
     this._readings.dispose();
     this._glance.dispose();
     this._isDisposed = true;
@@ -389,7 +395,43 @@ export class GpuMemClient implements IDisposable, IClientContext {
     void this._hello(kind === 'ok' || kind === 'not_initialized');
   }
 
+  /**
+   * Greet the kernel; when the process a restart replaced takes the hello,
+   * greet the new one again (`_helloRetry`).
+   */
   private async _hello(quiet: boolean): Promise<void> {
+    if ((await this._greet(quiet)) === 'stale') {
+      this._helloRetryQuiet = quiet;
+      this._helloRetryGeneration = this._generation;
+      void this._helloRetry.schedule({
+        interval: HELLO_RETRY_MS,
+        phase: 'started'
+      });
+    }
+  }
+
+  /**
+   * The tick of `_helloRetry`: greet again while the same kernel process is
+   * followed and the panel shown; rejects (and the poll backs off) while the
+   * old process keeps answering.
+   */
+  private async _helloRetryTick(): Promise<void> {
+    const tick = this._helloRetry.tick;
+    if (
+      this._helloRetryGeneration === this._generation &&
+      this._visible &&
+      (await this._greet(this._helloRetryQuiet)) === 'stale'
+    ) {
+      throw new Error('hello: answered by the replaced process');
+    }
+    if (this._helloRetry.tick === tick) {
+      // Done (unless another hello scheduled it meanwhile).
+      void this._helloRetry.stop();
+    }
+  }
+
+  /** One `hello` and what follows its reply; 'stale': the old process took it. */
+  private async _greet(quiet: boolean): Promise<'stale' | void> {
     const kernel = this._kernel;
     const generation = this._generation;
     if (!kernel || this._helloGeneration === generation) {
@@ -410,13 +452,7 @@ export class GpuMemClient implements IDisposable, IClientContext {
       return;
     }
     if (outcome.kind === 'stale') {
-      // The old process took our hello: ask the new one.
-      setTimeout(() => {
-        if (generation === this._generation && this._visible) {
-          void this._hello(quiet);
-        }
-      }, 300);
-      return;
+      return 'stale';
     }
     if (outcome.kind === 'timeout') {
       if (kernel.status === 'idle' || kernel.status === 'busy') {
@@ -474,6 +510,21 @@ export class GpuMemClient implements IDisposable, IClientContext {
   private _helloTimeoutMs: number;
   /** A cell ended while a hello was waiting for its reply. */
   private _helloAfterCell = false;
+  /**
+   * Greets the new process again after the old one took a hello: the first
+   * time `HELLO_RETRY_MS` later, then backing off while the old process
+   * keeps answering; it ticks only when `_hello` schedules it.
+   */
+  private readonly _helloRetry = new Poll({
+    name: 'jupyter-gpumem:hello-retry',
+    auto: false,
+    factory: () => this._helloRetryTick(),
+    frequency: { interval: HELLO_RETRY_MS, backoff: true },
+    standby: 'never'
+  });
+  /** What the hello the retry repeats was: its quietness, its generation. */
+  private _helloRetryQuiet = false;
+  private _helloRetryGeneration: number | null = null;
   private _isDisposed = false;
 }
 

@@ -37,15 +37,32 @@ export interface IClientContext {
   ): Promise<RequestOutcome>;
 }
 
+/** How a poll made by `every` behaves besides its interval. */
+export interface IEveryOptions {
+  /**
+   * `'when-hidden'`: stand by while the browser tab is hidden (for what only
+   * matters on screen: a tick then runs nothing and the next comes one
+   * interval later); `'never'`: keep ticking (a lease renewal, a watchdog).
+   */
+  standby: Poll.Standby;
+  /**
+   * A tick that rejects makes the next come later (lumino's backoff, up to
+   * 30 s or the interval if longer) until one resolves; false: every
+   * interval whatever the outcome.
+   */
+  backoff: boolean;
+}
+
 /**
  * Run `tick` every `ms` (the first time after `ms`, as `setInterval` does)
- * until the poll is disposed; a tick that returns a promise delays the next
- * until it settles. Never stands by: the panel decides when to stop.
+ * until the poll is stopped; a tick that returns a promise delays the next
+ * until it settles. Stop it with `stopPoll`.
  */
 export function every(
   name: string,
   ms: number,
-  tick: () => void | Promise<unknown>
+  tick: () => void | Promise<unknown>,
+  options: IEveryOptions
 ): Poll {
   const poll = new Poll({
     name: `jupyter-gpumem:${name}`,
@@ -53,11 +70,24 @@ export function every(
     factory: async () => {
       await tick();
     },
-    frequency: { interval: ms, backoff: false },
-    standby: 'never'
+    frequency: { interval: ms, backoff: options.backoff },
+    standby: options.standby,
+    // Hidden: stand by from the next tick on.
+    linger: 0
   });
   // Started with the first tick `ms` from now (an automatic start would tick
   // at once, one timer turn later).
   void poll.schedule({ interval: ms, phase: 'started' });
   return poll;
+}
+
+/**
+ * Stop and dispose of a poll: disposing alone leaves its pending timer
+ * behind.
+ */
+export function stopPoll(poll: Poll | null): void {
+  if (poll && !poll.isDisposed) {
+    void poll.stop();
+    poll.dispose();
+  }
 }

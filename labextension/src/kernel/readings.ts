@@ -30,7 +30,7 @@ export function readingArgs(
   view: ReadingView,
   state: IGpuMemState
 ): Record<string, unknown> {
-  const source = state.segmentsSource;
+  const source = state.process.segmentsSource;
   if (view !== 'segments' || source === null) {
     return READING_ARGS[view];
   }
@@ -174,7 +174,7 @@ export class OnDemandReadings {
   maybeFetchWho(): void {
     if (
       this._whoDue &&
-      !this._ctx.state.busy &&
+      !this._ctx.state.process.busy &&
       this._whoInFlight !== this._ctx.generation &&
       this._whoWanted()
     ) {
@@ -337,7 +337,7 @@ export class OnDemandReadings {
     const ctx = this._ctx;
     this._whoDue = true;
     if (
-      ctx.state.busy ||
+      ctx.state.process.busy ||
       this._whoBusyRetries >= WHO_BUSY_DELAYS_MS.length ||
       this._whoRetry.isDisposed
     ) {

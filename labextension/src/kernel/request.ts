@@ -70,6 +70,7 @@ export function sendRequest(
           : { kind: 'reply', reply: checked }
       );
     };
+    // Not a Poll: one deadline for one message, cleared when its reply comes.
     const timer = setTimeout(() => {
       settle({ kind: 'timeout' });
       if (!future.isDisposed) {

@@ -9,7 +9,7 @@ import { Kernel, KernelMessage } from '@jupyterlab/services';
 import { Poll } from '@lumino/polling';
 
 import { checkCommData, COMM_TARGET, IStreamState } from '../protocol';
-import { every, IClientContext } from './context';
+import { every, IClientContext, stopPoll } from './context';
 import { RequestOutcome } from './request';
 import { IKernelLike } from './types';
 
@@ -138,6 +138,12 @@ export class SampleSubscription {
     this._subscribed = false;
   }
 
+  /** The client goes: no timer is left behind. */
+  dispose(): void {
+    this.clearTimers();
+    stopPoll(this._readopt);
+  }
+
   /** The process went away (a restart, death): its comm and stream too. */
   reset(): void {
     this.clearTimers();
@@ -192,26 +198,45 @@ export class SampleSubscription {
     }
   }
 
-  /** Ask for samples every refresh interval (no stream to listen to). */
+  /**
+   * Ask for samples every refresh interval (no stream to listen to), not
+   * while the browser tab is hidden, less often while the kernel does not
+   * answer.
+   */
   startPolling(): void {
     const ctx = this._ctx;
     this.clearTimers();
     const generation = ctx.generation;
     // A request in flight delays the next tick: never two at once.
-    this._polling = every('poll', ctx.refreshRateMs(), async () => {
-      if (generation !== ctx.generation || !ctx.visible) {
-        return;
-      }
-      const outcome = await ctx.request('sample', {}, ctx.requestTimeoutMs);
-      if (generation === ctx.generation && outcome.kind === 'reply') {
-        ctx.dispatch({ type: 'reply', action: 'sample', reply: outcome.reply });
-      }
-    });
+    this._polling = every(
+      'poll',
+      ctx.refreshRateMs(),
+      async () => {
+        if (generation !== ctx.generation || !ctx.visible) {
+          return;
+        }
+        const outcome = await ctx.request('sample', {}, ctx.requestTimeoutMs);
+        if (generation !== ctx.generation) {
+          return;
+        }
+        if (outcome.kind === 'reply') {
+          ctx.dispatch({
+            type: 'reply',
+            action: 'sample',
+            reply: outcome.reply
+          });
+        } else if (outcome.kind !== 'stale') {
+          // No answer: the poll backs off until one comes.
+          throw new Error(`sample: ${outcome.kind}`);
+        }
+      },
+      { standby: 'when-hidden', backoff: true }
+    );
   }
 
   clearTimers(): void {
     for (const poll of [this._watchdog, this._polling, this._renewal]) {
-      poll?.dispose();
+      stopPoll(poll);
     }
     this._watchdog = null;
     this._polling = null;
@@ -248,21 +273,30 @@ export class SampleSubscription {
         return;
       }
       this._comm = null;
-      setTimeout(() => {
-        const kernel = ctx.kernel;
-        if (
-          generation !== ctx.generation ||
-          this._comm !== null ||
-          !kernel ||
-          kernel.isDisposed
-        ) {
-          return;
-        }
-        if (!this.adoptComm(kernel, comm.commId)) {
-          this.startPolling();
-        }
-      }, 0);
+      this._readoptId = comm.commId;
+      this._readoptGeneration = generation;
+      void this._readopt.refresh();
     };
+  }
+
+  /** The tick of `_readopt`: listen again on the comm that closed. */
+  private _readoptTick(): void {
+    const ctx = this._ctx;
+    const kernel = ctx.kernel;
+    const commId = this._readoptId;
+    this._readoptId = null;
+    if (
+      commId === null ||
+      this._readoptGeneration !== ctx.generation ||
+      this._comm !== null ||
+      !kernel ||
+      kernel.isDisposed
+    ) {
+      return;
+    }
+    if (!this.adoptComm(kernel, commId)) {
+      this.startPolling();
+    }
   }
 
   /**
@@ -280,15 +314,22 @@ export class SampleSubscription {
     this._lastCommAt = Date.now();
     // Checked twice per period, so a stream is re-subscribed at most 1.5
     // periods after its last message.
-    this._watchdog = every('watchdog', period / 2, () => {
-      if (!ctx.visible || !ctx.kernel) {
-        return;
-      }
-      if (Date.now() - this._lastCommAt > period || this._comm === null) {
-        this._lastCommAt = Date.now();
-        void this.subscribe();
-      }
-    });
+    // Neither stands by while the browser tab is hidden: an expired lease
+    // would stop the stream the panel shows when the tab comes back.
+    this._watchdog = every(
+      'watchdog',
+      period / 2,
+      () => {
+        if (!ctx.visible || !ctx.kernel) {
+          return;
+        }
+        if (Date.now() - this._lastCommAt > period || this._comm === null) {
+          this._lastCommAt = Date.now();
+          void this.subscribe();
+        }
+      },
+      { standby: 'never', backoff: false }
+    );
     const lease = stream && stream.lease_s > 0 ? stream.lease_s : 0;
     if (lease > 0) {
       this._renewal = every(
@@ -303,7 +344,8 @@ export class SampleSubscription {
           ) {
             void this.subscribe(true);
           }
-        }
+        },
+        { standby: 'never', backoff: false }
       );
     }
   }
@@ -319,4 +361,19 @@ export class SampleSubscription {
   private _timersFor: string | null = null;
   /** Subscribe requests awaiting their reply. */
   private _subscribing = 0;
+  /**
+   * Listens again on a comm the kernel closed, once JupyterLab has disposed
+   * of the closed one (which unregisters its id): it ticks only when
+   * `onClose` refreshes it, one timer turn later.
+   */
+  private readonly _readopt = new Poll({
+    name: 'jupyter-gpumem:comm-readopt',
+    auto: false,
+    factory: async () => this._readoptTick(),
+    frequency: { interval: Poll.NEVER, backoff: false },
+    standby: 'never'
+  });
+  /** The id of the comm to listen on again, and its generation. */
+  private _readoptId: string | null = null;
+  private _readoptGeneration: number | null = null;
 }

@@ -313,7 +313,8 @@ function disabled(reason: string): IAvailability {
 }
 
 function initializedDevices(state: IGpuMemState): IDevice[] {
-  return state.sample ? state.sample.devices.filter(d => d.initialized) : [];
+  const sample = state.process.sample;
+  return sample ? sample.devices.filter(d => d.initialized) : [];
 }
 
 /**
@@ -331,10 +332,10 @@ export function availability(
     if (kind !== 'not_loaded') {
       return disabled(trans.__('The extension is loaded already'));
     }
-    if (state.pending !== null) {
+    if (state.process.pending !== null) {
       return disabled(trans.__('Waiting for the kernel…'));
     }
-    if (state.busy) {
+    if (state.process.busy) {
       return disabled(trans.__('Wait for the running cell to finish'));
     }
     return ENABLED;
@@ -350,16 +351,16 @@ export function availability(
   }
   if (action === 'who') {
     // A reading, not an action: the other actions do not wait for it.
-    return state.who.status === 'loading'
+    return state.process.who.status === 'loading'
       ? disabled(trans.__('Reading who holds the memory…'))
       : ENABLED;
   }
   if (action === 'segments' || action === 'history') {
-    return state.readings[action].status === 'loading'
+    return state.process.readings[action].status === 'loading'
       ? disabled(trans.__('Reading…'))
       : ENABLED;
   }
-  if (state.pending !== null) {
+  if (state.process.pending !== null) {
     return disabled(trans.__('Waiting for the kernel to answer…'));
   }
   switch (action) {
@@ -378,7 +379,7 @@ export function availability(
       return ENABLED;
     }
     case 'set_caching': {
-      if (!state.sample || state.sample.caching === null) {
+      if (!state.process.sample || state.process.sample.caching === null) {
         return disabled(
           trans.__('The caching state is unknown for this kernel')
         );

@@ -41,8 +41,4 @@ export function pollGpuTable(options: IGpuTablePollOptions): Poll {
   return poll;
 }
 
-/** Stop and dispose: a disposed Poll would leave its pending timer behind. */
-export function stopPoll(poll: Poll): void {
-  void poll.stop();
-  poll.dispose();
-}
+export { stopPoll } from '../kernel/context';

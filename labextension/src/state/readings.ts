@@ -10,7 +10,8 @@ import {
   ISegmentsSource,
   READING_IDLE,
   READING_VIEWS,
-  ReadingView
+  ReadingView,
+  withProcess
 } from './types';
 
 export function isReadingView(action: string): action is ReadingView {
@@ -22,10 +23,9 @@ function withReading(
   view: ReadingView,
   reading: IReading<unknown>
 ): IGpuMemState {
-  return {
-    ...state,
-    readings: { ...state.readings, [view]: reading } as IReadings
-  };
+  return withProcess(state, {
+    readings: { ...state.process.readings, [view]: reading } as IReadings
+  });
 }
 
 /**
@@ -38,7 +38,7 @@ export function applyReading(
   reply: Reply,
   at: number | null
 ): IGpuMemState {
-  const before = state.readings[view];
+  const before = state.process.readings[view];
   if (before.status !== 'loading') {
     return state;
   }
@@ -76,7 +76,7 @@ export function readingFailed(
   code: string,
   message: string
 ): IGpuMemState {
-  const before = state.readings[view];
+  const before = state.process.readings[view];
   if (before.status !== 'loading') {
     return state;
   }
@@ -92,7 +92,7 @@ export function readingSent(
   state: IGpuMemState,
   view: ReadingView
 ): IGpuMemState {
-  const before = state.readings[view];
+  const before = state.process.readings[view];
   if (state.kernelId === null || before.status === 'loading') {
     return state;
   }
@@ -111,7 +111,7 @@ export function segmentsSource(
   state: IGpuMemState,
   source: ISegmentsSource | null
 ): IGpuMemState {
-  const before = state.segmentsSource;
+  const before = state.process.segmentsSource;
   if (
     before === source ||
     (before !== null &&
@@ -122,7 +122,7 @@ export function segmentsSource(
     return state;
   }
   return withReading(
-    { ...state, segmentsSource: source },
+    withProcess(state, { segmentsSource: source }),
     'segments',
     READING_IDLE
   );

@@ -17,7 +17,8 @@ import {
   IGpuMemState,
   initialState,
   NO_READINGS,
-  WHO_IDLE
+  WHO_IDLE,
+  withProcess
 } from './types';
 import { whoFailed, whoSent } from './who';
 
@@ -44,18 +45,22 @@ function notLoaded(state: IGpuMemState): IGpuMemState {
         }
       : {}),
     status: { kind: 'not_loaded' },
-    sample: null,
-    stream: null,
     version: null,
     revision: null,
     actions: [],
-    who: WHO_IDLE,
-    tracking: null,
-    trackingWanted: false,
-    readings: NO_READINGS,
-    segmentsSource: null,
-    postmortems: [],
-    forecast: null
+    // The process runs on: its comm, trend, cells, busy and pending stay.
+    process: {
+      ...state.process,
+      sample: null,
+      stream: null,
+      who: WHO_IDLE,
+      tracking: null,
+      trackingWanted: false,
+      readings: NO_READINGS,
+      segmentsSource: null,
+      postmortems: [],
+      forecast: null
+    }
   };
 }
 
@@ -68,8 +73,7 @@ function noReply(state: IGpuMemState, action: Action): IGpuMemState {
     return readingFailed(state, action, 'timeout', '');
   }
   return {
-    ...state,
-    pending: clearPending(state, action),
+    ...withProcess(state, { pending: clearPending(state, action) }),
     notice: null,
     lastError: {
       action,
@@ -140,26 +144,25 @@ export function reduce(state: IGpuMemState, event: GpuMemEvent): IGpuMemState {
       }
       return applyComm(state, event.commId, event.data);
     case 'busy':
-      return state.busy === event.busy ? state : { ...state, busy: event.busy };
+      return state.process.busy === event.busy
+        ? state
+        : withProcess(state, { busy: event.busy });
     case 'pending':
       return {
-        ...state,
-        pending: event.action,
+        ...withProcess(state, { pending: event.action }),
         lastError: event.action ? null : state.lastError,
         notice: event.action ? null : state.notice
       };
     case 'attach_result':
       if (event.error === null) {
         return {
-          ...state,
-          pending: clearPending(state, 'attach'),
+          ...withProcess(state, { pending: clearPending(state, 'attach') }),
           notice: { kind: 'attached' },
           lastError: null
         };
       }
       return {
-        ...state,
-        pending: clearPending(state, 'attach'),
+        ...withProcess(state, { pending: clearPending(state, 'attach') }),
         notice: null,
         lastError: { action: 'attach', code: 'failed', message: event.error }
       };

@@ -18,7 +18,7 @@ import {
 } from '../protocol';
 import { applySample, withCommId } from './samples';
 import { applyReading, isReadingView } from './readings';
-import { IGpuMemState, UserAction } from './types';
+import { IGpuMemState, UserAction, withProcess } from './types';
 import { applyWho } from './who';
 
 /**
@@ -41,7 +41,8 @@ export function clearPending(
   state: IGpuMemState,
   action: string
 ): UserAction | null {
-  return state.pending === action ? null : state.pending;
+  const pending = state.process.pending;
+  return pending === action ? null : pending;
 }
 
 export function applyReply(
@@ -61,14 +62,12 @@ export function applyReply(
   if (reply.status === 'error') {
     if (action === 'hello') {
       return {
-        ...state,
-        pending,
+        ...withProcess(state, { pending }),
         status: { kind: 'incompatible', message: reply.error.message }
       };
     }
     return {
-      ...state,
-      pending,
+      ...withProcess(state, { pending }),
       notice: null,
       lastError: {
         action,
@@ -78,7 +77,7 @@ export function applyReply(
     };
   }
   const result = reply.result as Record<string, unknown>;
-  let next: IGpuMemState = { ...state, pending };
+  let next = withProcess(state, { pending });
   switch (action) {
     case 'hello': {
       const hello = result as unknown as IHelloResult;
@@ -93,23 +92,22 @@ export function applyReply(
         version: typeof hello.version === 'string' ? hello.version : null,
         revision: typeof hello.revision === 'number' ? hello.revision : null,
         actions: Array.isArray(hello.actions) ? hello.actions : [],
-        stream: hello.stream ?? null
+        process: { ...next.process, stream: hello.stream ?? null }
       };
       next = withCommId(next, hello.stream ?? null);
       const tracking = readTracking(hello.tracking);
       if (tracking) {
-        next = {
-          ...next,
+        next = withProcess(next, {
           tracking: tracking.active,
           trackingWanted: tracking.wanted
-        };
+        });
       }
       break;
     }
     case 'subscribe':
     case 'unsubscribe': {
       const stream = (result.stream as IStreamState | undefined) ?? null;
-      next = withCommId({ ...next, stream }, stream);
+      next = withCommId(withProcess(next, { stream }), stream);
       break;
     }
     case 'empty_cache': {
@@ -153,9 +151,10 @@ export function applyReply(
       const read = readTracking(track.tracking);
       const tracking = read !== null && read.active;
       next = {
-        ...next,
-        tracking,
-        trackingWanted: read !== null && read.wanted,
+        ...withProcess(next, {
+          tracking,
+          trackingWanted: read !== null && read.wanted
+        }),
         notice: {
           kind: 'tracking',
           requested: args.enabled === true,

@@ -11,7 +11,8 @@ import {
   MAX_TREND_POINTS,
   NO_PROCESS,
   PanelStatus,
-  SAMPLE_STATES
+  SAMPLE_STATES,
+  withProcess
 } from './types';
 
 export function bounds(state: IGpuMemState): IBounds {
@@ -34,7 +35,7 @@ function statusOf(sample: ISample): PanelStatus {
  * workers too).
  */
 export function forgetProcess(state: IGpuMemState): IGpuMemState {
-  return { ...state, ...NO_PROCESS };
+  return { ...state, process: NO_PROCESS };
 }
 
 /**
@@ -45,12 +46,13 @@ export function applySample(
   state: IGpuMemState,
   sample: ISample
 ): IGpuMemState {
-  if (state.sample !== null && sample.time < state.sample.time) {
+  const process = state.process;
+  if (process.sample !== null && sample.time < process.sample.time) {
     return state;
   }
   const limits = bounds(state);
   const history: Record<number, readonly ITrendPoint[]> = {
-    ...state.history
+    ...process.history
   };
   for (const device of sample.devices) {
     if (
@@ -76,11 +78,12 @@ export function applySample(
     history[index] = trimBounded(history[index], limits, sample.time);
   }
   return {
-    ...state,
-    sample,
-    status: statusOf(sample),
-    history,
-    lastHeard: Math.max(state.lastHeard ?? -Infinity, sample.time)
+    ...withProcess(state, {
+      sample,
+      history,
+      lastHeard: Math.max(process.lastHeard ?? -Infinity, sample.time)
+    }),
+    status: statusOf(sample)
   };
 }
 
@@ -91,8 +94,8 @@ export function withCommId(
   state: IGpuMemState,
   stream: IStreamState | null
 ): IGpuMemState {
-  if (stream && stream.comm_id && stream.comm_id !== state.commId) {
-    return { ...state, commId: stream.comm_id, lastSeq: null };
+  if (stream && stream.comm_id && stream.comm_id !== state.process.commId) {
+    return withProcess(state, { commId: stream.comm_id, lastSeq: null });
   }
   return state;
 }
@@ -103,33 +106,32 @@ export function applyComm(
   data: CommData
 ): IGpuMemState {
   let next = state;
-  if (commId !== state.commId) {
+  if (commId !== state.process.commId) {
     // Another comm (another kernel process) numbers its messages afresh.
-    next = { ...next, commId, lastSeq: null };
+    next = withProcess(next, { commId, lastSeq: null });
   }
   if (data.type === 'open') {
     // The stream (re)started. Its seq goes on from the kernel's last message.
     if (typeof data.seq !== 'number') {
-      return { ...next, stream: data.stream };
+      return withProcess(next, { stream: data.stream });
     }
-    if (!acceptSeq(next.lastSeq, data.seq)) {
+    if (!acceptSeq(next.process.lastSeq, data.seq)) {
       return state;
     }
-    return { ...next, stream: data.stream, lastSeq: data.seq };
+    return withProcess(next, { stream: data.stream, lastSeq: data.seq });
   }
-  if (!acceptSeq(next.lastSeq, data.seq)) {
+  if (!acceptSeq(next.process.lastSeq, data.seq)) {
     return state;
   }
-  next = { ...next, lastSeq: data.seq };
+  next = withProcess(next, { lastSeq: data.seq });
   switch (data.type) {
     case 'sample':
       return applySample(next, data.sample);
     case 'heartbeat':
-      return {
-        ...next,
+      return withProcess(next, {
         busy: data.busy === true,
-        lastHeard: Math.max(next.lastHeard ?? -Infinity, data.time)
-      };
+        lastHeard: Math.max(next.process.lastHeard ?? -Infinity, data.time)
+      });
     case 'cell': {
       const postmortems = data.cell.postmortems;
       const forecasts = Array.isArray(data.cell.forecasts)
@@ -139,9 +141,8 @@ export function applyComm(
       const touched =
         forecasts.length > 0 ||
         (Array.isArray(data.cell.devices) && data.cell.devices.length > 0);
-      return {
-        ...next,
-        cells: pushBounded(next.cells, data.cell, {
+      return withProcess(next, {
+        cells: pushBounded(next.process.cells, data.cell, {
           maxAgeS: bounds(next).maxAgeS,
           maxLength: MAX_CELLS
         }),
@@ -152,7 +153,7 @@ export function applyComm(
         ...(touched
           ? { forecast: { cell: data.cell.execution_count, forecasts } }
           : {})
-      };
+      });
     }
     default:
       return next;
@@ -169,15 +170,15 @@ export function withTrendMinutes(
   }
   const next = { ...state, trendMinutes };
   const limits = bounds(next);
-  const now = state.lastHeard ?? undefined;
+  const process = state.process;
+  const now = process.lastHeard ?? undefined;
   const history: Record<number, readonly ITrendPoint[]> = {};
-  for (const key of Object.keys(state.history)) {
+  for (const key of Object.keys(process.history)) {
     const index = Number(key);
-    history[index] = trimBounded(state.history[index], limits, now);
+    history[index] = trimBounded(process.history[index], limits, now);
   }
-  return {
-    ...next,
+  return withProcess(next, {
     history,
-    cells: trimBounded(next.cells, { ...limits, maxLength: MAX_CELLS }, now)
-  };
+    cells: trimBounded(process.cells, { ...limits, maxLength: MAX_CELLS }, now)
+  });
 }

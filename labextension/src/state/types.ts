@@ -224,7 +224,9 @@ export const NO_PROCESS: Readonly<IProcessState> = {
   forecast: null
 };
 
-export interface IGpuMemState extends IProcessState {
+export interface IGpuMemState {
+  /** What belongs to the kernel process now running (`NO_PROCESS`: none). */
+  process: IProcessState;
   status: PanelStatus;
   /** Id of the followed kernel; replies are only applied for it. */
   kernelId: string | null;
@@ -296,7 +298,7 @@ export const SAMPLE_STATES: readonly string[] = [
 
 export function initialState(trendMinutes = 5): IGpuMemState {
   return {
-    ...NO_PROCESS,
+    process: NO_PROCESS,
     status: { kind: 'no_kernel' },
     kernelId: null,
     source: null,
@@ -307,4 +309,12 @@ export function initialState(trendMinutes = 5): IGpuMemState {
     lastError: null,
     trendMinutes
   };
+}
+
+/** The state with some of its process's fields changed. */
+export function withProcess(
+  state: IGpuMemState,
+  change: Partial<IProcessState>
+): IGpuMemState {
+  return { ...state, process: { ...state.process, ...change } };
 }

@@ -3,7 +3,7 @@
  * stands. Pure.
  */
 import { IWhoResult, Reply } from '../protocol';
-import { IGpuMemState } from './types';
+import { IGpuMemState, withProcess } from './types';
 
 /**
  * Apply the reply to `who`, unless none was asked for (the kernel changed or
@@ -15,17 +15,19 @@ export function applyWho(
   reply: Reply,
   at: number | null
 ): IGpuMemState {
-  if (state.who.status !== 'loading') {
+  const who = state.process.who;
+  if (who.status !== 'loading') {
     return state;
   }
   if (reply.status === 'error') {
     if (reply.error.code === 'busy') {
-      return { ...state, who: { ...state.who, status: 'busy', error: null } };
+      return withProcess(state, {
+        who: { ...who, status: 'busy', error: null }
+      });
     }
-    return {
-      ...state,
+    return withProcess(state, {
       who: {
-        ...state.who,
+        ...who,
         status: 'error',
         error: {
           action: 'who',
@@ -33,7 +35,7 @@ export function applyWho(
           message: reply.error.message
         }
       }
-    };
+    });
   }
   const result = reply.result as unknown as IWhoResult;
   const data: IWhoResult = {
@@ -41,12 +43,11 @@ export function applyWho(
     tracking: result.tracking === true,
     postmortems: Array.isArray(result.postmortems) ? result.postmortems : []
   };
-  return {
-    ...state,
+  return withProcess(state, {
     who: { status: 'ok', data, error: null, fetchedAt: at },
     tracking: data.tracking,
     postmortems: data.postmortems
-  };
+  });
 }
 
 export function whoFailed(
@@ -54,23 +55,22 @@ export function whoFailed(
   code: string,
   message: string
 ): IGpuMemState {
-  if (state.who.status !== 'loading') {
+  const who = state.process.who;
+  if (who.status !== 'loading') {
     return state;
   }
-  return {
-    ...state,
-    who: {
-      ...state.who,
-      status: 'error',
-      error: { action: 'who', code, message }
-    }
-  };
+  return withProcess(state, {
+    who: { ...who, status: 'error', error: { action: 'who', code, message } }
+  });
 }
 
 /** A `who` request went out: keep the last reading, mark it loading. */
 export function whoSent(state: IGpuMemState): IGpuMemState {
-  if (state.kernelId === null || state.who.status === 'loading') {
+  const who = state.process.who;
+  if (state.kernelId === null || who.status === 'loading') {
     return state;
   }
-  return { ...state, who: { ...state.who, status: 'loading', error: null } };
+  return withProcess(state, {
+    who: { ...who, status: 'loading', error: null }
+  });
 }

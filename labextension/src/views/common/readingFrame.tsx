@@ -51,10 +51,10 @@ export function ReadingFrame<T>(
   if (state.actions.length > 0 && !state.actions.includes(view)) {
     return <TooOldMessage state={state} trans={trans} title={props.title} />;
   }
-  if (state.sample && state.sample.devices.length === 0) {
+  if (state.process.sample && state.process.sample.devices.length === 0) {
     return <NoDeviceMessage {...props} />;
   }
-  const reading = state.readings[view] as IReading<T>;
+  const reading = state.process.readings[view] as IReading<T>;
   const stale = reading.data !== null && reading.status !== 'ok';
   return (
     <div

@@ -13,11 +13,12 @@ import { ReplayBanner } from './replayBanner';
 export function Header(props: IViewProps): JSX.Element {
   const { state, trans } = props;
   const details: string[] = [];
-  if (state.sample && state.sample.torch_version) {
-    details.push(trans.__('torch %1', state.sample.torch_version));
+  const newest = state.process.sample;
+  if (newest && newest.torch_version) {
+    details.push(trans.__('torch %1', newest.torch_version));
   }
-  if (state.sample && state.sample.host_rss !== null) {
-    details.push(trans.__('host RSS %1', formatBytes(state.sample.host_rss)));
+  if (newest && newest.host_rss !== null) {
+    details.push(trans.__('host RSS %1', formatBytes(newest.host_rss)));
   }
   const sample = state.status.kind === 'ok' ? state.status.sample : null;
   // The banner says a replay's sentence: not twice.
@@ -27,14 +28,14 @@ export function Header(props: IViewProps): JSX.Element {
       : '';
   return (
     <header className="jp-GpuMem-header">
-      <ReplayBanner replay={state.sample?.replay} trans={trans} />
+      <ReplayBanner replay={newest?.replay} trans={trans} />
       <h2 className="jp-GpuMem-title">
         <gpuMemIcon.react tag="span" className="jp-GpuMem-titleIcon" />
         {trans.__('GPU memory')}
       </h2>
       <div className="jp-GpuMem-source" title={trans.__('Kernel shown')}>
         {state.source ?? trans.__('No notebook or console')}
-        {state.busy && (
+        {state.process.busy && (
           <span className="jp-GpuMem-busy">{trans.__('running')}</span>
         )}
       </div>

@@ -16,7 +16,7 @@ export function StatusLine(props: IViewProps): JSX.Element {
     kind = 'jp-mod-error';
   } else if (state.notice) {
     text = noticeText(state.notice, trans);
-  } else if (state.pending) {
+  } else if (state.process.pending) {
     text = trans.__('Waiting for the kernel…');
   }
   return (
@@ -26,7 +26,7 @@ export function StatusLine(props: IViewProps): JSX.Element {
       aria-live="polite"
     >
       <span className="jp-GpuMem-statusText">{text}</span>
-      {text !== '' && !state.pending && (
+      {text !== '' && !state.process.pending && (
         <button
           type="button"
           className="jp-GpuMem-dismiss"

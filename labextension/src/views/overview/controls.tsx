@@ -11,7 +11,7 @@ import { IViewProps } from '../props';
 
 export function Controls(props: IViewProps): JSX.Element {
   const { model, state, trans } = props;
-  const caching = state.sample ? state.sample.caching : null;
+  const caching = state.process.sample ? state.process.sample.caching : null;
   const refused = (action: UserAction) => (reason: string) =>
     model.reportError(action, reason);
   return (

@@ -18,7 +18,7 @@ export function DeviceSection(
   props: IViewProps & { device: IDevice; sample: ISample }
 ): JSX.Element {
   const { model, state, trans, device, sample } = props;
-  const now = Math.max(state.lastHeard ?? 0, sample.time);
+  const now = Math.max(state.process.lastHeard ?? 0, sample.time);
   const scale = model.settings.barScale;
   const geometry = barGeometry(device, scale);
   // The chart is drawn only while the section can be seen (see inView.ts).
@@ -75,8 +75,8 @@ export function DeviceSection(
         <div ref={measureChart}>
           <TrendChart
             device={device}
-            points={state.history[device.index] ?? []}
-            cells={state.cells}
+            points={state.process.history[device.index] ?? []}
+            cells={state.process.cells}
             now={now}
             minutes={state.trendMinutes}
             trans={trans}

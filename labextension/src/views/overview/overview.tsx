@@ -14,7 +14,7 @@ import { WorkersSection } from './workersSection';
 
 export function Overview(props: IViewProps): JSX.Element | null {
   const { state } = props;
-  const sample = state.sample;
+  const sample = state.process.sample;
   const showFigures =
     sample !== null &&
     (state.status.kind === 'ok' || state.status.kind === 'not_initialized');
@@ -25,10 +25,10 @@ export function Overview(props: IViewProps): JSX.Element | null {
     <>
       {sample.devices.length === 0 && <NoDeviceMessage {...props} />}
       <Controls {...props} />
-      {state.forecast && (
+      {state.process.forecast && (
         <ForecastLines
-          forecasts={state.forecast.forecasts}
-          cell={state.forecast.cell}
+          forecasts={state.process.forecast.forecasts}
+          cell={state.process.forecast.cell}
           trans={props.trans}
         />
       )}

@@ -37,7 +37,7 @@ export function workerWords(
 }
 
 function live(state: IGpuMemState): IWorker[] {
-  return (state.sample?.workers ?? [])
+  return (state.process.sample?.workers ?? [])
     .filter(w => w.status === 'running')
     .sort(
       (a, b) =>
@@ -66,7 +66,7 @@ export function segmentsChoices(
       source: { pid: w.pid, rank: w.rank }
     });
   }
-  const chosen = state.segmentsSource;
+  const chosen = state.process.segmentsSource;
   if (chosen !== null && !workers.some(w => w.pid === chosen.pid)) {
     choices.push({
       key: String(chosen.pid),
@@ -93,7 +93,7 @@ export function RankChooser(props: IViewProps): JSX.Element | null {
   if (choices.length < 2) {
     return null;
   }
-  const chosen = state.segmentsSource;
+  const chosen = state.process.segmentsSource;
   return (
     <label className="jp-GpuMem-rankChooser">
       <span>{trans.__('Process')}</span>

@@ -333,15 +333,15 @@ function deviceName(
   index: number
 ): string {
   if (worker) {
-    const w = state.sample?.workers?.find(x => x.pid === worker.pid);
+    const w = state.process.sample?.workers?.find(x => x.pid === worker.pid);
     return w?.devices.find(d => d.index === index)?.name ?? '';
   }
-  return state.sample?.devices.find(d => d.index === index)?.name ?? '';
+  return state.process.sample?.devices.find(d => d.index === index)?.name ?? '';
 }
 
 /** A worker's refusal is the kernel's sentence about it, as it is. */
 function workerError(state: IGpuMemState, error: IActionError): string | null {
-  if (state.segmentsSource === null || error.code !== 'refused') {
+  if (state.process.segmentsSource === null || error.code !== 'refused') {
     return null;
   }
   const text = error.message;

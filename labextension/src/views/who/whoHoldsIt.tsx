@@ -53,10 +53,10 @@ export function WhoView(props: IViewProps): JSX.Element | null {
       />
     );
   }
-  if (state.sample && state.sample.devices.length === 0) {
+  if (state.process.sample && state.process.sample.devices.length === 0) {
     return <NoDeviceMessage {...props} />;
   }
-  const who = state.who;
+  const who = state.process.who;
   const data = who.data;
   const stale = data !== null && who.status !== 'ok';
   return (
@@ -101,7 +101,7 @@ export function WhoView(props: IViewProps): JSX.Element | null {
                 <WhoTable report={device.by_line} trans={trans} />
               ) : (
                 <p className="jp-GpuMem-whoHint">
-                  {state.tracking
+                  {state.process.tracking
                     ? trans.__(
                         'Lines: tracking is on; blocks allocated from now on show their line at the next reading.'
                       )
@@ -114,7 +114,7 @@ export function WhoView(props: IViewProps): JSX.Element | null {
           ))}
         </div>
       )}
-      {state.postmortems.map((postmortem, i) => (
+      {state.process.postmortems.map((postmortem, i) => (
         <OutOfMemory
           key={`${postmortem.device}-${i}`}
           postmortem={postmortem}
@@ -126,7 +126,7 @@ export function WhoView(props: IViewProps): JSX.Element | null {
 }
 
 function deviceName(state: IGpuMemState, index: number): string {
-  const device = state.sample?.devices.find(d => d.index === index);
+  const device = state.process.sample?.devices.find(d => d.index === index);
   return device ? device.name : '';
 }
 
@@ -137,9 +137,10 @@ function deviceName(state: IGpuMemState, index: number): string {
 function WhoControls(props: IViewProps): JSX.Element {
   const { model, state, trans } = props;
   // Asked for counts as on: recording starts once the notebook imports torch.
-  const tracking = state.tracking === true || state.trackingWanted;
+  const tracking =
+    state.process.tracking === true || state.process.trackingWanted;
   const track = availability(state, 'track', trans);
-  const data = state.who.data;
+  const data = state.process.who.data;
   const traceback =
     data !== null &&
     data.devices.some(d =>
