@@ -1,38 +1,35 @@
 /**
  * The protocol client of one kernel: follows the kernel of a notebook's or
- * console's session, greets it (`hello`), and tells the process now running
- * from one a restart replaced. Its collaborators do the rest: the sample
- * subscription (`subscription.ts`: the comm, the lease, the watchdog, the
- * fallback polling), the readings tabs ask for (`readings.ts`: `who`,
- * segments, history), the user's actions (`actions.ts`: Attach, the
- * buttons) and the status bar's samples while the panel is hidden
- * (`glance.ts`). Everything they learn goes to the store as events. No DOM.
+ * console's session, and tells the process now running from one a restart
+ * replaced. Its collaborators do the rest: the greeting (`greeting.ts`:
+ * `hello`, again for a new process), the sample subscription
+ * (`subscription.ts`: the comm, the lease, the watchdog, the fallback
+ * polling), the readings tabs ask for (`readings.ts`: `who`, segments,
+ * history), the user's actions (`actions.ts`: Attach, the buttons) and the
+ * status bar's samples while the panel is hidden (`glance.ts`). Everything
+ * they learn goes to the store as events. No DOM.
  */
 import { Kernel, KernelMessage } from '@jupyterlab/services';
 import { IDisposable } from '@lumino/disposable';
-import { Poll } from '@lumino/polling';
 import { Signal } from '@lumino/signaling';
 
 import { Action, IHelloResult } from '../protocol';
 import { GpuMemEvent, IGpuMemState, ReadingView } from '../state';
 import { GpuMemStore } from '../state';
 import { ActionSender } from './actions';
-import { IClientContext, stopPoll } from './context';
+import { IClientContext } from './context';
 import { GlanceReader } from './glance';
+import { Greeter } from './greeting';
 import { ProcessTracker } from './process';
 import { OnDemandReadings } from './readings';
 import { RequestOutcome, sendRequest } from './request';
 import { SampleSubscription } from './subscription';
 import { IKernelLike, IKernelSource, ISessionLike, kernelOf } from './types';
 
-/** The first `hello` again after the old process took one, ms. */
-export const HELLO_RETRY_MS = 300;
-
 export class GpuMemClient implements IDisposable, IClientContext {
   constructor(options: GpuMemClient.IOptions) {
     this._store = options.store;
     this.refreshRateMs = options.refreshRateMs;
-    this._helloTimeoutMs = options.helloTimeoutMs;
     this.requestTimeoutMs = options.requestTimeoutMs;
     this._subscription = new SampleSubscription(this, () =>
       // A measured cell ended: read `who` again once the kernel is idle
@@ -40,9 +37,15 @@ export class GpuMemClient implements IDisposable, IClientContext {
       this._readings.whoChanged()
     );
     this._readings = new OnDemandReadings(this, options.whoTimeoutMs ?? 15000);
+    this._greeter = new Greeter(this, options.helloTimeoutMs, {
+      starting: () => {
+        this._needHello = true;
+      },
+      greeted: (kernel, result) => this._greeted(kernel, result)
+    });
     this._glance = new GlanceReader(this, () => this._start());
     this._actions = new ActionSender(this, {
-      attached: () => this._hello(false),
+      attached: () => this._greeter.hello(false),
       whoChanged: () => this._readings.whoChanged()
     });
   }
@@ -104,7 +107,7 @@ export class GpuMemClient implements IDisposable, IClientContext {
       return;
     }
     this._setSession(null, '');
-    stopPoll(this._helloRetry);
+    this._greeter.dispose();
     this._subscription.dispose();
     this._readings.dispose();
     this._glance.dispose();
@@ -201,7 +204,7 @@ export class GpuMemClient implements IDisposable, IClientContext {
    */
   refresh(): void {
     if (this._kernel) {
-      void this._hello(false);
+      void this._greeter.hello(false);
     }
   }
 
@@ -348,7 +351,7 @@ export class GpuMemClient implements IDisposable, IClientContext {
     const state = (msg.content as { execution_state?: string }).execution_state;
     if (state === 'idle' && this._needHello && this._visible) {
       this._needHello = false;
-      void this._hello(false);
+      void this._greeter.hello(false);
     }
     // Only cells count as busy: our own control requests also publish
     // busy/idle, which JupyterLab < 4.5 shows as the kernel's status.
@@ -365,11 +368,9 @@ export class GpuMemClient implements IDisposable, IClientContext {
         this.state.status.kind === 'not_loaded' &&
         (this._visible || this._glance.takeLoadHint())
       ) {
-        void this._hello(true);
-      } else if (this._helloGeneration === this._generation) {
-        // A cell ended while a hello waits: it may have loaded the extension
-        // after the kernel got that hello; ask again if it times out.
-        this._helloAfterCell = true;
+        void this._greeter.hello(true);
+      } else {
+        this._greeter.cellEnded();
       }
     }
   }
@@ -388,113 +389,34 @@ export class GpuMemClient implements IDisposable, IClientContext {
       const spoken = this.processes.hasSpoken;
       if (spoken && (status === 'idle' || status === 'busy')) {
         this._needHello = false;
-        void this._hello(false);
+        void this._greeter.hello(false);
       }
       return;
     }
-    void this._hello(kind === 'ok' || kind === 'not_initialized');
+    void this._greeter.hello(kind === 'ok' || kind === 'not_initialized');
   }
 
-  /**
-   * Greet the kernel; when the process a restart replaced takes the hello,
-   * greet the new one again (`_helloRetry`).
-   */
-  private async _hello(quiet: boolean): Promise<void> {
-    if ((await this._greet(quiet)) === 'stale') {
-      this._helloRetryQuiet = quiet;
-      this._helloRetryGeneration = this._generation;
-      void this._helloRetry.schedule({
-        interval: HELLO_RETRY_MS,
-        phase: 'started'
-      });
-    }
-  }
-
-  /**
-   * The tick of `_helloRetry`: greet again while the same kernel process is
-   * followed and the panel shown; rejects (and the poll backs off) while the
-   * old process keeps answering.
-   */
-  private async _helloRetryTick(): Promise<void> {
-    const tick = this._helloRetry.tick;
-    if (
-      this._helloRetryGeneration === this._generation &&
-      this._visible &&
-      (await this._greet(this._helloRetryQuiet)) === 'stale'
-    ) {
-      throw new Error('hello: answered by the replaced process');
-    }
-    if (this._helloRetry.tick === tick) {
-      // Done (unless another hello scheduled it meanwhile).
-      void this._helloRetry.stop();
-    }
-  }
-
-  /** One `hello` and what follows its reply; 'stale': the old process took it. */
-  private async _greet(quiet: boolean): Promise<'stale' | void> {
-    const kernel = this._kernel;
-    const generation = this._generation;
-    if (!kernel || this._helloGeneration === generation) {
-      return;
-    }
-    this._helloGeneration = generation;
-    this._helloAfterCell = false;
-    this.dispatch({ type: 'hello_sent', quiet });
-    let outcome: RequestOutcome;
-    try {
-      outcome = await this.request('hello', {}, this._helloTimeoutMs);
-    } finally {
-      if (this._helloGeneration === generation) {
-        this._helloGeneration = null;
-      }
-    }
-    if (generation !== this._generation || kernel !== this._kernel) {
-      return;
-    }
-    if (outcome.kind === 'stale') {
-      return 'stale';
-    }
-    if (outcome.kind === 'timeout') {
-      if (kernel.status === 'idle' || kernel.status === 'busy') {
-        this.dispatch({ type: 'hello_timeout' });
-        if (this._helloAfterCell && this._visible) {
-          void this._hello(true);
-        }
-      } else {
-        // Still starting: ask again once it is idle.
-        this._needHello = true;
-      }
-      return;
-    }
-    if (outcome.kind === 'error') {
-      this.dispatch({
-        type: 'local_error',
-        action: 'hello',
-        message: outcome.message
-      });
-      return;
-    }
-    this.dispatch({ type: 'reply', action: 'hello', reply: outcome.reply });
-    if (outcome.reply.status !== 'ok') {
-      return;
-    }
+  /** The kernel answered `hello` with `ok`; the subscribe to wait for. */
+  private _greeted(
+    kernel: IKernelLike,
+    result: Partial<IHelloResult>
+  ): Promise<void> | null {
     // The Who tab may be waiting for a kernel that knows `who`.
     this._readings.maybeFetchWho();
     // Listen before subscribing: the first messages of the stream may travel
     // faster (IOPub) than the reply to subscribe (control).
-    const stream = (outcome.reply.result as Partial<IHelloResult>).stream;
+    const stream = result.stream;
     if (stream && stream.comm_id && kernel.handleComms) {
       if (!this._subscription.adoptComm(kernel, stream.comm_id)) {
         this._subscription.startPolling();
-        return;
+        return null;
       }
     }
-    if (this._visible) {
-      await this._subscription.subscribe();
-    }
+    return this._visible ? this._subscription.subscribe() : null;
   }
 
   private _store: GpuMemStore;
+  private _greeter: Greeter;
   private _subscription: SampleSubscription;
   private _readings: OnDemandReadings;
   private _glance: GlanceReader;
@@ -505,26 +427,6 @@ export class GpuMemClient implements IDisposable, IClientContext {
   private _generation = 0;
   private _visible = false;
   private _needHello = false;
-  /** Generation whose hello awaits its reply. */
-  private _helloGeneration: number | null = null;
-  private _helloTimeoutMs: number;
-  /** A cell ended while a hello was waiting for its reply. */
-  private _helloAfterCell = false;
-  /**
-   * Greets the new process again after the old one took a hello: the first
-   * time `HELLO_RETRY_MS` later, then backing off while the old process
-   * keeps answering; it ticks only when `_hello` schedules it.
-   */
-  private readonly _helloRetry = new Poll({
-    name: 'jupyter-gpumem:hello-retry',
-    auto: false,
-    factory: () => this._helloRetryTick(),
-    frequency: { interval: HELLO_RETRY_MS, backoff: true },
-    standby: 'never'
-  });
-  /** What the hello the retry repeats was: its quietness, its generation. */
-  private _helloRetryQuiet = false;
-  private _helloRetryGeneration: number | null = null;
   private _isDisposed = false;
 }
 
