@@ -385,6 +385,22 @@ def test_tensors_from_data_are_built_on_the_cpu_and_moved_with_no_torch_function
     assert (torch.tensor, torch.as_tensor, torch.asarray, torch.Tensor.new_tensor) == originals
 
 
+def test_the_fake_mode_runs_nothing_on_a_device_also_where_a_gpu_is_visible(monkeypatch):
+    """Where torch sees a GPU, its own FakeTensorMode computes a constant's copy to the GPU
+    by running it there; the dry run's mode never does (``avoid_device_init``, as torch
+    sets it where no GPU is visible), and is torch's mode in every other respect."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from jupyter_gpumem.collectors.fake_patches import fake_mode
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert FakeTensorMode().avoid_device_init is False  # torch's own, with a GPU
+    mode = fake_mode()
+    assert isinstance(mode, FakeTensorMode) and mode.avoid_device_init is True
+    assert mode.allow_non_fake_inputs is True
+    assert fake_mode() is not mode  # a new mode for each run
+
+
 def test_nonzero_and_boolean_masks_stop_the_run():
     def nonzero():
         x = torch.ones(3)
@@ -453,6 +469,18 @@ def test_an_ordinary_error_is_a_plain_line_with_its_place():
 
 
 @pytest.mark.skipif(torch.version.cuda is not None, reason="a CUDA build of torch")
+def test_a_backward_where_torch_sees_no_gpu_says_so_in_one_line():
+    """Where a CUDA build sees no GPU, torch's autograd fails a backward on fake CUDA
+    tensors with a message about an internal call; the stop names the cause instead."""
+    from jupyter_gpumem.collectors.fake_where import _describe
+
+    e = RuntimeError("hasPrimaryContext expects a valid device index, but got device_index=0")
+    kind, op, text = _describe(e, None, torch)
+    assert kind == "no gpu visible" and op is None
+    assert text.startswith("this torch sees no GPU") and "--fit-in" in text
+    assert _describe(RuntimeError("another failure"), None, torch)[0] == "error"
+
+
 def test_a_cpu_only_torch_says_a_cuda_dry_run_needs_cuda():
     ran = []
     r = record(lambda: ran.append(1))  # device_type="cuda" by default

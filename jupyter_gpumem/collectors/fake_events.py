@@ -16,6 +16,7 @@ StopKind = Literal[
     "dynamic shape",  # nonzero, boolean masks, unique: a shape that depends on values
     "no fake kernel",  # an op (custom, extension) the fake mode can't run
     "no cuda build",  # a CPU-only torch asked for a CUDA dry run
+    "no gpu visible",  # a CUDA build that sees no GPU, where torch's autograd needs one
     "syntax",  # the cell does not compile
     "error",  # anything else the code raised
 ]

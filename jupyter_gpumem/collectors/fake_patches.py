@@ -17,6 +17,10 @@ makes the fake run take the path the real run takes, or keeps it from starting C
   ``as_tensor``, ``asarray``, ``new_tensor``): torch builds it with a device guard, which
   makes the driver create a CUDA context (hundreds of MiB) even under the fake mode. It is
   built on the CPU and moved, which the fake mode does without the device.
+- **the fake mode itself** (:func:`fake_mode`) is torch's ``FakeTensorMode`` as torch makes
+  it where no GPU is visible (``avoid_device_init``): where one is, torch's mode computes
+  a small constant tensor's copy to the GPU (a BatchNorm's ``num_batches_tracked``,
+  ``torch.tensor([]).to("cuda")``) by running the copy for real on the device.
 - **warnings about fake tensors** (torch's, for a data pointer asked of a fake tensor when
   a module is deep-copied) are not shown: they are about the dry run, not the user's code.
 - **bfloat16 autocast** asks ``torch.cuda.is_bf16_supported()``, which starts CUDA. While
@@ -176,3 +180,23 @@ def data_on_cpu(t: Any, device_type: str) -> Iterator[None]:
         for name, func in originals.items():
             setattr(t, name, func)
         t.Tensor.new_tensor = original_new
+
+
+_MODE: Any = None
+
+
+def fake_mode() -> Any:
+    """A new ``FakeTensorMode`` that never runs an op on a device: ``avoid_device_init`` on,
+    as torch sets it where no GPU is visible. Nothing else changes: the fake kernels are
+    the same, and so are the sizes they give."""
+    global _MODE
+    if _MODE is None:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        class NoDeviceFakeTensorMode(FakeTensorMode):
+            @property
+            def avoid_device_init(self) -> bool:
+                return True
+
+        _MODE = NoDeviceFakeTensorMode
+    return _MODE(allow_non_fake_inputs=True)

@@ -193,7 +193,7 @@ def record(
         )
         result.notes.append(result.error.line)
         return result
-    from torch._subclasses.fake_tensor import FakeTensorMode
+    from .fake_patches import fake_mode as make_fake_mode
 
     cuda_before = bool(device_type == "cuda" and t.cuda.is_initialized())
     used_before = t.cuda.memory_allocated() if cuda_before else 0
@@ -201,7 +201,7 @@ def record(
     contexts_before = _contexts(t) if device_type == "cuda" else set()
     keeper = _Keep(t, keep)
     switches = _Switches(t)
-    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fake_mode = make_fake_mode()
     state = _State(t, fake_mode, device_type, spaces)
     state.cell_names = cell_names
     recorder = _recorder_class()(state)
@@ -336,8 +336,11 @@ def _note_device(
     new_contexts = sorted(_contexts(t) - contexts_before) if device_type == "cuda" else []
     if new_contexts:
         result.notes.append(
-            f"a CUDA context was created on device {', '.join(map(str, new_contexts))} by "
-            "the fake kernels (the driver's own memory, outside PyTorch's allocator)"
+            f"the driver created a CUDA context on device {', '.join(map(str, new_contexts))} "
+            "(its own memory, outside PyTorch's allocator, as a first real CUDA call would): "
+            "PyTorch's autograd asks CUDA about the device of the fake tensors it records "
+            "(their current stream), and torch has no switch against it; nothing was "
+            "allocated, and a process that already uses the GPU has its context already"
         )
     if device_type == "cuda" and not cuda_before and t.cuda.is_initialized():
         result.cuda_initialized = True

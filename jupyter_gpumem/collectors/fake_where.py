@@ -122,6 +122,16 @@ def _describe(e: BaseException, op: Any, t: Any) -> tuple[StopKind, str | None, 
                 "torch.library.register_fake): a dry run can't run it"
             )
         return "no fake kernel", name, text
+    if "hasPrimaryContext expects a valid device index" in str(e):
+        # torch's autograd asks the CUDA runtime about each device it runs a backward on,
+        # which fails for fake CUDA tensors where no GPU is visible (seen with torch 2.11)
+        text = (
+            "this torch sees no GPU (CUDA_VISIBLE_DEVICES, or none here), and its autograd "
+            "asks CUDA about the device of each backward, fake or not: a dry run of a "
+            "backward on CUDA needs a GPU visible (any card: name the one to plan for with "
+            "--fit-in)"
+        )
+        return "no gpu visible", name, text
     first = next((s for s in str(e).splitlines() if s.strip()), "")
     if len(first) > 200:
         first = first[:199] + "…"

@@ -256,11 +256,19 @@ def predicted(name: str, card: str | None = None) -> dict:
         "headroom": r.headroom,
         "need": r.need,
         "cuda_initialized": torch.cuda.is_initialized(),
+        "gpus_visible": torch.cuda.device_count(),
+        "contexts": [
+            i for i in range(torch.cuda.device_count()) if torch._C._cuda_hasPrimaryContext(i)
+        ],
     }
 
 
-def one(name: str, how: str, card: str | None = None) -> dict:
+def one(name: str, how: str, card: str | None = None, *, hide_gpus: bool = False) -> dict:
+    """``how`` ("real" or "predicted") of case ``name`` in a fresh process; ``hide_gpus``:
+    with CUDA_VISIBLE_DEVICES empty (torch's CUDA build sees no GPU)."""
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    if hide_gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ""
     p = subprocess.run(
         [sys.executable, __file__, "--one", how, name, card or ""],
         env=env,

@@ -37,6 +37,82 @@ def test_the_prediction_matches_the_real_step(case):
     assert abs(pred["peak_reserved"] - real["peak_reserved"]) <= 0.03 * real["peak_reserved"], m
 
 
+def this_card() -> str:
+    name = torch.cuda.get_device_name(0)
+    return "H200" if "H200" in name else "H100"
+
+
+def test_with_the_gpus_hidden_inference_is_predicted_the_same_and_a_backward_says_why_not():
+    """In a process whose torch sees no GPU (CUDA_VISIBLE_DEVICES empty), an inference
+    step is predicted for this card to the byte as where the GPU is visible, and no
+    context is made anywhere; a training step stops at its backward with a plain line
+    (torch's autograd asks CUDA about the device). Where the GPU is visible, the context
+    the driver makes is told."""
+    from tests.gpu.dry_run_cases import one
+
+    card = this_card()
+    hidden = one("vit_b16_inference_mode", "predicted", card, hide_gpus=True)
+    seen = one("vit_b16_inference_mode", "predicted", card)
+    assert "error" not in hidden and "error" not in seen, (hidden, seen)
+    assert hidden["gpus_visible"] == 0 and hidden["stopped"] is None, hidden
+    assert hidden["peak_allocated"] > 500 << 20  # ViT-B/16, batch 64: about 880 MiB
+    assert (hidden["peak_allocated"], hidden["peak_reserved"]) == (
+        seen["peak_allocated"],
+        seen["peak_reserved"],
+    )
+    assert not any("CUDA context" in n for n in hidden["notes"]), hidden["notes"]
+    assert seen["cuda_initialized"] is False, seen
+    if seen["contexts"]:
+        assert any("CUDA context" in n for n in seen["notes"]), seen["notes"]
+    training = one("mlp_adamw", "predicted", card, hide_gpus=True)
+    assert "error" not in training, training
+    assert training["stopped"].startswith("this torch sees no GPU"), training["stopped"]
+    import inspect
+
+    from tests.gpu import dry_run_cases
+
+    lines, first = inspect.getsourcelines(dry_run_cases._mlp_adamw)
+    line = first + next(i for i, text in enumerate(lines) if ".backward()" in text)
+    assert training["stopped"].endswith(f"at dry_run_cases.py:{line}"), training["stopped"]
+
+
+def test_a_dry_run_runs_nothing_on_a_gpu_already_in_use():
+    """In a process that already uses the GPU, a dry run of a step whose constructors make
+    small tensors on the device (BatchNorm's ``num_batches_tracked``, ``torch.tensor``
+    with ``device=``, ``torch.tensor([]).to``) allocates nothing for real: the
+    allocator's cumulative counts of allocations and segments stay where they were."""
+    import jupyter_gpumem
+
+    keep = torch.ones(1, device="cuda")
+    torch.cuda.synchronize()
+
+    def step():
+        with torch.device("cuda"):
+            bn = torch.nn.BatchNorm2d(8)
+            lin = torch.nn.Linear(64, 8 * 4 * 4)
+            scale = torch.tensor([0.5, 2.0], device="cuda")
+            empty = torch.tensor([]).to("cuda")
+            x = torch.randn(16, 64)
+        y = bn(lin(x).view(16, 8, 4, 4)) * scale[0] + empty.sum()
+        y.square().mean().backward()
+
+    before = torch.cuda.memory_stats()
+    plan = jupyter_gpumem.dry_run(step)
+    after = torch.cuda.memory_stats()
+    assert plan.stopped is None, plan.notes
+    (d,) = plan.devices
+    assert d.peak_allocated > 0
+    for key in (
+        "allocation.all.allocated",
+        "segment.all.allocated",
+        "allocated_bytes.all.allocated",
+        "reserved_bytes.all.allocated",
+    ):
+        assert after[key] == before[key], (key, before[key], after[key])
+    assert not any("changed by" in n for n in plan.notes), plan.notes
+    del keep
+
+
 def test_the_cell_magic_predicts_then_checks_against_the_real_run(shell):
     """`%%gpumem --dry-run --check` in a real shell on the GPU: the prediction first (the
     cell's names untouched by it), then the real run, whose measured peaks are the
