@@ -239,7 +239,7 @@ class Session:
             explain = (
                 bool(report.postmortems)
                 or bool(report.traceback and report.traceback.bytes)
-                or any(w.postmortem is not None for w in report.workers)
+                or (bool(report.workers) and any(w.postmortem is not None for w in report.workers))
             )
             show_report(report, compact=opts.compact and not explain, shell=self.shell)
         return report

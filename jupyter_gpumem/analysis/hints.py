@@ -66,9 +66,10 @@ def hints_for(r: CellReport, settings: Mapping[str, Any] | None = None) -> tuple
     knows them (``allocator_settings``); without them the post-mortem's or the
     environment's word on expandable_segments is used (see the module's docstring)."""
     out: list[str] = []
-    setting = _Setting(r, settings)
-    for d in r.devices:
-        out.extend(_device_hints(r, d, setting))
+    if r.devices:
+        setting = _Setting(r, settings)
+        for d in r.devices:
+            out.extend(_device_hints(r, d, setting))
     if r.traceback is not None and r.traceback.bytes:
         top = r.traceback.holdings[0]
         out.append(

@@ -27,7 +27,8 @@ def cell_report_text(r: CellReport, sections: list[Section] | None = None) -> st
         lines.append("  " + no_device_line(r))
     for s in sections:
         lines += section_lines(s)
-    lines += [f"  {forecast_line(f)}" for f in r.forecasts]
+    for f in r.forecasts:
+        lines.append(f"  {forecast_line(f)}")
     for h in r.hints:
         lines.append(f"  hint: {h}")
     return "\n".join(lines)
