@@ -7,8 +7,10 @@ Each tree runs in a fresh process with a real IPython shell, against a stand-in 
 build of torch with one started GPU (its allocator figures fixed), so the cell takes the
 reading path it takes on a GPU (``torch._C._cuda_memoryStats``, ``cudaMemGetInfo``) minus
 the time of those calls themselves. Per configuration: the calls a cell adds over a bare
-cell (``cProfile``'s count, every function included: the same on every run) and the
-profiled time per cell (±15 us from run to run on a 2-core machine). NVML is not read (the
+cell (``cProfile``'s count, every function included: the same on every run), the
+profiled time per cell (±15 us from run to run on a 2-core machine), and our two cell
+hooks alone (``pre_run_cell`` + ``post_run_cell`` called directly, best of 9 x 3000:
+within about 1 us from run to run). NVML is not read (the
 stand-in has no driver); ``bench_cell_overhead.py`` on the GPU machine measures the whole
 cost.
 """
@@ -49,13 +51,16 @@ cuda = types.SimpleNamespace(
 """
 
 CHILD = r"""
-import contextlib, cProfile, io, json, pstats, sys
+import contextlib, cProfile, io, json, pstats, sys, timeit, types
 sys.path.insert(0, sys.argv[1])
 import torch  # the stand-in
 from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
 n = int(sys.argv[2])
 sh = InteractiveShell.instance()
 sh.run_line_magic("load_ext", "jupyter_gpumem")
+from jupyter_gpumem._ipython import current
+session = current()
 out = {}
 for name, cell in (("%%gpumem -q", "%%gpumem -q\na = 1"), ("%%gpumem", "%%gpumem\na = 1")):
     with contextlib.redirect_stdout(io.StringIO()):
@@ -69,9 +74,21 @@ for name, cell in (("%%gpumem -q", "%%gpumem -q\na = 1"), ("%%gpumem", "%%gpumem
                 sh.run_cell(src)
             prof.disable()
     a, b = pstats.Stats(ours), pstats.Stats(bare)
+    info = types.SimpleNamespace(raw_cell=cell)
+    res = types.SimpleNamespace(
+        info=info, execution_count=1, error_in_exec=None, error_before_exec=None
+    )
+
+    def cycle():
+        session.pre_run_cell(info)
+        session.post_run_cell(res)
+
+    with capture_output():
+        hooks = min(timeit.repeat(cycle, number=3000, repeat=9)) / 3000 * 1e6
     out[name] = {
         "calls_added": round((a.total_calls - b.total_calls) / n, 2),
         "profiled_us_added": round((a.total_tt - b.total_tt) / n * 1e6, 1),
+        "hooks_us_best": round(hooks, 1),
     }
 print(json.dumps(out))
 """
@@ -108,7 +125,8 @@ if __name__ == "__main__":
         for config, v in r.items():
             print(
                 f"{tree:10} {config:12} +{v['calls_added']:7.2f} calls  "
-                f"+{v['profiled_us_added']:6.1f} us profiled"
+                f"+{v['profiled_us_added']:6.1f} us profiled  "
+                f"hooks alone {v['hooks_us_best']:5.1f} us"
             )
     if args.json:
         with open(args.json, "w") as f:
