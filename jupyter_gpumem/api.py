@@ -148,7 +148,12 @@ def breakdown() -> Any:
 
 
 def dry_run(
-    fn: Any, *args: Any, fit_in: str | None = None, world_size: int = 1, **kwargs: Any
+    fn: Any,
+    *args: Any,
+    fit_in: str | None = None,
+    world_size: int = 1,
+    count_untouched: bool = False,
+    **kwargs: Any,
 ) -> Any:
     """Plan without running: ``fn(*args, **kwargs)`` runs under PyTorch's FakeTensorMode
     (no device memory is used, no kernel runs) and the storages it makes are replayed
@@ -194,7 +199,13 @@ def dry_run(
         from ._ipython.dry_run_cell import here as measured_here
 
         here = measured_here(session, 0)
-    return run(lambda: fn(*args, **kwargs), target=target, here=here, world_size=world_size)
+    return run(
+        lambda: fn(*args, **kwargs),
+        target=target,
+        here=here,
+        world_size=world_size,
+        count_untouched=count_untouched,
+    )
 
 
 def scan(

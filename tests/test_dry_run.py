@@ -15,6 +15,7 @@ from IPython.core.error import UsageError
 import jupyter_gpumem
 from jupyter_gpumem.analysis.targets import parse_target
 from jupyter_gpumem.collectors.fake_run import Alloc, Free
+from jupyter_gpumem.collectors.fake_state import HELD
 from jupyter_gpumem.core.dry_run import OUTSIDE, outside_for, predict
 from jupyter_gpumem.model import DryRun, DryRunCheck, DryRunDevice
 from jupyter_gpumem.reporters.dry_run import dry_run_html, dry_run_text
@@ -76,12 +77,12 @@ def test_near_the_cap_the_allocator_frees_its_cache_before_it_fails():
 
 def test_the_memory_beside_pytorch_is_measured_here_or_read_from_the_table():
     h200 = parse_target("H200")
-    assert outside_for(h200, (700 * MiB, "NVIDIA H200"))[0] == 700 * MiB  # this GPU
+    assert outside_for(h200, (800 * MiB, "NVIDIA H200"))[0] == 800 * MiB  # this GPU
     assert outside_for(h200, None) == OUTSIDE["h200"]
     t4 = parse_target("T4")
     figure, source = outside_for(t4, (700 * MiB, "NVIDIA H200"))  # another card
     assert figure == OUTSIDE["h100-80gb"][0] and "not measured" in source
-    assert outside_for(None, (700 * MiB, "NVIDIA H200"))[0] == 700 * MiB
+    assert outside_for(None, (800 * MiB, "NVIDIA H200"))[0] == 800 * MiB
 
 
 # -- the words ------------------------------------------------------------------------------
@@ -346,3 +347,69 @@ def test_the_docs_card_table_is_the_code_s():
     assert len(rows) == 9
     for row in rows:
         assert row in docs, row
+
+
+# -- what the kernel held before the cell -------------------------------------------------------
+def held(key, nbytes, device=0):
+    return Alloc(key, nbytes, device, 0, 0, HELD, "tensor")
+
+
+def test_held_tensors_count_from_the_start_and_untouched_ones_only_when_asked():
+    # GIVEN 100 MiB of the kernel's tensors the cell used, then 50 MiB the cell makes; and
+    # 30 MiB the kernel holds that the cell never touched
+    events = [held(1, 100 * MiB), alloc(2, 50 * MiB), Free(2)]
+    untouched = {0: 30 * MiB}
+    (d,), _, _ = predict(events, target=None, outside=(0, ""), conf="", untouched=untouched)
+    # THEN the peak is held plus the cell's own; the untouched bytes are listed, not counted
+    assert (d.peak_allocated, d.held, d.untouched) == (150 * MiB, 100 * MiB, 30 * MiB)
+    assert d.requests == 1 and not d.untouched_counted
+    (d,), _, _ = predict(
+        events, target=None, outside=(0, ""), conf="", untouched=untouched, count_untouched=True
+    )
+    assert d.peak_allocated == 180 * MiB and d.untouched_counted and d.requests == 1
+
+
+def test_a_card_is_judged_with_what_the_cell_holds_before_it_starts():
+    # 7 GiB of the cell's own fit a 8 GiB target beside 742 MiB; 1 GiB held on top does not
+    own = [alloc(2, 7 * 1024 * MiB)]
+    target, outside = parse_target("8GiB"), (742 * MiB, "table")
+    _, fits, _ = predict(own, target=target, outside=outside, conf="")
+    assert fits is True
+    _, fits, headroom = predict(
+        [held(1, 1024 * MiB), *own], target=target, outside=outside, conf=""
+    )
+    assert fits is False and headroom is not None and headroom < 0
+
+
+def test_the_report_says_what_was_held_and_what_was_not_counted():
+    from dataclasses import replace
+
+    d = DryRunDevice(0, 600 * MiB, 640 * MiB, 0, 3, 1, held=500 * MiB, untouched=200 * MiB)
+    r = result(devices=(d,), held_by=(("gpt's parameters", 400 * MiB), ("opt's state", 100 * MiB)))
+    text = dry_run_text(r)
+    assert (
+        "held before the cell on cuda:0: 500.00 MiB (gpt's parameters 400.00 MiB, opt's state "
+        "100.00 MiB)" in text
+    )
+    assert "the cell's own peak: 100.00 MiB allocated above that" in text
+    assert "not counted: the kernel holds 200.00 MiB more on cuda:0" in text
+    assert "--count-untouched" in text
+    assert "with what it uses of the kernel's tensors (500.00 MiB)" in text
+    counted = dry_run_text(result(devices=(replace(d, untouched_counted=True),)))
+    assert "counted too (--count-untouched): 200.00 MiB more" in counted
+    # --check compares above the cell's start: the kernel already holds what the cell uses
+    checked = dry_run_text(
+        result(devices=(d,), checks=(DryRunCheck(0, 100 * MiB, 140 * MiB, True),))
+    )
+    assert (
+        "above the cell's start: peak allocated 100.00 MiB measured, 100.00 MiB predicted"
+        in checked
+    )
+
+
+def test_outside_measured_before_cublas_loaded_takes_the_tables_larger_figure():
+    h200 = parse_target("H200")
+    size, source = outside_for(h200, (500 * MiB, "NVIDIA H200"))
+    assert size == OUTSIDE["h200"][0] and "before cuBLAS was loaded" in source
+    assert source.startswith("measured in this process")
+    assert outside_for(h200, (900 * MiB, "NVIDIA H200"))[0] == 900 * MiB

@@ -5,6 +5,7 @@ and objects against what they were before."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import threading
 import time
@@ -116,14 +117,20 @@ def test_a_storage_resized_in_place_is_a_new_allocation():
     assert r.peak == 64 + 400
 
 
-def test_real_tensors_are_inputs_not_allocations():
-    w = torch.randn(64, 32)  # 8192 B, made before the run
+def test_real_tensors_are_held_from_the_start_not_allocated_by_the_cell():
+    # GIVEN a tensor made before the run (8192 B), which the run reads twice (w and w.t())
+    w = torch.randn(64, 32)
 
     def run():
         return (w.t() @ w).sum()
 
     r = cpu(run)
-    assert [e.nbytes for e in tensor_allocs(r)] == [32 * 32 * 4, 4]
+    # THEN its storage is held once, first, as a fresh process that made it earlier holds it;
+    # the run's own allocations follow
+    assert [(e.nbytes, e.op) for e in r.held] == [(8192, "held before the cell")]
+    assert r.events[0] == r.held[0]
+    assert [e.nbytes for e in tensor_allocs(r)][1:] == [32 * 32 * 4, 4]
+    assert Free(r.held[0].key) not in r.events
     assert r.input_bytes == 8192
 
 
@@ -180,16 +187,21 @@ def test_a_training_step_peaks_where_the_real_step_does():
     # GIVEN the same small MLP step twice: once run for real, once dry
     *_, real_step = mlp_step()
     expected = real_peak(real_step)
-    *_, step = mlp_step()
+    net, _, step = mlp_step()
     # WHEN it runs dry
     r = cpu(step)
-    # THEN the live bytes peak at what the real storages did, in backward's threshold_backward:
-    # x 1024 + relu out 2048 + loss 4 + its grad 4 + Linear 2's input grad 2048 and weight
-    # grad 256 and bias grad 16 + threshold_backward's output 2048 = 7448
+    # THEN the parameters, made before the run, are held from its start (512+64+256+16 B)
+    params = sum(p.nbytes for p in net.parameters())
+    assert sum(a.nbytes for a in r.held) == params == 848
+    # and above them the live bytes peak at what the real storages did, in backward's
+    # threshold_backward: x 1024 + relu out 2048 + loss 4 + its grad 4 + Linear 2's input
+    # grad 2048 and weight grad 256 and bias grad 16 + threshold_backward's output 2048 = 7448
     assert r.error is None
-    assert r.peak == expected == 1024 + 2048 + 4 + 4 + 2048 + 256 + 16 + 2048
-    # and the momentum buffers (the step's only survivors) are live at the end
-    assert sorted(e.nbytes for e in r.live_at_end()) == [16, 64, 256, 512]
+    assert r.peak - params == expected == 1024 + 2048 + 4 + 4 + 2048 + 256 + 16 + 2048
+    # and the momentum buffers (the step's only survivors) are live at the end, beside the
+    # held parameters
+    held = {a.key for a in r.held}
+    assert sorted(e.nbytes for e in r.live_at_end() if e.key not in held) == [16, 64, 256, 512]
 
 
 # -- cuBLAS's workspaces ----------------------------------------------------------------
@@ -624,7 +636,7 @@ def global_hooks() -> tuple[int, ...]:
 
 def test_the_hooks_are_there_during_the_run_only_also_when_it_fails():
     before = global_hooks()
-    during = []
+    during = collections.deque()  # a spy the dry run does not put back (not a list)
 
     def run():
         during.append((global_hooks(), torch._C._autograd._top_saved_tensors_default_hooks(False)))
@@ -778,7 +790,7 @@ def test_a_tensor_modified_in_place_after_it_was_saved_raises_autograd_s_error()
 
 
 def test_a_run_that_switches_saved_tensor_hooks_off_runs_again_without_them():
-    runs = []
+    runs = collections.deque()  # a spy the dry run does not put back (not a list)
 
     def run():
         runs.append(1)

@@ -51,7 +51,8 @@ def check(session: Session, shell: Any, result: DryRun, body: str, device: int) 
         return replace(result, checks=(DryRunCheck(device, 0, 0, False, "the dry run stopped"),))
     m = session.collector.measure()
     d = m.device(device)
-    need = result.need
+    # the real run here needs what the cell adds: the kernel already holds what it uses
+    need = result.need - result.held if result.need is not None else None
     if d is None or d.total is None or d.device_used is None or need is None:
         note = "no figures for this GPU"
         return replace(result, checks=(DryRunCheck(device, 0, 0, False, note),))
@@ -117,6 +118,7 @@ def run(session: Session, shell: Any, opts: CellOptions, body: str) -> DryRun | 
         here=here(session, device),
         execution_count=shell.execution_count,
         world_size=opts.world_size,
+        count_untouched=opts.count_untouched,
     )
     if opts.check:
         result = check(session, shell, result, body, device)
@@ -142,4 +144,5 @@ def scan(session: Session, shell: Any, opts: CellOptions, body: str) -> DryScan 
         opts.fit_in,
         here(session, opts.device or 0),
         world_size=opts.world_size,
+        count_untouched=opts.count_untouched,
     )

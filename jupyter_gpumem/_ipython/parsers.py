@@ -143,14 +143,25 @@ def _add_planning_options(p: MagicArgumentParser) -> None:
     p.add_argument(
         "--dry-run",
         action="store_true",
-        help="plan without running: the cell runs under PyTorch's FakeTensorMode (no "
-        "device memory is used, no kernel runs, your names are left as they were), its "
-        "storages are replayed through a model of PyTorch's caching allocator, and the "
-        "report predicts each device's peak allocated and reserved, with cuBLAS's "
-        "workspaces and the CUDA context beside them. With --fit-in: does it fit that "
-        "card, by how much. Build the model inside the cell under `with "
+        help="plan without running: the cell's Python runs, its tensors are fake "
+        "(PyTorch's FakeTensorMode: no device memory is used, no kernel runs; your real "
+        "tensors are seen as fake copies and never changed, your names are left as they "
+        "were), writes outside the process (files, torch.save, commands, `!` lines, "
+        "connections) are refused with one line, and its storages are replayed through a "
+        "model of PyTorch's caching allocator. The report predicts each device's peak "
+        "allocated and reserved in a fresh process that ran the earlier cells: what the "
+        "cell uses of the kernel's tensors (a model built before) is held from its start, "
+        "with cuBLAS's workspaces and the CUDA context beside. With --fit-in: does it fit "
+        "that card, by how much. Build the model inside the cell under `with "
         "torch.device('cuda')` to plan one that does not fit here. Also "
         "jupyter_gpumem.dry_run(fn, *args, fit_in=...)",
+    )
+    p.add_argument(
+        "--count-untouched",
+        action="store_true",
+        help="with --dry-run: also count what the kernel holds on the device that the "
+        "cell does not use (by default it is listed, not counted: a fresh process running "
+        "the cell would not hold it)",
     )
     p.add_argument(
         "--check",
@@ -268,6 +279,7 @@ class CellOptions:
     dry_run: bool = False  # the magic runs the body under FakeTensorMode itself
     check: bool = False  # with dry_run: then run it for real and compare
     world_size: int = 1  # with dry_run: as rank 0 of a job of this many processes
+    count_untouched: bool = False  # with dry_run: count the kernel's tensors it never used
 
 
 def check_device(collector: Collector, device: int | None) -> None:
@@ -313,6 +325,7 @@ def parse_cell_line(line: str, collector: Collector) -> CellOptions:
         dry_run=args.dry_run,
         check=args.check,
         world_size=args.world_size or 1,
+        count_untouched=args.count_untouched,
     )
 
 
@@ -347,6 +360,8 @@ def _refuse_what_does_not_go_together(args: argparse.Namespace, trace: bool) -> 
         )
     if args.check and not args.dry_run:
         raise UsageError("--check goes with --dry-run")
+    if args.count_untouched and not args.dry_run:
+        raise UsageError("--count-untouched goes with --dry-run")
     if args.world_size is not None and not args.dry_run:
         raise UsageError(
             "--world-size goes with --dry-run: a cell that runs is one process (run the "

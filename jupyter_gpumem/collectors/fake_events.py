@@ -17,6 +17,7 @@ StopKind = Literal[
     "no fake kernel",  # an op (custom, extension) the fake mode can't run
     "no cuda build",  # a CPU-only torch asked for a CUDA dry run
     "no gpu visible",  # a CUDA build that sees no GPU, where torch's autograd needs one
+    "refused",  # a write outside the process, or a change to a real tensor, refused
     "syntax",  # the cell does not compile
     "error",  # anything else the code raised
 ]
@@ -132,6 +133,13 @@ class FakeRun:
     cuda_initialized: bool = False  # whether the run started CUDA (it should not)
     libraries: frozenset[str] = frozenset()  # "cudnn", "nccl": what its ops would load
     seen: Seen | None = None  # what the breakdown's hooks saw (None: they did not run)
+    # the user's real tensors on the device that the cell used: allocated first in
+    # ``events`` (op ``held before the cell``), as a fresh process holds them at its start
+    held: list[Alloc] = field(default_factory=list)
+    held_owners: dict[int, str] = field(default_factory=dict)  # held key -> who holds it
+    # PyTorch's allocated on each device when the run ended (the kernel's own tensors);
+    # empty where CUDA does not run
+    kernel_allocated: dict[int, int] = field(default_factory=dict)
 
     @property
     def peak(self) -> int:

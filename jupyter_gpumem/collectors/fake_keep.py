@@ -27,6 +27,8 @@ class _Keep:
     ) -> None:
         self.saved: list[tuple[Any, Any]] = []
         self.requires_grad: list[tuple[Any, bool]] = []  # parameters of the modules
+        # parameters' gradients (``zero_grad()`` sets them to None in the real objects)
+        self.grads: list[tuple[Any, Any]] = []
         seen: set[int] = set()
         Tensor, Module, Optimizer = t.Tensor, t.nn.Module, t.optim.Optimizer
         leaves = (Tensor, type, type(sys), str, bytes, int, float, complex, bool)
@@ -46,6 +48,7 @@ class _Keep:
                     for p in m._parameters.values():
                         if p is not None:
                             self.requires_grad.append((p, bool(p.requires_grad)))
+                            self.grads.append((p, p.grad))
                     attrs = [v for v in m.__dict__.values() if not any(v is d for d in own)]
                     stack.extend((v, level + 1) for v in attrs if not isinstance(v, Module))
                 continue
@@ -58,6 +61,8 @@ class _Keep:
                 self._save(obj.param_groups)
                 for group in obj.param_groups:
                     self._save(group)
+                    params = group.get("params", ()) if isinstance(group, dict) else ()
+                    self.grads.extend((p, p.grad) for p in params if isinstance(p, Tensor))
                 continue
             if isinstance(obj, (dict, list, set)):
                 self._save(obj)
@@ -86,6 +91,10 @@ class _Keep:
     def restore(self) -> int:
         """Put back what changed; how many containers (and parameters) had changed."""
         changed = 0
+        for p, grad in self.grads:
+            if p.grad is not grad:
+                p.grad = grad
+                changed += 1
         for p, requires_grad in self.requires_grad:
             if p.requires_grad != requires_grad:
                 p.requires_grad_(requires_grad)

@@ -81,8 +81,26 @@ def patched(t: Any, device_type: str, capability: Callable[[int], Any]) -> Itera
                 types_list.append(FakeTensor)
                 undo.append(partial(types_list.remove, FakeTensor))
 
-        # moving a module of fake tensors
+        # moving a module of fake tensors; swapping a real one would change the user's
         utils = t.utils
+        real_swap = utils.swap_tensors
+
+        def swap_tensors(t1: Any, t2: Any) -> Any:
+            for x in (t1, t2):
+                if isinstance(x, t.Tensor) and not isinstance(x, FakeTensor):
+                    from .fake_guard import Refused
+
+                    raise Refused(
+                        "a dry run changes no real tensor: the cell converts a real module "
+                        "or tensor in place (.to(), .half(), .cuda() swap each parameter); "
+                        "build the model in the dry run, or convert it in a cell that runs",
+                        None,
+                    )
+            return real_swap(t1, t2)
+
+        utils.swap_tensors = swap_tensors
+        undo.append(lambda: setattr(utils, "swap_tensors", real_swap))
+        undo.extend(_native_writers_refused())
         real_weakref = getattr(utils, "weakref", None)
         if real_weakref is weakref:
 
@@ -110,6 +128,53 @@ def patched(t: Any, device_type: str, capability: Callable[[int], Any]) -> Itera
     finally:
         for step in reversed(undo):
             step()
+
+
+# Writers that open their file in native code, where Python's audit hooks don't see it
+# (``collectors/fake_guard.py`` refuses the rest): module -> function names
+_NATIVE_WRITERS = {
+    "torch": ("save",),
+    "torch.serialization": ("save",),
+    "torch.jit": ("save",),
+    "torch.export": ("save",),
+    "safetensors.torch": ("save_file", "save_model"),
+    "transformers.modeling_utils": ("safe_save_file",),
+}
+
+
+def _native_writers_refused() -> list[Callable[[], None]]:
+    """Replace each native writer already imported by one that refuses (what it would
+    write, where); the list undoes it."""
+    import sys
+
+    undo: list[Callable[[], None]] = []
+    for path, names in _NATIVE_WRITERS.items():
+        module = sys.modules.get(path)
+        for name in names:
+            real = getattr(module, name, None) if module is not None else None
+            if real is None or getattr(real, "_gpumem_refuses", False):
+                continue
+            setattr(module, name, _refusing(f"{path}.{name}"))
+            undo.append(partial(setattr, module, name, real))
+    return undo
+
+
+def _refusing(name: str) -> Callable[..., Any]:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        from .fake_guard import Refused, shown
+
+        target = next((a for a in (*args[1:2], kwargs.get("f"), kwargs.get("filename")) if a), None)
+        where = (
+            f" to '{shown(target)}'"
+            if isinstance(target, (str, bytes)) or hasattr(target, "__fspath__")
+            else ""
+        )
+        raise Refused(
+            f"a dry run writes no file: {name}{where} was refused; the file is as it was", None
+        )
+
+    refuse._gpumem_refuses = True  # type: ignore[attr-defined]
+    return refuse
 
 
 def _default_device(t: Any) -> Any:

@@ -61,10 +61,11 @@ from .fake_events import (
     StopKind,
     Stopped,
 )
+from .fake_guard import Refused, guarded
 from .fake_keep import _Keep, _Switches
 from .fake_state import _recorder_class, _State
 from .fake_watch import _Watch
-from .fake_where import _caused, _describe, _locate
+from .fake_where import _caused, _describe, _here_and_text, _locate
 from .fake_workspaces import (
     OTHER_CARDS,
     WORKSPACE_TABLE,
@@ -199,7 +200,7 @@ def record(
     used_before = t.cuda.memory_allocated() if cuda_before else 0
     spaces = _workspaces_by_device(t, device_type, workspaces)
     contexts_before = _contexts(t) if device_type == "cuda" else set()
-    keeper = _Keep(t, keep)
+    keeper = _Keep(t, keep or _reachable(run))
     switches = _Switches(t)
     fake_mode = make_fake_mode()
     state = _State(t, fake_mode, device_type, spaces)
@@ -208,19 +209,27 @@ def record(
     watch = _Watch(state, t, names) if breakdown else None
     refused = False
     start = time.perf_counter()
+    guard = guarded(lambda: _here_and_text(t, cell_names), names() if names is not None else ())
     try:
         try:
-            _run_recorded(run, t, device_type, state, fake_mode, recorder, watch)
+            with guard as g:
+                _run_recorded(run, t, device_type, state, fake_mode, recorder, watch)
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as e:
             refused = watch is not None and watch.refused(e)
             result.error = _stopped(e, state, t, cell_names)
-            result.notes.append(result.error.line)
             del e
+        if result.error is None and g.refused:  # the cell swallowed a refusal
+            message, where = g.refused[0]
+            result.error = Stopped("refused", None, message, where)
+        if result.error is not None:
+            result.notes.append(result.error.line)
     finally:
         result.seconds = time.perf_counter() - start
-        _put_back(result, state, watch, keeper, switches)
+        _put_back(result, state, watch, keeper, switches, names)
+    result.notes.extend(g.undoable())
+    result.kernel_allocated = _kernel_allocated(t, device_type)
     _note_device(result, t, contexts_before, cuda_before, used_before)
     if refused:  # the run switched saved-tensor hooks off: again, without the hooks
         again = record(
@@ -239,6 +248,59 @@ def record(
         )
         return again
     return result
+
+
+def _reachable(run: Callable[[], object], depth: int = 3) -> list[object]:
+    """What a function given to a dry run can reach besides its own locals: its closure's
+    cells, the globals its code names (and those of the functions they are), a bound
+    method's object, a ``partial``'s arguments. The run binds things in these, and they
+    are put back (``fake_keep``)."""
+    import functools
+    import types
+
+    out: list[object] = []
+    seen: set[int] = set()
+
+    def names(code: types.CodeType) -> Iterator[str]:
+        yield from code.co_names
+        for c in code.co_consts:
+            if isinstance(c, types.CodeType):
+                yield from names(c)
+
+    def visit(fn: object, level: int) -> None:
+        if id(fn) in seen or level > depth:
+            return
+        seen.add(id(fn))
+        if isinstance(fn, functools.partial):
+            out.extend((*fn.args, *fn.keywords.values()))
+            visit(fn.func, level + 1)
+            return
+        owner = getattr(fn, "__self__", None)
+        if owner is not None and not isinstance(owner, types.ModuleType):
+            out.append(owner)
+        func = getattr(fn, "__func__", fn)
+        if not isinstance(func, types.FunctionType):
+            if not isinstance(fn, (type, types.BuiltinFunctionType, types.ModuleType)):
+                out.append(fn)  # an object that is called: its attributes
+            return
+        for cell in func.__closure__ or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            out.append(value)
+            visit(value, level + 1)
+        g = func.__globals__
+        for name in set(names(func.__code__)):
+            if name in g:
+                value = g[name]
+                if isinstance(value, types.FunctionType):
+                    visit(value, level + 1)
+                elif not isinstance(value, (type, types.ModuleType)):
+                    out.append(value)
+
+    visit(run, 0)
+    return out
 
 
 def _workspaces_by_device(t: Any, device_type: str, workspaces: Workspaces | None) -> Any:
@@ -295,6 +357,9 @@ def _stopped(
 ) -> Stopped:
     """Why the run stopped, from what it raised: the op that failed when ``e`` came from it,
     the kind and the plain line (``fake_where._describe``), the user's line."""
+    if isinstance(e, Refused):
+        where = e.where or _locate(e.__traceback__, t, cell_names)[0]
+        return Stopped("refused", None, e.message, where)
     failed = state.failed
     op = failed[0] if failed is not None and _caused(e, failed[1]) else None
     kind, op_name, message = _describe(e, op, t)
@@ -303,7 +368,12 @@ def _stopped(
 
 
 def _put_back(
-    result: FakeRun, state: _State, watch: _Watch | None, keeper: _Keep, switches: _Switches
+    result: FakeRun,
+    state: _State,
+    watch: _Watch | None,
+    keeper: _Keep,
+    switches: _Switches,
+    names: Callable[[], Iterable[tuple[str, Any]]] | None,
 ) -> None:
     """After the run: what the watch saw (read before the user's objects are put back), the
     user's gradients, objects and torch's switches put back, the state's records and notes
@@ -311,11 +381,13 @@ def _put_back(
     state.recording = False
     if watch is not None:  # before the user's objects are put back
         result.seen = watch.finish()
+    result.held = list(state.held)
+    result.held_owners = _owners(state, names)
     state.restore_grads()
     state.failed = None
     changed = keeper.restore()
     switches.restore()
-    result.events = Events(state.events, result.seen)
+    result.events = _with_held(state.held, state.events, result.seen)
     result.ops = state.ops
     result.input_bytes = state.input_bytes
     result.libraries = frozenset(state.libraries)
@@ -325,6 +397,69 @@ def _put_back(
             f"the run changed {changed} of the objects it was given "
             "(attributes, optimizer state, containers): they were put back"
         )
+
+
+def _with_held(held: list[Alloc], events: list[Event], seen: Seen | None) -> Events:
+    """The run's events with the storages it found on the device (the user's real tensors
+    it used) allocated first, as a fresh process that ran the earlier cells holds them
+    when the cell starts; what ``seen`` indexes moves with the events."""
+    if held and seen is not None:
+        n = len(held)
+        seen.marks = [m._replace(at=m.at + n) for m in seen.marks]
+        seen.saved = [s._replace(at=s.at + n) for s in seen.saved]
+    return Events([*held, *events] if held else events, seen)
+
+
+def _owners(state: _State, names: Callable[[], Iterable[tuple[str, Any]]] | None) -> dict[int, str]:
+    """Who holds each storage the cell found on the device, in the user's words: held key
+    -> ``gpt's parameters``, ``opt's state``, ``x`` (a name), or ``tensors`` when no name
+    reaches it."""
+    if not state.held_tensors:
+        return {}
+    t = state.t
+    by_id = {id(x): key for key, x in state.held_tensors.items()}
+    found: dict[int, str] = {}
+
+    def own(x: Any, label: str) -> None:
+        key = by_id.get(id(x))
+        if key is not None and key not in found:
+            found[key] = label
+
+    try:
+        pairs = list(names()) if names is not None else []
+        for name, obj in pairs:
+            if isinstance(obj, t.Tensor):
+                own(obj, name)
+            elif isinstance(obj, t.nn.Module):
+                for p in obj.parameters():
+                    own(p, f"{name}'s parameters")
+                    if p.grad is not None:
+                        own(p.grad, f"{name}'s gradients")
+                for b in obj.buffers():
+                    own(b, f"{name}'s buffers")
+            elif isinstance(obj, t.optim.Optimizer):
+                for per_param in obj.state.values():
+                    for v in per_param.values() if isinstance(per_param, dict) else ():
+                        if isinstance(v, t.Tensor):
+                            own(v, f"{name}'s state")
+    except Exception:  # a namespace that can't be walked: the storages stay unnamed
+        pass
+    return {key: found.get(key, "tensors") for key in state.held_tensors}
+
+
+def _kernel_allocated(t: Any, device_type: str) -> dict[int, int]:
+    """What this process holds on each device now (PyTorch's allocated), where CUDA runs:
+    the dry run counts what the cell used of it and lists the rest."""
+    if device_type != "cuda" or not t.cuda.is_initialized():
+        return {}
+    try:
+        return {
+            i: int(t.cuda.memory_allocated(i))
+            for i in range(t.cuda.device_count())
+            if t.cuda.memory_allocated(i)
+        }
+    except Exception:
+        return {}
 
 
 def _note_device(

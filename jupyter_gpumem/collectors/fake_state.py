@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
@@ -24,6 +24,7 @@ from .fake_events import Alloc, AllocKind, Event, Free
 from .fake_where import _here
 from .fake_workspaces import _CUDNN_OPS, _SCRATCH_OPS, _addmm_uses_lt, op_kind
 
+HELD = "held before the cell"  # the op of a held storage's Alloc
 MAX_HOST_READS = 100_000  # a dry run's reads of values before it stops (see host_read)
 
 
@@ -57,6 +58,10 @@ class _State:
         # copies holds them weakly and would make a new copy, a new storage, at each op)
         self.real: dict[int, tuple[Any, Any, Any]] = {}
         self.input_bytes = 0
+        # the user's real tensors on the run's device that the cell used, in the order it
+        # first used them: held from the cell's start (the key -> the real tensor)
+        self.held: list[Alloc] = []
+        self.held_tensors: dict[int, Any] = {}
         self.failed: tuple[Any, BaseException] | None = None  # (op, what it raised)
         self.kinds: dict[Any, str] = {}  # op -> "cublas" / "cublaslt" / "addmm" / ""
         self.noted: set[str] = set()
@@ -76,6 +81,9 @@ class _State:
         from torch._subclasses.fake_tensor import FakeTensor
 
         self.fake_type = FakeTensor
+        # what torch.tensor(data) calls with the real tensor it just made, for the fake mode
+        # to make a constant of it
+        self.lifts = frozenset(getattr(fake_mode, "lift_fns", ()))
         cuda = getattr(t, "cuda", None)
         self.cuda_streams = device_type == "cuda" and cuda is not None
 
@@ -118,35 +126,90 @@ class _State:
         return key
 
     # -- inputs ------------------------------------------------------------------------
-    def see_inputs(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
-        """Real tensors among the op's arguments: their fake copies' storages existed before
-        the run (no allocation), and their gradients are put back at the end."""
+    def fake_inputs(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The op's arguments with each of the user's real tensors replaced by its fake copy
+        (made once per tensor: views and aliases stay aliases, and what the op writes goes
+        into the copy). FakeTensorMode runs an op whose inputs are all real *for real*
+        (``allow_non_fake_inputs``): without this, ``w.mul_(0)`` in a dry run zeroes the
+        user's real weights."""
         Tensor, fake_type = self.t.Tensor, self.fake_type
-        for a in (*args, *kwargs.values()):
-            if isinstance(a, Tensor):
-                if not isinstance(a, fake_type):
-                    self._real_input(a)
-            elif isinstance(a, (list, tuple)):
-                for x in a:
-                    if isinstance(x, Tensor) and not isinstance(x, fake_type):
-                        self._real_input(x)
 
-    def _real_input(self, x: Any) -> None:
-        if id(x) in self.real:
-            return
+        def real(a: Any) -> bool:
+            return isinstance(a, Tensor) and not isinstance(a, fake_type)
+
+        def swapped(a: Any) -> Any:
+            if real(a):
+                return self.as_fake(a)
+            if isinstance(a, (list, tuple)) and any(real(x) for x in a):
+                return type(a)(self.as_fake(x) if real(x) else x for x in a)
+            return a
+
+        if any(real(a) or isinstance(a, (list, tuple)) for a in args):
+            args = tuple(swapped(a) for a in args)
+        if kwargs and any(real(a) or isinstance(a, (list, tuple)) for a in kwargs.values()):
+            kwargs = {k: swapped(v) for k, v in kwargs.items()}
+        return args, kwargs
+
+    def as_fake(self, x: Any) -> Any:
+        """The fake copy of the user's real tensor ``x`` (made on first use). Its storage
+        existed before the cell: on the run's device it is *held* (:attr:`held`), as a
+        fresh process that ran the earlier cells would hold it, and its gradient is put
+        back at the end."""
+        entry = self.real.get(id(x))
+        if entry is None:
+            entry = self._real_input(x)
+        fake = entry[2]
+        if fake is None:
+            from .fake_guard import Refused
+
+            raise Refused(
+                f"a dry run runs no op on a real tensor: the cell's {type(x).__name__} "
+                f"(layout {x.layout}) has no fake copy in this torch",
+                None,
+            )
+        return fake
+
+    def _real_input(self, x: Any) -> tuple[Any, Any, Any]:
         grad = x.grad if x.is_leaf and x.requires_grad else None
         try:
             fake = self.fake_mode.from_tensor(x)
             st = fake.untyped_storage()
-        except Exception:  # sparse, nested, subclasses: the fake mode will say
-            self.real[id(x)] = (x, grad, None)
-            return
-        self.real[id(x)] = (x, grad, fake)
+        except Exception:  # sparse, nested, subclasses: no copy, the op is refused
+            entry = self.real[id(x)] = (x, grad, None)
+            return entry
+        entry = self.real[id(x)] = (x, grad, fake)
+        if x.device.type == "cpu" and x.numel() == 1 and fake.constant is None:
+            self._known_value(x, fake)
         if id(st) not in self.live:
             n = st.nbytes()
+            key = None
             if fake.device.type == self.device_type:
                 self.input_bytes += n
-            self._watch(st, None, n)
+                if n > 0:
+                    self.next_key += 1
+                    key = self.next_key
+                    held = Alloc(key, n, fake.device.index or 0, 0, 0, HELD, "tensor")
+                    self.held.append(held)
+                    self.held_tensors[key] = x
+            self._watch(st, key, n)
+        return entry
+
+    def _known_value(self, x: Any, fake: Any) -> None:
+        """A one-number tensor on the CPU (an optimizer's step count) keeps its value in the
+        fake copy, on a private copy: ops on it are computed (``x += 1`` on the copy),
+        and ``.item()`` reads it, as the fake mode does for ``torch.tensor(0.0)``. Only on
+        the CPU: the fake mode computes such values where the constant lies, and a CUDA
+        tensor's must not run on the device."""
+        from torch.utils._mode_utils import no_dispatch
+
+        try:
+            with no_dispatch():
+                fake.constant = x.detach().clone()
+            self.fake_mode.fake_tensor_converter.add_constant_storage_mapping(fake)
+        except Exception:  # another torch: the copy has no value, a read is 0
+            fake.constant = None
 
     # -- outputs -----------------------------------------------------------------------
     def see_outputs(self, func: Any, out: Any, args: tuple[Any, ...], kwargs: Any) -> None:
@@ -295,6 +358,7 @@ class _State:
             if x.is_leaf and x.requires_grad and x.grad is not grad:
                 x.grad = grad
         self.real.clear()
+        self.held_tensors.clear()
 
 
 _RECORDER: Any = None
@@ -325,12 +389,13 @@ def _recorder_class() -> Any:
                     # local tensors and come back here at their real, sharded sizes
                     return NotImplemented
                 state.ops += 1
+                if func not in state.lifts:  # torch.tensor(data)'s fresh tensor: not the user's
+                    args, kwargs = state.fake_inputs(args, kwargs)
                 if func is state.scalar_read and args and isinstance(args[0], state.fake_type):
                     try:  # a constant the fake mode knows (AdamW's step count) it answers
                         return func(*args, **kwargs)
                     except state.data_dependent:
                         return state.host_read(args[0])
-                state.see_inputs(args, kwargs)
                 try:
                     out = func(*args, **kwargs)
                 except Exception as e:

@@ -63,22 +63,32 @@ def _locate(
 
 def _here(t: Any, cell_names: Callable[[str], int | None] | None) -> str | None:
     """The user's line that is running now (as :func:`_locate` names it)."""
+    return _here_and_text(t, cell_names)[0]
+
+
+def _here_and_text(
+    t: Any, cell_names: Callable[[str], int | None] | None
+) -> tuple[str | None, str]:
+    """The user's line that is running now, and its text ("" when unknown)."""
+    import linecache
+
     skip = (_torch_dir(t), _own_dir())
     libraries = _library_dirs()
     frame = sys._getframe(1)
-    inside = None
+    inside: tuple[str | None, str] = (None, "")
     while frame is not None:
         filename = frame.f_code.co_filename
         absolute = os.path.abspath(filename)
         if not (absolute.startswith(skip) or filename.startswith("<frozen")):
+            text = linecache.getline(filename, frame.f_lineno).strip()
             count = cell_names(filename) if cell_names is not None else None
             if count is not None:
-                return f"In[{count}] line {frame.f_lineno}"
+                return f"In[{count}] line {frame.f_lineno}", text
             label = f"{os.path.basename(filename)}:{frame.f_lineno}"
-            if inside is None:
-                inside = label
+            if inside[0] is None:
+                inside = (label, text)
             if not absolute.startswith(libraries) or filename.startswith("<"):
-                return label
+                return label, text
         frame = frame.f_back  # type: ignore[assignment]
     return inside
 

@@ -3,10 +3,12 @@ storages are replayed through the model of PyTorch's caching allocator
 (``analysis/caching_allocator``), and one :class:`~jupyter_gpumem.model.DryRun` says what
 each device would need, beside the CUDA context, and whether that fits a card.
 
-What it predicts is a fresh process: an empty cache, the cell's own allocations. The
-memory beside PyTorch (the CUDA context, cuBLAS, cuDNN) is measured in this process when
-it already has a context on that GPU, else taken from :data:`OUTSIDE`, measured on this
-project's GPUs.
+What it predicts is a fresh process that ran the notebook's earlier cells: the kernel's
+tensors the cell uses (a model built in an earlier cell, its optimizer state) are held from
+the cell's start, then come the cell's own allocations; what the kernel holds that the cell
+never uses is listed and, with ``count_untouched``, held too. The memory beside PyTorch (the
+CUDA context, cuBLAS, cuDNN) is measured in this process when it already has a context on
+that GPU, else taken from :data:`OUTSIDE`, measured on this project's GPUs.
 """
 
 from __future__ import annotations
@@ -147,10 +149,19 @@ def _name_key(name: str) -> str | None:
 
 def outside_for(target: Target | None, here: tuple[int, str] | None) -> tuple[int, str]:
     """The memory beside PyTorch to count: measured here when this GPU is the target (or
-    there is no target), else the table's figure for the target card."""
+    there is no target), else the table's figure for the target card. A process that has
+    a context but has not run a matmul yet holds less than it will (cuBLAS's handle and
+    kernels come with the first one): on a card the table knows, the larger figure."""
     key = card_key(target)
     if here is not None and (target is None or key is None or key == _name_key(here[1])):
-        return here[0], f"measured in this process on {here[1]}"
+        size, name = here
+        table = OUTSIDE.get(_name_key(name) or "")
+        if table is not None and table[0] > size:
+            return table[0], (
+                f"measured in this process on {name}: {format_bytes(size)}, before cuBLAS "
+                f"was loaded; a step's matmuls load it: {table[1]}"
+            )
+        return size, f"measured in this process on {name}"
     if key in OUTSIDE:
         return OUTSIDE[key]
     return DEFAULT_OUTSIDE
@@ -163,24 +174,42 @@ def predict(
     outside: tuple[int, str],
     conf: str | None = None,
     breakdown: bool = True,
+    untouched: dict[int, int] | None = None,
+    count_untouched: bool = False,
 ) -> tuple[tuple[DryRunDevice, ...], bool | None, int | None]:
     """Each device's prediction from the dry run's events; whether the busiest fits the
     target, and by how much (target minus need, negative when short). ``breakdown``: also
     what each peak is made of, when the events carry what the run's hooks saw
-    (``fake_run.Events.seen``; one more replay per device, ~1 % of a dry run)."""
+    (``fake_run.Events.seen``; one more replay per device, ~1 % of a dry run).
+    The user's tensors the cell used (``held before the cell``, first in the events) are
+    held from the start, as in a fresh process that ran the earlier cells. ``untouched``:
+    by device, what the kernel holds that the cell never used; listed, and held from the
+    start too with ``count_untouched``."""
     from ..collectors.fake_run import Alloc as FakeAlloc
+    from ..collectors.fake_state import HELD
 
     conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") if conf is None else conf
     seen = getattr(events, "seen", None) if breakdown else None
+    untouched = untouched or {}
     per_device: dict[int, list[Alloc | Free]] = defaultdict(list)
     where: dict[int, int] = {}
     workspaces: dict[int, int] = defaultdict(int)
+    held: dict[int, int] = defaultdict(int)
+    own: dict[int, int] = defaultdict(int)  # the cell's own allocations
+    if count_untouched:
+        for device, nbytes in untouched.items():
+            if nbytes > 0:  # one block, below everything else
+                per_device[device].append(Alloc(-1 - device, nbytes, 0))
     for e in events:
         if isinstance(e, FakeAlloc):
             where[e.key] = e.device
             per_device[e.device].append(Alloc(e.key, e.nbytes, e.stream))
             if e.kind != "tensor":
                 workspaces[e.device] += e.nbytes
+            if e.op == HELD:
+                held[e.device] += e.nbytes
+            else:
+                own[e.device] += 1
         elif e.key in where:
             per_device[where[e.key]].append(Free(e.key))
     cap = None
@@ -217,15 +246,38 @@ def predict(
                 peak_allocated=free.peak_allocated,
                 peak_reserved=free.peak_reserved,
                 workspaces=workspaces[device],
-                requests=sum(1 for r in requests if type(r) is Alloc),
+                requests=own[device],
                 segments=free.device_allocs,
                 out_of_memory=oom_text,
                 breakdown=parts,
+                held=held[device],
+                untouched=untouched.get(device, 0),
+                untouched_counted=count_untouched and untouched.get(device, 0) > 0,
             )
         )
     if cap is not None and cap <= 0:
         fits, headroom = False, cap
     return tuple(devices), fits, headroom
+
+
+def untouched_by_device(seen: Any) -> dict[int, int]:
+    """What the kernel holds on each device that the run never used: PyTorch's allocated
+    when it ended, less the blocks of the storages it used (each rounded as the allocator
+    rounds it)."""
+    from ..analysis.allocator_rules import round_size
+
+    used: dict[int, int] = defaultdict(int)
+    for a in seen.held:
+        used[a.device] += round_size(a.nbytes)
+    return {d: max(0, n - used[d]) for d, n in seen.kernel_allocated.items() if n - used[d] > 0}
+
+
+def held_by(seen: Any) -> tuple[tuple[str, int], ...]:
+    """Who holds what the run found on the device, largest first."""
+    owners: dict[str, int] = defaultdict(int)
+    for a in seen.held:
+        owners[seen.held_owners.get(a.key, "tensors")] += a.nbytes
+    return tuple(sorted(owners.items(), key=lambda o: (-o[1], o[0])))
 
 
 def dry_run(
@@ -238,6 +290,7 @@ def dry_run(
     execution_count: int | None = None,
     device_type: str = "cuda",
     world_size: int = 1,
+    count_untouched: bool = False,
 ) -> DryRun:
     """Dry-run ``run()`` (or a cell's ``source`` in ``shell``) and predict its peaks.
     ``device_type="cpu"`` models the CPU's storages as if they were one GPU's (tests).
@@ -264,7 +317,13 @@ def dry_run(
     if stopped is not None and stopped in notes:
         notes.remove(stopped)
     try:
-        devices, fits, headroom = predict(seen.events, target=target, outside=outside)
+        devices, fits, headroom = predict(
+            seen.events,
+            target=target,
+            outside=outside,
+            untouched=untouched_by_device(seen),
+            count_untouched=count_untouched,
+        )
     except ValueError as e:  # a PYTORCH_CUDA_ALLOC_CONF the model does not follow
         devices, fits, headroom = (), None, None
         notes.append(f"PYTORCH_CUDA_ALLOC_CONF: {e}")
@@ -293,6 +352,7 @@ def dry_run(
         torch_version=getattr(torch, "__version__", None),
         fits=fits,
         headroom=headroom,
+        held_by=held_by(seen),
     )
 
 
@@ -382,6 +442,7 @@ def dry_scan(
     here: tuple[int, str] | None = None,
     device_type: str = "cuda",
     world_size: int = 1,
+    count_untouched: bool = False,
 ) -> DryScan:
     """``%%gpumem --scan NAME=... --dry-run``: the cell dry-run with ``NAME`` bound to each
     value tried (in a copy of the namespace: the user's own value of ``NAME`` stays);
@@ -395,6 +456,7 @@ def dry_scan(
     outside = outside_for(target, here)
     measured = outside[1].startswith("measured in this process")
     used = [outside]  # the largest figure beside PyTorch of the values tried
+    holders: list[tuple[tuple[str, int], ...]] = []  # the first run's held_by
     spaces = workspaces_for(target) if device_type == "cuda" else None
     ns = shell.user_ns
     world_size = check_world_size(world_size)
@@ -419,9 +481,18 @@ def dry_scan(
             else:
                 ns.pop(name, None)
         stopped = seen.error.line if seen.error is not None else None
+        if not holders:
+            holders.append(held_by(seen))
         beside = with_libraries(outside, seen.libraries, world_size, measured)
         used[0] = max(used[0], beside, key=lambda o: o[0])
-        devices, fits, _ = predict(seen.events, target=target, outside=beside, breakdown=False)
+        devices, fits, _ = predict(
+            seen.events,
+            target=target,
+            outside=beside,
+            breakdown=False,
+            untouched=untouched_by_device(seen),
+            count_untouched=count_untouched,
+        )
         busiest = max(devices, key=lambda d: d.peak_reserved, default=None)
         if busiest is None:
             return DryScanPoint(value, 0, 0, None, None if stopped else True, stopped)
@@ -448,4 +519,5 @@ def dry_scan(
         execution_count=getattr(shell, "execution_count", None),
         notes=tuple(notes),
         world_size=world_size,
+        held_by=holders[0] if holders else (),
     )

@@ -315,6 +315,13 @@ class DryRunDevice:
     # what the predicted peak allocated is made of (categories, phase, modules; exact=False,
     # note says predicted); None when not computed (a scan's dry runs, hand-made events)
     breakdown: Breakdown | None = None
+    # the kernel's tensors the cell used (a model built in an earlier cell, its optimizer
+    # state): held from the cell's start, counted in the peaks above
+    held: int = 0
+    # what the kernel holds on this device that the cell never used: counted in the peaks
+    # only with ``untouched_counted`` (``--count-untouched``)
+    untouched: int = 0
+    untouched_counted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,10 +363,18 @@ class DryRun(ShowsItself):
     # minus the uncapped one (negative: short by that much).
     fits: bool | None = None
     headroom: int | None = None
+    # who holds what the cell found on the device, largest first: ("gpt's parameters", B)
+    held_by: tuple[tuple[str, int], ...] = ()
 
     @property
     def peak_reserved(self) -> int:
         return max((d.peak_reserved for d in self.devices), default=0)
+
+    @property
+    def held(self) -> int:
+        """What the cell found on its busiest device and used, held from its start."""
+        busiest = max(self.devices, key=lambda d: d.peak_reserved, default=None)
+        return busiest.held if busiest is not None else 0
 
     @property
     def need(self) -> int | None:
@@ -399,3 +414,6 @@ class DryScan(ShowsItself):
     execution_count: int | None = None
     notes: tuple[str, ...] = ()
     world_size: int = 1  # each dry run as rank 0 of a job of this many processes
+    # what the cell found on the device and used (the first value's run), held from the
+    # cell's start in each value's need, largest first: ("gpt's parameters", B)
+    held_by: tuple[tuple[str, int], ...] = ()

@@ -66,7 +66,14 @@ def answer(r: DryRun) -> str:
         return f"fits in {r.target.label}: unknown: the dry run stopped before the cell's end{need}"
     if r.fits is None or r.headroom is None:
         return f"fits in {r.target.label}: unknown ({r.outside_source})"
-    need = f" (needs {format_bytes(r.need)} in a fresh process)" if r.need is not None else ""
+    need = ""
+    if r.need is not None:
+        held = (
+            f" with what it uses of the kernel's tensors ({format_bytes(r.held)})" if r.held else ""
+        )
+        need = (
+            f" (needs {format_bytes(r.need)} in a fresh process{held}, the CUDA context included)"
+        )
     if r.fits:
         return f"fits in {r.target.label}: yes, with {format_bytes(r.headroom)} to spare{need}"
     return f"fits in {r.target.label}: no, about {format_bytes(-r.headroom)} short{need}"
@@ -111,9 +118,44 @@ def lines(r: DryRun) -> list[str]:
     return out
 
 
+def _owners(held_by: tuple[tuple[str, int], ...], limit: int = 4) -> str:
+    shown = [f"{name} {format_bytes(n)}" for name, n in held_by[:limit]]
+    if len(held_by) > limit:
+        shown.append(f"{len(held_by) - limit} more")
+    return ", ".join(shown)
+
+
+def held_lines(r: DryRun) -> list[str]:
+    """What the kernel held before the cell: counted (the cell uses it) and not."""
+    out: list[str] = []
+    for d in r.devices:
+        if d.held:
+            who = f" ({_owners(r.held_by)})" if r.held_by and len(r.devices) == 1 else ""
+            own = d.peak_allocated - d.held - d.untouched * d.untouched_counted
+            out.append(
+                f"held before the cell on cuda:{d.device}: {format_bytes(d.held)}{who}, "
+                "what the cell uses of the kernel's tensors, counted from the cell's start as "
+                "a fresh process that ran the earlier cells holds it; the cell's own peak: "
+                f"{format_bytes(max(0, own))} allocated above that"
+            )
+        if d.untouched:
+            if d.untouched_counted:
+                out.append(
+                    f"counted too (--count-untouched): {format_bytes(d.untouched)} more that "
+                    f"the kernel holds on cuda:{d.device} and the cell does not use"
+                )
+            else:
+                out.append(
+                    f"not counted: the kernel holds {format_bytes(d.untouched)} more on "
+                    f"cuda:{d.device} that the cell does not use (a fresh process running "
+                    "this cell needs none of it; --count-untouched counts it)"
+                )
+    return out
+
+
 def tail_lines(r: DryRun) -> list[str]:
     """What follows the breakdowns; the answer against the card is the last line."""
-    out: list[str] = []
+    out: list[str] = held_lines(r)
     if r.outside is not None:
         out.append(
             f"beside PyTorch: {format_bytes(r.outside)} (CUDA context and libraries; "
@@ -126,12 +168,15 @@ def tail_lines(r: DryRun) -> list[str]:
         if not c.ran or d is None:
             out.append(f"check: cuda:{c.device} did not run for real: {c.note}")
             continue
+        base = d.held + d.untouched * d.untouched_counted  # the check measures above it
+        allocated, reserved = d.peak_allocated - base, d.peak_reserved - base
+        above = " above the cell's start" if base else ""
         out.append(
-            f"check, run for real on cuda:{c.device}: peak allocated "
-            f"{format_bytes(c.peak_allocated)} measured, {format_bytes(d.peak_allocated)} predicted"
-            f"{_percent(d.peak_allocated, c.peak_allocated)}; peak reserved "
-            f"{format_bytes(c.peak_reserved)} measured, {format_bytes(d.peak_reserved)} predicted"
-            f"{_percent(d.peak_reserved, c.peak_reserved)}"
+            f"check, run for real on cuda:{c.device}{above}: peak allocated "
+            f"{format_bytes(c.peak_allocated)} measured, {format_bytes(allocated)} predicted"
+            f"{_percent(allocated, c.peak_allocated)}; peak reserved "
+            f"{format_bytes(c.peak_reserved)} measured, {format_bytes(reserved)} predicted"
+            f"{_percent(reserved, c.peak_reserved)}"
         )
         if c.breakdown is not None and d.breakdown is not None:
             out.extend(compared_lines(d.breakdown, c.breakdown))
@@ -251,6 +296,14 @@ def scan_answer(s: DryScan) -> str:
     )
 
 
+def _scan_held(s: DryScan) -> str:
+    held = sum(n for _, n in s.held_by)
+    return (
+        f"held before the cell: {format_bytes(held)} ({_owners(s.held_by)}), counted in each "
+        "value's need"
+    )
+
+
 def dry_scan_lines(s: DryScan) -> list[str]:
     where = f"cell [{s.execution_count}]" if s.execution_count is not None else "function"
     rank = f", as rank 0 of {s.world_size} processes" if s.world_size > 1 else ""
@@ -262,6 +315,7 @@ def dry_scan_lines(s: DryScan) -> list[str]:
             f"beside PyTorch {format_bytes(s.outside)} "
             f"({s.outside_source})"
         ),
+        *([_scan_held(s)] if s.held_by else []),
         scan_answer(s),
         *(f"note: {n}" for n in s.notes),
     ]
