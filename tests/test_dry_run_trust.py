@@ -306,3 +306,48 @@ def test_the_real_objects_are_not_reached_after_the_run(ns):
     tensors += [v for s in opt.state.values() for v in s.values()]
     assert not any(isinstance(x, FakeTensor) for x in tensors)
     assert "torch" in sys.modules and os.getcwd()
+
+
+def test_resizing_a_real_storage_is_refused(ns):
+    before = snapshot(ns)
+    r = dry(ns, "lin.weight.untyped_storage().resize_(0)\n")
+    assert same(before, snapshot(ns))
+    assert r.error is not None and r.error.kind == "refused" and "resize_" in r.error.line
+
+
+def test_a_module_first_imported_in_a_dry_run_writes_its_bytecode_cache(ns, tmp_path):
+    (tmp_path / "fresh_module_for_dry_run.py").write_text("VALUE = 3\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        r = dry(
+            ns, "import fresh_module_for_dry_run\nx = torch.empty(fresh_module_for_dry_run.VALUE)\n"
+        )
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("fresh_module_for_dry_run", None)
+    assert r.error is None, r.error
+
+
+def test_libraries_may_make_their_own_temporary_files_but_not_touch_others(ns, tmp_path):
+    import tempfile
+
+    kept = tmp_path / "kept.txt"
+    kept.write_text("kept")
+    ns.user_ns["kept"] = str(kept)
+    r = dry(
+        ns,
+        "import tempfile, shutil\n"
+        "d = tempfile.mkdtemp()\n"
+        "with open(os.path.join(d, 'cache.bin'), 'wb') as f:\n"
+        "    f.write(b'x')\n"
+        "with tempfile.NamedTemporaryFile() as f:\n"
+        "    f.write(b'y')\n"
+        "shutil.rmtree(d)\n"
+        "x = torch.empty(4)\n",
+    )
+    assert r.error is None, r.error
+    again = dry(ns, "import tempfile\nd = tempfile.mkdtemp()\nos.remove(kept)\n")
+    assert kept.read_text() == "kept"
+    assert again.error is not None and "os.remove" in again.error.line
+    assert any("new temporary" in n for n in again.notes)
+    assert tempfile.gettempdir()

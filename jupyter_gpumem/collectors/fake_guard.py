@@ -70,6 +70,37 @@ _PROCESSES = {
     "os.kill": None,
     "os.killpg": None,
 }
+# what a run may do to its own new scratch files (see Guard.scratch)
+_SCRATCH_EVENTS = frozenset(
+    {"open", "os.mkdir", "os.remove", "os.rmdir", "os.rename", "os.truncate", "os.chmod",
+     "os.utime", "shutil.rmtree"}
+)  # fmt: skip
+
+
+# where an event's path is relative to a folder's descriptor (shutil.rmtree's way):
+# event -> the argument index of the descriptor for each path argument
+_DIR_FDS: dict[str, tuple[int | None, ...]] = {
+    "os.remove": (1,),
+    "os.rmdir": (1,),
+    "os.mkdir": (2,),
+    "os.rename": (2, 3),
+    "os.chmod": (2,),
+    "os.utime": (3,),
+}
+
+
+def _real(path: Any, dir_fd: Any = None) -> str | None:
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        return None
+    try:
+        name = os.fsdecode(path)
+        if isinstance(dir_fd, int) and dir_fd >= 0 and not os.path.isabs(name):
+            name = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), name)
+        return os.path.realpath(name)
+    except (TypeError, ValueError, OSError):
+        return None
+
+
 _NETWORK = {"socket.connect": 1, "socket.sendto": 2, "socket.sendmsg": 2, "urllib.Request": 0}
 
 
@@ -114,7 +145,9 @@ def _refusal(event: str, args: tuple[Any, ...]) -> str | None:
         )
     if event in _FILES:
         what, i = _FILES[event]
-        target = shown(args[i]) if len(args) > i else "?"
+        fd = (_DIR_FDS.get(event) or (None,))[0]
+        dir_fd = args[fd] if fd is not None and len(args) > fd else None
+        target = shown(_real(args[i], dir_fd) or args[i]) if len(args) > i else "?"
         return f"a dry run changes no file: {event} ({what} '{target}') was refused"
     if event in _PROCESSES:
         at = _PROCESSES[event]
@@ -139,6 +172,8 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
         return
     guard.busy = True  # the guard's own work (the user's line) raises events too
     try:
+        if guard.scratch(event, args):
+            return
         line = _refusal(event, args)
         if line is None:
             return
@@ -221,6 +256,48 @@ class Guard:
         self.moved: list[str] = []  # iterators among the user's names that moved on
         self.printed = 0
         self.first_printed: str | None = None
+        import tempfile
+
+        self.temp = os.path.realpath(tempfile.gettempdir()) + os.sep
+        self.made: set[str] = set()  # new files and folders the run made under temp
+
+    def scratch(self, event: str, args: tuple[Any, ...]) -> bool:
+        """Whether the event only makes or changes the run's own new scratch files:
+        libraries make temporary folders and files (``tempfile.mkdtemp``, ``mkstemp``)
+        while a model is built; a new file or folder under the temporary folder may be made,
+        and what the run made there may be written, renamed and deleted. Nothing that
+        existed before the run is touched."""
+        if event not in _SCRATCH_EVENTS:
+            return False
+        if event == "open" and args and isinstance(args[0], int):
+            return True  # a descriptor opened before: its own open was the one to judge
+        fds = _DIR_FDS.get(event, ())
+        paths = [
+            _real(a, args[fd] if fd is not None and len(args) > fd else None)
+            for a, fd in zip(args[: 2 if event == "os.rename" else 1], fds or (None, None))
+        ]
+        if not paths or any(p is None for p in paths):
+            return False
+        if all(self._ours(p) for p in paths if p is not None):
+            return True
+        (path,) = paths[:1]
+        assert path is not None
+        new = event == "os.mkdir" or (
+            event == "open"
+            and isinstance(args[2] if len(args) > 2 else None, int)
+            and args[2] & os.O_CREAT
+            and args[2] & os.O_EXCL
+        )
+        inside = (path + os.sep).startswith(self.temp)
+        if new and inside and not os.path.lexists(path):
+            self.made.add(path)
+            return True
+        # tempfile opens the temporary folder itself with an opener that makes the file
+        # (an audited open of its own, judged above); a folder is never written as a file
+        return event == "open" and inside and os.path.isdir(path)
+
+    def _ours(self, path: str) -> bool:
+        return any(path == m or path.startswith(m + os.sep) for m in self.made)
 
     def undoable(self) -> list[str]:
         """What the cell's Python did that a dry run cannot undo, one plain line each."""
@@ -229,6 +306,13 @@ class Guard:
             "dry run is gone, as a batch a data loader gave)"
             for name in self.moved
         ]
+        left = [m for m in self.made if os.path.lexists(m)]
+        if left:
+            out.append(
+                f"not undone: the run made {len(left)} new temporary file(s) or folder(s) "
+                f"under {self.temp.rstrip(os.sep)} (its libraries' scratch; nothing that "
+                "existed was touched)"
+            )
         if self.printed:
             first = f" (first: {shown(self.first_printed, 60)!r})" if self.first_printed else ""
             out.append(

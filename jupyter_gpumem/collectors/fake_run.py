@@ -126,11 +126,22 @@ def _skip_warmup(device: Any) -> None:
 
 @contextlib.contextmanager
 def _storage_resizes(t: Any, state: _State) -> Iterator[None]:
-    """``UntypedStorage.resize_`` seen while the run records (it is no dispatched op)."""
+    """``UntypedStorage.resize_`` seen while the run records (it is no dispatched op); in
+    the run's thread, a real storage's (the user's tensor's, not a fake copy's, whose
+    storages are on the meta device) is refused: it would free or grow real memory."""
+    import threading
+
     cls = t.UntypedStorage
     original = cls.resize_
+    run_thread = threading.get_ident()
 
     def resize_(self: Any, size: int) -> Any:
+        if self.device.type != "meta" and threading.get_ident() == run_thread:
+            raise Refused(
+                "a dry run changes no real tensor: resizing the storage of one of the "
+                f"kernel's {self.device.type} tensors (untyped_storage().resize_) was refused",
+                None,
+            )
         out = original(self, size)
         if isinstance(size, int):
             try:
@@ -332,11 +343,13 @@ def _run_recorded(
     """``run()`` under the fake mode, the recorder, the patches of ``fake_patches`` and,
     when given, the breakdown's watch; every one of them is undone when it returns or
     raises."""
+    from .fake_kernels import fake_kernels
     from .fake_patches import data_on_cpu, patched
 
     with (
         _no_warmup_tensor(),
         patched(t, device_type, lambda i: _capability(t, i)),
+        fake_kernels(t, device_type, state.note),
         _storage_resizes(t, state),
         fake_mode,
         recorder,

@@ -61,6 +61,22 @@ CASES: dict[str, tuple[str, str, int, str, tuple[int, ...]]] = {
         "T4",
         (16, 32, 64),
     ),
+    "vit_b16_adamw": (
+        (
+            "import torchvision\n"
+            "vit = torchvision.models.vit_b_16().cuda().train()\n"
+            "opt = torch.optim.AdamW(vit.parameters())\n"
+        ),
+        (
+            "x = torch.randn(batch, 3, 224, 224, device='cuda')\n"
+            "vit(x).sum().backward()\n"
+            "opt.step()\n"
+            "opt.zero_grad()\n"
+        ),
+        32,
+        "T4",
+        (8, 16, 32),
+    ),
     "bert_base_adamw": (
         (
             "from transformers import BertConfig, BertForMaskedLM\n"
