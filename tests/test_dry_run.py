@@ -413,3 +413,21 @@ def test_outside_measured_before_cublas_loaded_takes_the_tables_larger_figure():
     assert size == OUTSIDE["h200"][0] and "before cuBLAS was loaded" in source
     assert source.startswith("measured in this process")
     assert outside_for(h200, (900 * MiB, "NVIDIA H200"))[0] == 900 * MiB
+
+
+def test_what_the_run_could_not_size_makes_the_need_a_lower_bound_and_a_scan_an_upper_one():
+    from jupyter_gpumem.model import DryScan, DryScanPoint
+    from jupyter_gpumem.reporters.dry_run import dry_scan_text
+
+    ws = "cuDNN's workspace for convolutions (it depends on the algorithm picked)"
+    text = dry_run_text(result(unseen=(ws,)))
+    assert f"a lower bound: not seen: {ws}" in text.splitlines()[-1]
+    assert "lower bound" not in dry_run_text(result())
+    point = DryScanPoint(8, MiB, MiB, 2 * MiB, True)
+    scan = DryScan("batch", parse_target("T4"), 0, "", (point,), 8, None, True, 1.0)
+    assert "largest batch that fits in Tesla T4 (16 GB): 15360 MiB: 8 (" in dry_scan_text(scan)
+    from dataclasses import replace
+
+    upper = dry_scan_text(replace(scan, unseen=(ws,)))
+    assert "largest batch that fits in Tesla T4 (16 GB): 15360 MiB: at most 8" in upper
+    assert ws in upper

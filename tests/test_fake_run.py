@@ -820,3 +820,10 @@ def test_torch_s_warnings_about_fake_tensors_are_not_shown_but_the_user_s_are():
     texts = [str(w.message) for w in caught]
     assert "the user's own warning" in texts
     assert not any("data pointer of FakeTensor" in t for t in texts), texts
+
+
+def test_a_convolution_s_workspace_is_named_as_not_sized():
+    r = cpu(lambda: nn.Conv2d(3, 8, 3)(torch.randn(1, 3, 8, 8)))
+    assert r.error is None
+    assert any("convolutions" in u for u in r.unseen)
+    assert not cpu(lambda: torch.randn(4, 4) @ torch.randn(4, 4)).unseen

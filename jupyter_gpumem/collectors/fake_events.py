@@ -132,6 +132,9 @@ class FakeRun:
     input_bytes: int = 0  # storages of the user's real tensors the run read or wrote
     cuda_initialized: bool = False  # whether the run started CUDA (it should not)
     libraries: frozenset[str] = frozenset()  # "cudnn", "nccl": what its ops would load
+    # what the run's ops take that it could not size (cuDNN's convolution workspaces):
+    # the peaks are a lower bound by that much
+    unseen: frozenset[str] = frozenset()
     seen: Seen | None = None  # what the breakdown's hooks saw (None: they did not run)
     # the user's real tensors on the device that the cell used: allocated first in
     # ``events`` (op ``held before the cell``), as a fresh process holds them at its start

@@ -404,6 +404,7 @@ def _put_back(
     result.ops = state.ops
     result.input_bytes = state.input_bytes
     result.libraries = frozenset(state.libraries)
+    result.unseen = frozenset(state.unseen)
     result.notes[:0] = state.notes
     if changed:
         result.notes.append(

@@ -67,6 +67,7 @@ class _State:
         self.noted: set[str] = set()
         self.module_now = -1  # the innermost module running in the run's thread (_Watch)
         self.libraries: set[str] = set()  # "cudnn", "nccl": loaded by the ops that ran
+        self.unseen: set[str] = set()  # scratch memory of ops the run saw, not sized
         self.scalar_read = t.ops.aten._local_scalar_dense.default
         from torch.utils._python_dispatch import is_traceable_wrapper_subclass_type
 
@@ -251,6 +252,7 @@ class _State:
                 f"{func} (a custom op) ran its fake kernel: scratch memory its real kernel "
                 "takes is not seen",
             )
+            self.unseen.add(f"scratch memory of {func}")
             return
         if kind == "collective":
             self.libraries.add("nccl")
@@ -265,6 +267,7 @@ class _State:
             if name in _CUDNN_OPS:
                 self.libraries.add("cudnn")
             self.note(f"scratch:{name}", f"not seen: {_SCRATCH_OPS[name]} ({func})")
+            self.unseen.add(_SCRATCH_OPS[name])
             return
         if self.workspaces is None:
             return

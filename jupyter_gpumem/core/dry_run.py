@@ -353,6 +353,7 @@ def dry_run(
         fits=fits,
         headroom=headroom,
         held_by=held_by(seen),
+        unseen=tuple(sorted(seen.unseen)),
     )
 
 
@@ -457,6 +458,7 @@ def dry_scan(
     measured = outside[1].startswith("measured in this process")
     used = [outside]  # the largest figure beside PyTorch of the values tried
     holders: list[tuple[tuple[str, int], ...]] = []  # the first run's held_by
+    unseen: set[str] = set()
     spaces = workspaces_for(target) if device_type == "cuda" else None
     ns = shell.user_ns
     world_size = check_world_size(world_size)
@@ -483,6 +485,7 @@ def dry_scan(
         stopped = seen.error.line if seen.error is not None else None
         if not holders:
             holders.append(held_by(seen))
+        unseen.update(seen.unseen)
         beside = with_libraries(outside, seen.libraries, world_size, measured)
         used[0] = max(used[0], beside, key=lambda o: o[0])
         devices, fits, _ = predict(
@@ -520,4 +523,5 @@ def dry_scan(
         notes=tuple(notes),
         world_size=world_size,
         held_by=holders[0] if holders else (),
+        unseen=tuple(sorted(unseen)),
     )

@@ -365,6 +365,9 @@ class DryRun(ShowsItself):
     headroom: int | None = None
     # who holds what the cell found on the device, largest first: ("gpt's parameters", B)
     held_by: tuple[tuple[str, int], ...] = ()
+    # what the run's ops take that it could not size (cuDNN's convolution workspaces): the
+    # peaks and the need are lower bounds by that much
+    unseen: tuple[str, ...] = ()
 
     @property
     def peak_reserved(self) -> int:
@@ -417,3 +420,5 @@ class DryScan(ShowsItself):
     # what the cell found on the device and used (the first value's run), held from the
     # cell's start in each value's need, largest first: ("gpt's parameters", B)
     held_by: tuple[tuple[str, int], ...] = ()
+    # what the runs' ops take that they could not size: the largest is an upper bound
+    unseen: tuple[str, ...] = ()

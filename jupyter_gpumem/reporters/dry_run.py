@@ -74,6 +74,8 @@ def answer(r: DryRun) -> str:
         need = (
             f" (needs {format_bytes(r.need)} in a fresh process{held}, the CUDA context included)"
         )
+    if r.unseen:
+        need += f"; a lower bound: not seen: {', '.join(r.unseen)}"
     if r.fits:
         return f"fits in {r.target.label}: yes, with {format_bytes(r.headroom)} to spare{need}"
     return f"fits in {r.target.label}: no, about {format_bytes(-r.headroom)} short{need}"
@@ -290,8 +292,14 @@ def scan_answer(s: DryScan) -> str:
         p = next((p for p in s.points if p.value == s.smallest_failing), None)
         if p is not None and p.need is not None:
             tail = f"; {_v(p.value, s.integer)} needs {format_bytes(p.need)}"
+    if s.unseen:
+        tail += (
+            f"; at most: not seen: {', '.join(s.unseen)}, which a value this close to the "
+            "card may not have room for"
+        )
     return (
-        f"largest {s.name} that fits in {where}: {_v(s.largest, s.integer)} "
+        f"largest {s.name} that fits in {where}: {'at most ' if s.unseen else ''}"
+        f"{_v(s.largest, s.integer)} "
         f"(predicted by {len(s.points)} dry runs, nothing ran on the GPU{tail})"
     )
 
