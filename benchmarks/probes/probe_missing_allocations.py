@@ -150,9 +150,7 @@ def compare(name: str) -> dict:
         "notes": sides["dry"]["notes"],
         "real_requests": len(sides["real"]["allocs"]),
         "dry_requests": len(sides["dry"]["allocs"]),
-        "missing": [
-            {"size": s, "count": n, "where": where[s].most_common(3)} for s, n in rows
-        ],
+        "missing": [{"size": s, "count": n, "where": where[s].most_common(3)} for s, n in rows],
         "only_in_dry": extra[:15],
     }
 

@@ -274,7 +274,9 @@ class Guard:
         fds = _DIR_FDS.get(event, ())
         paths = [
             _real(a, args[fd] if fd is not None and len(args) > fd else None)
-            for a, fd in zip(args[: 2 if event == "os.rename" else 1], fds or (None, None))
+            for a, fd in zip(
+                args[: 2 if event == "os.rename" else 1], fds or (None, None), strict=False
+            )
         ]
         if not paths or any(p is None for p in paths):
             return False

@@ -22,7 +22,13 @@ from typing import Any
 
 from .fake_events import Alloc, AllocKind, Event, Free
 from .fake_where import _here
-from .fake_workspaces import _CUDNN_OPS, _SCRATCH_OPS, _addmm_uses_lt, op_kind
+from .fake_workspaces import (
+    _CUDNN_OPS,
+    _SCRATCH_OPS,
+    _addmm_uses_lt,
+    grouped_mm_uses_cublas,
+    op_kind,
+)
 
 HELD = "held before the cell"  # the op of a held storage's Alloc
 MAX_HOST_READS = 100_000  # a dry run's reads of values before it stops (see host_read)
@@ -269,6 +275,8 @@ class _State:
             self.note(f"scratch:{name}", f"not seen: {_SCRATCH_OPS[name]} ({func})")
             self.unseen.add(_SCRATCH_OPS[name])
             return
+        if kind == "grouped_mm" and not grouped_mm_uses_cublas(args, kwargs):
+            return  # bfloat16: CUTLASS, no cuBLAS workspace
         if self.workspaces is None:
             return
         device = next((x.device for x in _tensors(out, self.t.Tensor)), None)

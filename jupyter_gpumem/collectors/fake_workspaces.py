@@ -109,11 +109,12 @@ _CUBLAS_OPS = frozenset(
 _CUBLASLT_OPS = frozenset(
     {"_addmm_activation", "_scaled_mm", "_scaled_mm_v2", "_int_mm", "_scaled_grouped_mm"}
 )
-# Ops whose kernels take scratch memory the fake kernels don't show.
+# Ops whose kernels take scratch memory the fake kernels don't show (the RNN's: shown by
+# collectors/fake_rnn.py, at estimated sizes)
 _SCRATCH_OPS = {
     "convolution": "cuDNN's workspace for convolutions (it depends on the algorithm picked)",
     "convolution_backward": "cuDNN's workspace for convolutions (it depends on the algorithm)",
-    "_cudnn_rnn": "cuDNN's workspace for RNNs",
+    "_cudnn_rnn": "the exact size of cuDNN's RNN workspace (an estimate is counted)",
     "_scaled_dot_product_cudnn_attention": "cuDNN attention's workspace",
 }
 # ops that load cuDNN (its handle and kernels sit beside PyTorch: core/dry_run.LIBRARIES)
@@ -144,10 +145,27 @@ def _addmm_uses_lt(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
         return False
 
 
+def grouped_mm_uses_cublas(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
+    """Whether a ``_grouped_mm`` call goes through cuBLAS: ``_grouped_mm_cuda``
+    (aten/src/ATen/native/cuda/GroupedBlas.cpp) runs ``_grouped_mm_fallback``, one
+    ``mm_out`` per group, unless both inputs and the output are bfloat16 (then CUTLASS on
+    compute capability 9.x and 10.x; on other cards the fallback's cuBLAS, not counted
+    here). On an H200 (torch 2.11), a float32 mixture-of-experts step reserved exactly one
+    32 MiB workspace more than its dry run without this, as when its backward thread's
+    first cuBLAS call is a ``_grouped_mm``; the bfloat16 one matched."""
+    try:
+        a, b = args[0], args[1]
+        out = kwargs.get("out_dtype", args[4] if len(args) > 4 else None) or a.dtype
+        return not all(str(d) == "torch.bfloat16" for d in (a.dtype, b.dtype, out))
+    except Exception:
+        return False
+
+
 def op_kind(func: Any) -> str:
     """What an op is beside its outputs: "cublas", "cublaslt", "addmm" (cuBLASLt when its
-    bias is a vector, :func:`_addmm_uses_lt`), "scratch" (scratch memory not seen),
-    "collective", "custom" (a namespace not torch's own), or "" (nothing more)."""
+    bias is a vector, :func:`_addmm_uses_lt`), "grouped_mm" (cuBLAS when
+    :func:`grouped_mm_uses_cublas`), "scratch" (scratch memory not seen), "collective",
+    "custom" (a namespace not torch's own), or "" (nothing more)."""
     name = func._opname if hasattr(func, "_opname") else str(func)
     namespace = getattr(func, "namespace", "aten")
     if namespace in _COLLECTIVES:
@@ -156,6 +174,8 @@ def op_kind(func: Any) -> str:
         return "custom"
     if name == "addmm":
         return "addmm"
+    if name == "_grouped_mm":
+        return "grouped_mm"
     if name in _CUBLASLT_OPS:
         return "cublaslt"
     if name in _CUBLAS_OPS:

@@ -1,0 +1,497 @@
+"""cuDNN's RNNs (``nn.LSTM``, ``nn.GRU``, ``nn.RNN`` on CUDA) under the dry run's fake
+mode, with the real op's outputs and allocations; ``collectors/fake_kernels.py`` installs
+them (:func:`install`), the sizes come from ``fake_rnn_sizes``. Without them (the first two
+seen with torch 2.11's CUDA build and no GPU; on an H200 the run stopped at the third):
+
+- ``RNNBase.flatten_parameters`` keeps a fake module's weights apart: it compares their
+  ``data_ptr()``, which is 0 for every fake tensor. The real module's weights are views
+  into one buffer from ``_cudnn_rnn_flatten_weight`` (a zeroed buffer of cuDNN's weight
+  space; each weight copied in and rebound to its view, its own storage freed).
+- ``torch._VF.lstm`` (``gru``, ``rnn_tanh``, ``rnn_relu``) runs the C++ ``_cudnn_impl``
+  (aten/src/ATen/native/cudnn/RNN.cpp), which asks cuDNN for a handle
+  (``try_get_weight_buf``: CUDA starts, a context is made) and compares data pointers to
+  find the flat buffer; fake weights never match, so ``weight_buf`` is undefined;
+- ``aten._cudnn_rnn``'s meta kernel (``torch/_meta_registrations.py``) returns that
+  ``weight_buf`` (None) as an output the schema types ``Tensor``. Its reserve space is 0
+  bytes (a TODO there) and it has no workspace;
+- ``aten._cudnn_rnn_backward`` has no fake kernel: the fake mode runs the real CUDA
+  kernel on zero-filled tensors on the GPU (``run_fallback_kernel``).
+
+Here ``flatten_parameters`` of fake weights does what the real one does; the ``_VF``
+functions, under a fake mode and for an input cuDNN takes (``torch.cudnn_is_acceptable``),
+do ``_cudnn_impl``'s work in Python and call ``aten._cudnn_rnn`` through the dispatcher
+(autograd records ``CudnnRnnBackward0`` as for real); the fake kernels give the real op's
+outputs: shapes, dtypes, strides (``batch_first``'s output is a transposed seq-major
+buffer), the weight buffer when ``weight_buf`` is undefined, the reserve space, and the
+weights' gradients as views into one ``dw`` buffer when the module has biases.
+
+What the real op takes and gives back inside the call is allocated around it (the recorder
+names these allocations ``new_empty``). The forward, in RNN.cpp's order as far as the
+recorder can see it: the contiguous copy of a ``batch_first`` input before the op; its
+outputs; the workspace after them (the real op takes it between ``cy`` and the reserve
+space), freed, then the copy. The backward's scratch (zeros for undefined gradients, the
+copies of ``x`` and ``dy``, two workspaces, ``dw``) is one block held by hooks on the
+``CudnnRnnBackward0`` node, sized so that the call's peak is the real one
+(:meth:`~.fake_rnn_sizes.BackwardScratch.scratch`). cuDNN's dropout state (one per
+device, kept by PyTorch for the process) is allocated at the first training call with
+dropout, after the int64 its seed is drawn into.
+
+**Not starting CUDA.** ``torch.backends.cudnn.is_acceptable`` (the real
+``flatten_parameters``' test) runs ``torch.backends.cudnn._init()`` once, which asks
+``torch.cuda.get_device_capability`` of every device where a GPU is visible: CUDA starts
+(an LSTM's dry run on an H200 left ``torch.cuda.is_initialized()`` True; the call found
+with torch 2.11's CUDA build told that a GPU is visible). :func:`cudnn_accepts` tests the
+same without ``_init()``; ``torch.cudnn_is_acceptable`` and
+``torch._use_cudnn_rnn_flatten_weight`` are C++ checks of the build and the flags.
+
+The ``_VF`` functions and ``flatten_parameters`` are replaced and put back; they take the
+original path for anything that is not a fake tensor under a fake mode (another thread's
+real work). torch is not imported here: the host gives it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from .fake_rnn_sizes import (
+    DROPOUT_STATE_BYTES,
+    ESTIMATES,
+    GRU,
+    LSTM,
+    MODES,
+    RNN_RELU,
+    RNN_TANH,
+    BackwardScratch,
+    contiguous_strides,
+    module_places,
+    nbytes,
+    params_per_layer,
+    rnn_num_weights,
+    rnn_reserve_bytes,
+    rnn_shape,
+    rnn_weight_layout,
+    rnn_workspace_bytes,
+)
+
+_VF_FUNCTIONS = (("lstm", LSTM), ("gru", GRU), ("rnn_tanh", RNN_TANH), ("rnn_relu", RNN_RELU))
+
+
+class KernelHost(Protocol):
+    """What :func:`install` needs of ``fake_kernels.FakeKernels``."""
+
+    t: Any
+    device_type: str
+    fake_type: type
+    lock: threading.Lock
+
+    def note(self, key: str, line: str) -> None: ...
+    def register(self, undo: contextlib.ExitStack, name: str, fn: Callable[..., Any]) -> None: ...
+    def replace(self, undo: contextlib.ExitStack, owner: Any, name: str, value: Any) -> None: ...
+    def under_fake(self, x: Any) -> bool: ...
+
+
+def cudnn_accepts(t: Any, x: Any) -> bool:
+    """``torch.backends.cudnn.is_acceptable(x)`` without its ``_init()``, which starts
+    CUDA where a GPU is visible (see the module's docstring): cuDNN on, a CUDA tensor of a
+    dtype cuDNN takes, a build with cuDNN."""
+    return bool(
+        t._C._get_cudnn_enabled()
+        and x.device.type == "cuda"
+        and x.dtype in (t.float16, t.float32, t.float64)
+        and t.backends.cudnn.is_available()
+    )
+
+
+def install(host: KernelHost, undo: contextlib.ExitStack, cudnn: bool | None) -> RnnKernels:
+    """The RNN kernels and replacements, undone by ``undo``. ``cudnn``: None takes the
+    cuDNN path where PyTorch would (a CUDA device, ``torch.cudnn_is_acceptable``); True
+    takes it for the host's device type whatever the build (tests on a CPU build); False
+    never."""
+    kernels = RnnKernels(host, cudnn)
+    host.register(undo, "_cudnn_rnn", kernels.cudnn_rnn)
+    host.register(undo, "_cudnn_rnn_backward", kernels.cudnn_rnn_backward)
+    vf = sys.modules.get("torch._VF") or getattr(host.t, "_VF", None)
+    if vf is not None:
+        for name, mode in _VF_FUNCTIONS:
+            host.replace(undo, vf, name, kernels.vf_function(getattr(vf, name), mode))
+    base = host.t.nn.modules.rnn.RNNBase
+    host.replace(undo, base, "flatten_parameters", kernels.flatten_replacement(base))
+    undo.callback(kernels.dropout_states.clear)
+    return kernels
+
+
+class RnnKernels:
+    """The RNN side of one dry run: its cuDNN dropout states and the kernels."""
+
+    def __init__(self, host: KernelHost, cudnn: bool | None) -> None:
+        self.host = host
+        self.t = host.t
+        self.cudnn = cudnn
+        self.dropout_states: dict[Any, Any] = {}
+
+    # -- deciding ----------------------------------------------------------------------
+    def takes_cudnn(self, x: Any) -> bool:
+        """Whether the real run would send this input to cuDNN (``at::cudnn_is_acceptable``
+        in the running torch, or the test's ``cudnn=True``) while a fake mode runs."""
+        t, host = self.t, self.host
+        if self.cudnn is False or not isinstance(x, t.Tensor):
+            return False
+        if x.device.type != host.device_type or not host.under_fake(x):
+            return False
+        if self.cudnn is None:
+            if host.device_type != "cuda" or t.version.hip:
+                return False
+            return bool(t.cudnn_is_acceptable(x))
+        return bool(
+            t.backends.cudnn.enabled
+            and x.dtype in (t.float16, t.float32, t.float64)
+            and x.numel() > 0
+        )
+
+    def weights_acceptable(self, weights: Sequence[Any]) -> bool:
+        """``flatten_parameters``' own test: same dtype, on the device, cuDNN takes them
+        (:func:`cudnn_accepts`)."""
+        t = self.t
+        first = weights[0]
+        for w in weights:
+            if not isinstance(w, t.Tensor) or w.dtype != first.dtype:
+                return False
+            if w.device.type != self.host.device_type:
+                return False
+            if self.cudnn is None:
+                if not cudnn_accepts(t, w):
+                    return False
+            elif not self.cudnn or w.dtype not in (t.float16, t.float32, t.float64):
+                return False
+        return True
+
+    # -- flatten_parameters ------------------------------------------------------------
+    def flatten_replacement(self, base: Any) -> Callable[[Any], None]:
+        original = base.__dict__["flatten_parameters"]
+        fake_type = self.host.fake_type
+
+        def flatten_parameters(module: Any) -> None:
+            weights = getattr(module, "_flat_weights", None) or []
+            if any(isinstance(w, fake_type) for w in weights):
+                self.flatten(module)
+                return
+            original(module)
+
+        flatten_parameters.__doc__ = original.__doc__
+        return flatten_parameters
+
+    def flatten(self, module: Any) -> None:
+        """``RNNBase.flatten_parameters`` for fake weights: one zeroed buffer of cuDNN's
+        weight space, each weight copied into its view and rebound to it (its own storage
+        freed), as ``_cudnn_rnn_flatten_weight`` does; nothing where the real one does
+        nothing (weights partly set, of mixed dtypes, not cuDNN's, or aliasing)."""
+        t = self.t
+        weights = module._flat_weights
+        if len(weights) != len(module._flat_weights_names):
+            return
+        if not all(isinstance(w, t.Tensor) for w in weights):
+            return
+        if not self.weights_acceptable(weights):
+            return
+        places = {(_storage_key(w), w.storage_offset()) for w in weights}
+        if len(places) != len(weights):  # aliasing weights: the real check of data_ptr()
+            return
+        if self.cudnn is None and not t._use_cudnn_rnn_flatten_weight():
+            return
+        proj = int(getattr(module, "proj_size", 0) or 0)
+        layout, total = rnn_weight_layout(
+            MODES[module.mode],
+            int(module.input_size),
+            int(module.hidden_size),
+            proj,
+            int(module.num_layers),
+            bool(module.bidirectional),
+        )
+        chosen = module_places(layout, bool(module.bias))
+        if len(chosen) != len(weights):
+            return
+        with t.no_grad():
+            buf = weights[0].new_zeros((total,))
+            for w, (_, shape, offset) in zip(weights, chosen, strict=True):
+                view = buf.as_strided(shape, contiguous_strides(shape), offset)
+                view.copy_(w.reshape(shape))
+                w.set_(view.view(w.shape))
+            del buf
+
+    # -- the _VF functions -------------------------------------------------------------
+    def vf_function(self, original: Callable[..., Any], mode: int) -> Callable[..., Any]:
+        """``torch._VF.<name>`` taking :meth:`cudnn_impl` where cuDNN would run."""
+
+        def rnn(*args: Any, **kwargs: Any) -> Any:
+            if kwargs or len(args) != 9 or not self.takes_cudnn(args[0]):
+                return original(*args, **kwargs)
+            if isinstance(args[3], (list, tuple)):  # packed: data, batch_sizes, hx, params
+                data, batch_sizes, hx, params, has_biases, layers, p, train, bidir = args
+                sizes = self._batch_sizes(batch_sizes)
+                if sizes is None:
+                    return original(*args)
+                batch_first = False
+            else:
+                data, hx, params, has_biases, layers, p, train, bidir, batch_first = args
+                sizes = []
+            h, c = (hx[0], hx[1]) if mode == LSTM else (hx, None)
+            out = self.cudnn_impl(
+                mode, data, sizes, h, c, list(params), bool(has_biases), int(layers),
+                float(p), bool(train), bool(bidir), bool(batch_first),
+            )  # fmt: skip
+            return (out[0], out[1], out[2]) if mode == LSTM else (out[0], out[1])
+
+        rnn.__name__ = getattr(original, "__name__", "rnn")
+        rnn.__doc__ = getattr(original, "__doc__", None)
+        return rnn
+
+    def _batch_sizes(self, batch_sizes: Any) -> list[int] | None:
+        """A packed sequence's batch sizes (a CPU tensor the C++ code reads), when known."""
+        if isinstance(batch_sizes, self.host.fake_type):
+            batch_sizes = getattr(batch_sizes, "constant", None)
+        try:
+            return [int(n) for n in batch_sizes.tolist()]
+        except Exception:
+            return None
+
+    def cudnn_impl(
+        self,
+        mode: int,
+        input: Any,
+        batch_sizes: list[int],
+        hx: Any,
+        cx: Any,
+        params: list[Any],
+        has_biases: bool,
+        layers: int,
+        dropout: float,
+        train: bool,
+        bidirectional: bool,
+        batch_first: bool,
+    ) -> Any:
+        """``_cudnn_impl`` of RNN.cpp without cuDNN: the flat buffer found from the
+        weights' storage (``try_get_weight_buf``), the dropout state, then
+        ``aten._cudnn_rnn`` through the dispatcher, with the call's scratch around it."""
+        t = self.t
+        hidden = int(hx.shape[2])
+        proj = 0
+        if cx is not None and int(cx.shape[2]) != hidden:  # LSTM with projections
+            hidden, proj = int(cx.shape[2]), int(hx.shape[2])
+        weight_stride0 = (4 if has_biases else 2) + (1 if proj else 0)
+        total = rnn_num_weights(mode, int(input.shape[-1]), hidden, proj, layers, bidirectional)
+        weight_buf = _flat_buffer(params, total)
+        if weight_buf is None:
+            self.host.note(
+                "rnn-copies-weights",
+                "an RNN's weights are not in one buffer (RNNBase.flatten_parameters did not "
+                "flatten them): cuDNN copies them into a new buffer at every call, as the "
+                "real run does",
+            )
+        state = self._dropout_state(input) if train and dropout > 0 else None
+        shape = rnn_shape(
+            mode, input, batch_sizes, hidden, proj, layers, bidirectional, batch_first
+        )
+        self.host.note("rnn-estimates", ESTIMATES)
+        copy = None  # x = input.contiguous(), before the outputs
+        if batch_first and not batch_sizes and not input.transpose(0, 1).is_contiguous():
+            copy = input.new_empty((nbytes(input),), dtype=t.uint8)
+        out = t.ops.aten._cudnn_rnn.default(
+            input, params, weight_stride0, weight_buf, hx, cx, mode, hidden, proj, layers,
+            batch_first, dropout, train, bidirectional, batch_sizes, state,
+        )  # fmt: skip
+        workspace_bytes = rnn_workspace_bytes(shape, train)
+        if workspace_bytes:  # taken after the outputs, given back at the end of the call
+            workspace = input.new_empty((workspace_bytes,), dtype=t.uint8)
+            del workspace
+        del copy
+        node = getattr(out[0], "grad_fn", None)
+        if node is not None and train:
+            info = BackwardScratch.of(
+                shape, input, hx, cx, out, params, batch_first, bool(batch_sizes), weight_stride0
+            )
+            self._hook_backward(node, info)
+        return out
+
+    def _dropout_state(self, input: Any) -> Any:
+        """cuDNN's dropout state for the input's device: made at the first training call
+        with dropout (after the int64 its seed is drawn into) and kept for the rest of the
+        run (PyTorch keeps it for the process)."""
+        key = (input.device.type, input.device.index)
+        t = self.t
+        with self.host.lock:
+            state = self.dropout_states.get(key)
+            if state is None:
+                seed = input.new_empty((), dtype=t.int64)  # at::empty({}, kLong)
+                del seed
+                state = input.new_empty((DROPOUT_STATE_BYTES,), dtype=t.uint8)
+                self.dropout_states[key] = state
+                self.host.note(
+                    "rnn-dropout-state",
+                    f"cuDNN's dropout state for RNNs ({DROPOUT_STATE_BYTES:,} B, an estimate) "
+                    "is allocated at the first training call with dropout; PyTorch keeps it "
+                    "for the process (none is made if an earlier cell already made one)",
+                )
+        return state
+
+    def _hook_backward(self, node: Any, info: BackwardScratch) -> None:
+        """The backward's scratch around ``CudnnRnnBackward0``: allocated before it runs
+        (knowing which gradients are undefined), freed after."""
+        held: dict[str, Any] = {}
+        uint8 = self.t.uint8
+
+        def before(grad_outputs: Any) -> None:
+            grads = tuple(grad_outputs)[:3]
+            ref = next((g for g in grads if g is not None), None)
+            n = info.scratch(grads) if ref is not None else 0
+            if ref is not None and n > 0:
+                held["scratch"] = ref.new_empty((n,), dtype=uint8)
+
+        def after(grad_inputs: Any, grad_outputs: Any) -> None:
+            held.clear()
+
+        node.register_prehook(before)
+        node.register_hook(after)
+
+    # -- the fake kernels --------------------------------------------------------------
+    def cudnn_rnn(
+        self,
+        input: Any,
+        weight: Sequence[Any],
+        weight_stride0: int,
+        weight_buf: Any,
+        hx: Any,
+        cx: Any,
+        mode: int,
+        hidden_size: int,
+        proj_size: int,
+        num_layers: int,
+        batch_first: bool,
+        dropout: float,
+        train: bool,
+        bidirectional: bool,
+        batch_sizes: Sequence[int],
+        dropout_state: Any = None,
+    ) -> Any:
+        """``_cudnn_rnn``'s outputs as the CUDA kernel makes them (RNN.cpp): ``output``
+        seq-major, transposed back for ``batch_first``; ``hy``, ``cy`` (empty without
+        ``cx``); the reserve space (training); ``weight_buf`` itself, or a new buffer of
+        cuDNN's weight space when it is undefined."""
+        t = self.t
+        mode, hidden, proj, layers = int(mode), int(hidden_size), int(proj_size), int(num_layers)
+        if mode != LSTM and cx is not None:
+            raise RuntimeError("rnn: illegal defined cx for non-LSTM RNN")
+        if not hx.is_contiguous() or (cx is not None and not cx.is_contiguous()):
+            raise RuntimeError("rnn: hx is not contiguous")
+        if any(w.dtype != input.dtype for w in weight) or hx.dtype != input.dtype:
+            raise RuntimeError("cuDNN RNN: input and parameter tensors are not the same dtype")
+        sizes = [int(n) for n in batch_sizes]
+        bidir, first = bool(bidirectional), bool(batch_first)
+        s = rnn_shape(mode, input, sizes, hidden, proj, layers, bidir, first)
+        dirs = s.dirs
+        if sizes:
+            output = input.new_empty((s.rows, s.out * dirs))
+        else:
+            seq = int(input.shape[1] if batch_first else input.shape[0])
+            output = input.new_empty((seq, s.batch, s.out * dirs))
+            if batch_first:
+                output = output.transpose(0, 1)
+        hy = hx.new_empty((layers * dirs, s.batch, s.out))
+        if cx is not None:
+            if tuple(cx.shape) != (layers * dirs, s.batch, hidden):
+                raise RuntimeError(
+                    f"Expected cell size {[layers * dirs, s.batch, hidden]}, got {list(cx.shape)}"
+                )
+            cy = cx.new_empty((layers * dirs, s.batch, hidden))
+        else:
+            cy = hx.new_empty((0,))
+        reserve = input.new_empty((rnn_reserve_bytes(s) if train else 0,), dtype=t.uint8)
+        if weight_buf is None:
+            total = rnn_num_weights(mode, s.input_size, hidden, proj, layers, dirs == 2)
+            weight_buf = input.new_empty((total,))
+        return output, hy, cy, reserve, weight_buf
+
+    def cudnn_rnn_backward(
+        self,
+        input: Any,
+        weight: Sequence[Any],
+        weight_stride0: int,
+        weight_buf: Any,
+        hx: Any,
+        cx: Any,
+        output: Any,
+        grad_output: Any,
+        grad_hy: Any,
+        grad_cy: Any,
+        mode: int,
+        hidden_size: int,
+        proj_size: int,
+        num_layers: int,
+        batch_first: bool,
+        dropout: float,
+        train: bool,
+        bidirectional: bool,
+        batch_sizes: Sequence[int],
+        dropout_state: Any,
+        reserve: Any,
+        output_mask: Sequence[bool],
+    ) -> Any:
+        """``_cudnn_rnn_backward``'s outputs (RNN.cpp): ``dx`` seq-major (transposed back
+        for ``batch_first``), ``dhx``, ``dcx`` (None without ``cx``), and, when the weights
+        want gradients, views into one ``dw`` buffer of ``weight_buf``'s size in the weights'
+        shapes when ``weight_stride0`` is ``get_parameters``' (a module with biases), else
+        one new tensor per weight (``dw`` freed inside the call)."""
+        if not train:
+            raise RuntimeError("cudnn RNN backward can only be called in training mode")
+        if grad_output is None and grad_hy is None and grad_cy is None:
+            return None, None, None, [None] * len(weight)
+        mode, hidden, proj, layers = int(mode), int(hidden_size), int(proj_size), int(num_layers)
+        sizes = [int(n) for n in batch_sizes]
+        bidir, first = bool(bidirectional), bool(batch_first)
+        s = rnn_shape(mode, input, sizes, hidden, proj, layers, bidir, first)
+        if sizes or not batch_first:
+            dx = input.new_empty(tuple(input.shape))
+        else:
+            dx = input.new_empty((int(input.shape[1]), int(input.shape[0]), s.input_size))
+            dx = dx.transpose(0, 1)
+        dhx = hx.new_empty((layers * s.dirs, s.batch, s.out))
+        dcx = cx.new_empty((layers * s.dirs, s.batch, hidden)) if cx is not None else None
+        grads: list[Any] = []
+        if output_mask[3]:
+            if int(weight_stride0) == params_per_layer(proj):
+                dw = weight_buf.new_empty(tuple(weight_buf.shape))
+                layout, _ = rnn_weight_layout(mode, s.input_size, hidden, proj, layers, s.dirs == 2)
+                for w, (_, shape, offset) in zip(weight, layout, strict=True):
+                    view = dw.as_strided(shape, contiguous_strides(shape), offset)
+                    grads.append(view.view(tuple(w.shape)))
+                del dw
+            else:
+                grads = [w.new_empty(tuple(w.shape)) for w in weight]
+        return dx, dhx, dcx, grads
+
+
+def _storage_key(x: Any) -> int:
+    """Which storage a tensor's data lies in (its StorageImpl)."""
+    return int(x.untyped_storage()._cdata)
+
+
+def _flat_buffer(params: list[Any], total: int) -> Any:
+    """``try_get_weight_buf``: the weights' shared buffer as one flat view, when every
+    weight lies in one storage of at least cuDNN's size and the last is contiguous (the
+    real test compares each weight's address with cuDNN's layout; weights that share one
+    storage got there through flatten_parameters)."""
+    first = params[0]
+    try:
+        key = _storage_key(first)
+        if any(_storage_key(p) != key or p.dtype != first.dtype for p in params):
+            return None
+        if first.untyped_storage().nbytes() < total * first.element_size():
+            return None
+    except Exception:
+        return None
+    if not params[-1].is_contiguous():
+        return None
+    return first.detach().as_strided((total,), (1,), 0)

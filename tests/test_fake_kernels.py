@@ -1,0 +1,643 @@
+"""The fake kernels of collectors/fake_kernels.py and collectors/fake_rnn.py: cuDNN's RNN
+ops and ``_grouped_mm`` under the fake mode, with the real CUDA op's outputs and
+allocations.
+
+A CPU build of torch makes no fake CUDA tensor that reaches cuDNN's path, so most tests run
+the kernels on fake CPU tensors with ``cudnn=True`` (the cuDNN path taken for the CPU's
+storages, as a dry run with ``device_type="cpu"`` counts them). The last tests run only on a
+CUDA build (a GPU need not be visible): a forward of an LSTM on fake CUDA tensors takes
+cuDNN's path without starting CUDA."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import traceback
+import types
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+from jupyter_gpumem.collectors import fake_run  # noqa: E402
+from jupyter_gpumem.collectors.fake_events import Alloc, Free  # noqa: E402
+from jupyter_gpumem.collectors.fake_kernels import fake_kernels, grouped_mm_out  # noqa: E402
+from jupyter_gpumem.collectors.fake_rnn import cudnn_accepts  # noqa: E402
+from jupyter_gpumem.collectors.fake_rnn_sizes import (  # noqa: E402
+    DROPOUT_STATE_BYTES,
+    GRU,
+    LSTM,
+    RNN_TANH,
+    SEED_BYTES,
+    RnnShape,
+    rnn_num_weights,
+    rnn_reserve_bytes,
+    rnn_weight_layout,
+    rnn_workspace_bytes,
+)
+from jupyter_gpumem.collectors.fake_workspaces import (  # noqa: E402
+    Workspaces,
+    grouped_mm_uses_cublas,
+    op_kind,
+)
+from jupyter_gpumem.collectors.torch_build import gpu_build  # noqa: E402
+
+F32 = 4
+
+
+@contextlib.contextmanager
+def fake(device: str = "cpu", **kw):
+    """A fake mode with the kernels installed (cuDNN's path forced on a CPU build)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    kw.setdefault("cudnn", True if device == "cpu" else None)
+    with fake_kernels(torch, device, **kw) as k, FakeTensorMode(allow_non_fake_inputs=True):
+        yield k
+
+
+def nbytes(x) -> int:
+    return x.untyped_storage().nbytes()
+
+
+def lstm_weights(i: int, h: int, layers: int, *, bias: bool = True, dirs: int = 1):
+    ws = []
+    for layer in range(layers):
+        in_size = i if layer == 0 else h * dirs
+        for _ in range(dirs):
+            ws += [torch.empty(4 * h, in_size), torch.empty(4 * h, h)]
+            if bias:
+                ws += [torch.empty(4 * h), torch.empty(4 * h)]
+    return ws
+
+
+# -- sizes ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cls", "mode", "kw"),
+    [
+        (nn.LSTM, LSTM, {}),
+        (nn.LSTM, LSTM, {"num_layers": 3, "bidirectional": True}),
+        (nn.LSTM, LSTM, {"num_layers": 2, "proj_size": 5}),
+        (nn.LSTM, LSTM, {"num_layers": 2, "proj_size": 5, "bidirectional": True}),
+        (nn.GRU, GRU, {"num_layers": 2}),
+        (nn.RNN, RNN_TANH, {"num_layers": 2, "bidirectional": True}),
+    ],
+)
+def test_the_weight_buffer_holds_the_module_s_parameters(cls, mode, kw):
+    """cuDNN's weight space (double bias) holds exactly a module's parameters when it has
+    biases, in the shapes and order of ``_flat_weights``; without biases, their slots too."""
+    m = cls(7, 11, **kw)
+    proj = kw.get("proj_size", 0)
+    layout, total = rnn_weight_layout(
+        mode, 7, 11, proj, kw.get("num_layers", 1), kw.get("bidirectional", False)
+    )
+    assert total == sum(p.numel() for p in m._flat_weights)
+    assert [name for name, _, _ in layout] == m._flat_weights_names
+    assert [shape for _, shape, _ in layout] == [tuple(p.shape) for p in m._flat_weights]
+    offsets = [off for _, _, off in layout]
+    assert offsets == sorted(offsets) and offsets[0] == 0
+    nobias = cls(7, 11, bias=False, **kw)
+    slots = sum(p.numel() for p in m._flat_weights if p.dim() == 1)
+    assert total == sum(p.numel() for p in nobias._flat_weights) + slots
+
+
+def test_the_reserve_and_workspace_estimates_reproduce_their_measurement():
+    """pytorch/pytorch#2895: a 4-layer RNN, hidden 320, 25,000 input rows, float32."""
+    lstm = RnnShape(LSTM, 123, 320, 0, 4, 1, 25_000, 50, F32)
+    gru = RnnShape(GRU, 123, 320, 0, 4, 1, 25_000, 50, F32)
+    assert rnn_reserve_bytes(lstm) == 736_000_000
+    assert rnn_reserve_bytes(gru) == 864_000_000
+    assert rnn_workspace_bytes(lstm, train=True) == 17_730_560
+    assert rnn_workspace_bytes(gru, train=True) == 13_169_920
+    # inference: no reserve; one layer's gates for every row
+    assert rnn_workspace_bytes(lstm, train=False) == F32 * 25_000 * 4 * 320
+
+
+def test_the_reserve_counts_directions_and_projections():
+    base = RnnShape(LSTM, 16, 32, 0, 2, 1, 100, 10, F32)
+    bi = RnnShape(LSTM, 16, 32, 0, 2, 2, 100, 10, F32)
+    proj = RnnShape(LSTM, 16, 32, 8, 2, 1, 100, 10, F32)
+    assert rnn_reserve_bytes(base) == F32 * 100 * (2 * 5 * 32 + 32)
+    assert rnn_reserve_bytes(bi) == 2 * rnn_reserve_bytes(base)
+    assert rnn_reserve_bytes(proj) == F32 * 100 * (2 * 6 * 32 + 8)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "groups", "itemsize", "size", "stride"),
+    [
+        ((64, 32), (4, 32, 10), 4, 4, (64, 10), (12, 1)),  # 2d x 3d: fp32 pads to 4
+        ((64, 32), (4, 32, 10), 4, 2, (64, 10), (16, 1)),  # bf16 pads to 8
+        ((4, 64, 32), (4, 32, 16), None, 4, (4, 64, 16), (1024, 16, 1)),  # 3d x 3d
+        ((16, 64), (64, 10), 4, 4, (4, 16, 10), (192, 12, 1)),  # 2d x 2d
+        ((4, 16, 64), (64, 10), 4, 4, (16, 10), (12, 1)),  # 3d x 2d
+    ],
+)
+def test_grouped_mm_output_layout(a, b, groups, itemsize, size, stride):
+    assert grouped_mm_out(a, b, groups, itemsize, rocm=False) == (size, stride)
+    assert grouped_mm_out(a, b, groups, itemsize, rocm=True)[0] == size
+
+
+# -- _cudnn_rnn ----------------------------------------------------------------------------
+
+
+def test_cudnn_rnn_outputs_as_the_cuda_kernel_makes_them():
+    B, T, IN, H, L = 4, 16, 64, 128, 2
+    with fake():
+        x = torch.empty(B, T, IN)
+        ws = lstm_weights(IN, H, L)
+        hx, cx = torch.empty(L, B, H), torch.empty(L, B, H)
+        out = torch.ops.aten._cudnn_rnn.default(
+            x, ws, 4, None, hx, cx, LSTM, H, 0, L, True, 0.0, True, False, [], None
+        )
+        output, hy, cy, reserve, buf = out
+        # batch_first: a seq-major buffer, transposed back
+        assert tuple(output.shape) == (B, T, H) and output.stride() == (H, B * H, 1)
+        assert nbytes(output) == B * T * H * F32
+        assert tuple(hy.shape) == tuple(cy.shape) == (L, B, H)
+        assert nbytes(hy) == nbytes(cy) == L * B * H * F32
+        assert reserve.dtype == torch.uint8
+        assert nbytes(reserve) == F32 * B * T * (L * 5 * H + (L - 1) * H) == 360_448
+        # weight_buf undefined: a new buffer of cuDNN's weight space
+        assert buf.dtype == torch.float32 and nbytes(buf) == F32 * sum(w.numel() for w in ws)
+        # given, it is returned itself (no allocation)
+        given = torch.empty(sum(w.numel() for w in ws))
+        again = torch.ops.aten._cudnn_rnn.default(
+            x, ws, 4, given, hx, cx, LSTM, H, 0, L, True, 0.0, True, False, [], None
+        )
+        assert again[4] is given
+        # inference: no reserve; seq-major input: contiguous output
+        inf = torch.ops.aten._cudnn_rnn.default(
+            x.transpose(0, 1).contiguous(), ws, 4, given, hx, cx, LSTM, H, 0, L, False, 0.0,
+            False, False, [], None,
+        )  # fmt: skip
+        assert nbytes(inf[3]) == 0
+        assert tuple(inf[0].shape) == (T, B, H) and inf[0].is_contiguous()
+
+
+def test_cudnn_rnn_gru_bidirectional_packed_and_projected():
+    with fake():
+        # GRU, bidirectional, packed (rows = sum of batch sizes), no cx: cy is empty
+        IN, H = 8, 16
+        ws = []
+        for layer in range(2):
+            in_size = IN if layer == 0 else 2 * H
+            for _ in range(2):
+                ws += [torch.empty(3 * H, in_size), torch.empty(3 * H, H)]
+                ws += [torch.empty(3 * H), torch.empty(3 * H)]
+        data = torch.empty(9, IN)
+        hx = torch.empty(4, 4, H)
+        out = torch.ops.aten._cudnn_rnn.default(
+            data, ws, 4, None, hx, None, GRU, H, 0, 2, False, 0.0, True, True, [4, 3, 2], None
+        )
+        assert tuple(out[0].shape) == (9, 2 * H)
+        assert tuple(out[1].shape) == (4, 4, H) and nbytes(out[2]) == 0
+        assert nbytes(out[3]) == F32 * 9 * 2 * (2 * 6 * H + H)
+        # LSTM with a projection: hy has proj_size, cy hidden_size
+        P = 4
+        ws = [torch.empty(4 * H, IN), torch.empty(4 * H, P), torch.empty(4 * H)]
+        ws += [torch.empty(4 * H), torch.empty(P, H)]
+        x = torch.empty(5, 3, IN)
+        out = torch.ops.aten._cudnn_rnn.default(
+            x, ws, 5, None, torch.empty(1, 3, P), torch.empty(1, 3, H), LSTM, H, P, 1, False,
+            0.0, True, False, [], None,
+        )  # fmt: skip
+        assert tuple(out[0].shape) == (5, 3, P) and tuple(out[1].shape) == (1, 3, P)
+        assert tuple(out[2].shape) == (1, 3, H)
+        assert nbytes(out[4]) == F32 * rnn_num_weights(LSTM, IN, H, P, 1, False)
+
+
+def test_torch_s_own_meta_has_no_reserve_and_no_weight_buffer():
+    """What this module replaces: torch's meta kernel gives a reserve of 0 bytes and
+    returns the undefined weight_buf; its _grouped_mm refuses float32."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x, ws = torch.empty(16, 4, 8), lstm_weights(8, 4, 1)
+        hx = torch.empty(1, 4, 4)
+        out = torch.ops.aten._cudnn_rnn.default(
+            x, ws, 4, None, hx, hx.clone(), LSTM, 4, 0, 1, False, 0.0, True, False, [], None
+        )
+        assert out[4] is None and out[3].numel() == 0
+        with pytest.raises(RuntimeError, match="BF16"):
+            torch._grouped_mm(
+                torch.empty(8, 16), torch.empty(2, 16, 16), torch.empty(2, dtype=torch.int32)
+            )
+
+
+def test_cudnn_rnn_backward_gives_views_into_one_buffer_with_biases():
+    B, T, IN, H, L = 2, 5, 6, 8, 2
+    with fake():
+        x = torch.empty(B, T, IN)
+        hx, cx = torch.empty(L, B, H), torch.empty(L, B, H)
+        for bias, stride0 in ((True, 4), (False, 2)):
+            ws = lstm_weights(IN, H, L, bias=bias)
+            buf = torch.empty(rnn_num_weights(LSTM, IN, H, 0, L, False))
+            out = torch.ops.aten._cudnn_rnn.default(
+                x, ws, stride0, buf, hx, cx, LSTM, H, 0, L, True, 0.0, True, False, [], None
+            )
+            dx, dhx, dcx, dw = torch.ops.aten._cudnn_rnn_backward.default(
+                x, ws, stride0, buf, hx, cx, out[0], torch.empty_like(out[0]), None, None,
+                LSTM, H, 0, L, True, 0.0, True, False, [], None, out[3], [True, True, True, True],
+            )  # fmt: skip
+            assert tuple(dx.shape) == (B, T, IN) and dx.stride() == (IN, B * IN, 1)
+            assert tuple(dhx.shape) == tuple(dcx.shape) == (L, B, H)
+            assert [tuple(g.shape) for g in dw] == [tuple(w.shape) for w in ws]
+            storages = {g.untyped_storage()._cdata for g in dw}
+            if bias:  # views into dw, which has the weight buffer's size
+                assert len(storages) == 1 and nbytes(dw[0]) == nbytes(buf)
+                assert all(g.is_contiguous() for g in dw)
+            else:  # a tensor of its own per weight
+                assert len(storages) == len(ws)
+                assert [nbytes(g) for g in dw] == [w.numel() * F32 for w in ws]
+        # the weights want no gradient: none
+        none = torch.ops.aten._cudnn_rnn_backward.default(
+            x, ws, 2, buf, hx, cx, out[0], torch.empty_like(out[0]), None, None, LSTM, H, 0, L,
+            True, 0.0, True, False, [], None, out[3], [True, True, True, False],
+        )  # fmt: skip
+        assert none[3] == []
+
+
+# -- _grouped_mm ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_grouped_mm_takes_what_the_cuda_op_takes(dtype):
+    with fake():
+        a = torch.empty(64, 32, dtype=dtype)
+        b = torch.empty(4, 10, 32, dtype=dtype).transpose(-2, -1)  # column-major, n=10
+        offs = torch.empty(4, dtype=torch.int32)
+        y = torch._grouped_mm(a, b, offs)
+        size, stride = grouped_mm_out((64, 32), (4, 32, 10), 4, a.element_size(), rocm=False)
+        assert tuple(y.shape) == size and y.stride() == stride and y.dtype == dtype
+        assert nbytes(y) == (63 * stride[0] + 10) * a.element_size()
+        y3 = torch._grouped_mm(
+            torch.empty(4, 8, 32, dtype=dtype), torch.empty(4, 32, 16, dtype=dtype)
+        )
+        assert tuple(y3.shape) == (4, 8, 16) and nbytes(y3) == 4 * 8 * 16 * a.element_size()
+
+
+def test_grouped_mm_refuses_what_the_cuda_op_refuses():
+    offs = None
+    with fake():
+        offs = torch.empty(4, dtype=torch.int32)
+        with pytest.raises(RuntimeError, match="Float32, BFloat16 or Float16"):
+            torch._grouped_mm(torch.empty(8, 32, dtype=torch.float64), torch.empty(4, 32, 16), offs)
+        with pytest.raises(RuntimeError, match="multiple of 16 bytes"):
+            torch._grouped_mm(torch.empty(8, 32), torch.empty(4, 32, 10), offs)
+        with pytest.raises(RuntimeError, match="offsets"):
+            torch._grouped_mm(torch.empty(8, 32), torch.empty(4, 32, 16))
+        with pytest.raises(RuntimeError, match="int32"):
+            torch._grouped_mm(torch.empty(8, 32), torch.empty(4, 32, 16), offs.long())
+        with pytest.raises(RuntimeError, match="must match `mat_a` dtype"):
+            torch._grouped_mm(
+                torch.empty(8, 32), torch.empty(4, 32, 16), offs, out_dtype=torch.bfloat16
+            )
+
+
+# -- _grouped_mm and cuBLAS's workspace --------------------------------------------------
+
+
+WS = Workspaces(32 << 20, 1 << 20, "test")
+
+
+@pytest.mark.parametrize(
+    ("dtype", "out_dtype", "cublas"),
+    [
+        (torch.float32, None, True),  # _grouped_mm_fallback: one mm per group
+        (torch.float16, None, True),
+        (torch.bfloat16, None, False),  # CUTLASS on compute capability 9.x/10.x
+        (torch.bfloat16, torch.bfloat16, False),
+    ],
+)
+def test_grouped_mm_is_cublas_unless_bfloat16(dtype, out_dtype, cublas):
+    assert op_kind(torch.ops.aten._grouped_mm.default) == "grouped_mm"
+    a, b = torch.empty(8, 16, dtype=dtype), torch.empty(2, 16, 16, dtype=dtype)
+    offs = torch.empty(2, dtype=torch.int32)
+    kwargs = {} if out_dtype is None else {"out_dtype": out_dtype}
+    assert grouped_mm_uses_cublas((a, b, offs), kwargs) is cublas
+
+
+def _grouped_mm_run(dtype):
+    def run():
+        a = torch.empty(64, 32, dtype=dtype)
+        w = torch.empty(4, 32, 16, dtype=dtype)
+        torch._grouped_mm(a, w, torch.tensor([16, 32, 48, 64], dtype=torch.int32))
+
+    return fake_run.record(run, device_type="cpu", workspaces=WS)
+
+
+def test_a_float32_grouped_mm_takes_cublas_s_workspace():
+    """A thread's first cuBLAS call may be a float32 ``_grouped_mm`` (a mixture of experts'
+    backward): its workspace is taken there, as on an H200 (torch 2.11)."""
+    r = _grouped_mm_run(torch.float32)
+    assert r.error is None, r.error
+    ws = [a for a in allocs(r) if a.kind == "cublas workspace"]
+    assert [(a.nbytes, a.op) for a in ws] == [(WS.cublas, "aten._grouped_mm.default")]
+
+
+def test_a_bfloat16_grouped_mm_takes_no_cublas_workspace():
+    r = _grouped_mm_run(torch.bfloat16)
+    assert r.error is None, r.error
+    assert not [a for a in allocs(r) if a.kind != "tensor"]
+
+
+# -- putting back --------------------------------------------------------------------------
+
+
+def _state():
+    from torch._library import simple_registry
+
+    holders = tuple(
+        len(simple_registry.singleton.find(q).fake_impl.kernels)
+        for q in ("aten::_cudnn_rnn", "aten::_cudnn_rnn_backward", "aten::_grouped_mm")
+    )
+    return dict(vars(torch._VF)), nn.RNNBase.__dict__["flatten_parameters"], holders
+
+
+def test_everything_is_put_back_also_after_an_error():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    before = _state()
+    with pytest.raises(ValueError), fake():
+        assert torch._VF.lstm is not before[0].get("lstm", torch._C._VariableFunctions.lstm)
+        torch._grouped_mm(
+            torch.empty(8, 32), torch.empty(4, 32, 16), torch.empty(4, dtype=torch.int32)
+        )
+        raise ValueError("the run's own error")
+    assert _state() == before
+    assert torch._VF.lstm is torch._C._VariableFunctions.lstm
+    funcs = {torch.ops.aten._grouped_mm.default, torch.ops.aten._cudnn_rnn.default}
+    assert not [k for k in FakeTensorMode.cache if k.key[0] in funcs]
+
+
+def test_real_tensors_take_torch_s_own_path():
+    """Outside a fake mode (another thread's real work) the RNN runs as it does without
+    the kernels installed."""
+    torch.manual_seed(0)
+    m = nn.LSTM(4, 6, batch_first=True)
+    x = torch.randn(2, 3, 4)
+    expected = m(x)[0]
+    with fake_kernels(torch, "cpu", cudnn=True):
+        got = m(x)[0]
+    assert torch.equal(got, expected)
+
+
+# -- dry runs ------------------------------------------------------------------------------
+
+
+def record(run, device: str = "cpu", **kw):
+    """fake_run.record, its kernels entered with ``kw`` (on the CPU: as if cuDNN took the
+    RNN, which it does only on CUDA)."""
+    import functools
+
+    from jupyter_gpumem.collectors import fake_kernels as module
+
+    kw.setdefault("cudnn", True if device == "cpu" else None)
+    original = module.fake_kernels
+    module.fake_kernels = functools.partial(original, **kw)
+    try:
+        return fake_run.record(run, device_type=device)
+    finally:
+        module.fake_kernels = original
+
+
+def allocs(r, op: str | None = None):
+    return [e for e in r.events if isinstance(e, Alloc) and (op is None or op in e.op)]
+
+
+def freed(r) -> set[int]:
+    return {e.key for e in r.events if isinstance(e, Free)}
+
+
+def test_a_dry_run_of_an_lstm_training_step():
+    B, T, V, E, H, L = 4, 16, 100, 32, 48, 2
+
+    def run():
+        emb = nn.Embedding(V, E)
+        lstm = nn.LSTM(E, H, num_layers=L, batch_first=True, dropout=0.1)
+        head = nn.Linear(H, V)
+        opt = torch.optim.AdamW([*emb.parameters(), *lstm.parameters(), *head.parameters()])
+        x = torch.randint(0, V, (B, T))
+        out, _ = lstm(emb(x))
+        head(out).sum().backward()
+        opt.step()
+
+    r = record(run)
+    assert r.error is None, r.error
+    weights = rnn_num_weights(LSTM, E, H, 0, L, False) * F32
+    # flatten_parameters: one zeroed buffer, the weights' own storages freed
+    flat = allocs(r, "new_zeros")
+    assert [a.nbytes for a in flat] == [weights]
+    params = [a for a in allocs(r) if a.key < flat[0].key and a.nbytes in
+              {4 * H * E * F32, 4 * H * H * F32, 4 * H * F32}]  # fmt: skip
+    assert len(params) == 4 * L and {a.key for a in params} <= freed(r)
+    # the forward, in RNN.cpp's order: the seed's int64 and the dropout state, the copy of
+    # the batch-first input, the op's outputs, the workspace (freed), then the copy freed
+    shape = RnnShape(LSTM, E, H, 0, L, 1, B * T, B, F32)
+    cudnn = allocs(r, "_cudnn_rnn.default")
+    assert sorted(a.nbytes for a in cudnn) == sorted(
+        [B * T * H * F32, L * B * H * F32, L * B * H * F32, rnn_reserve_bytes(shape)]
+    )
+    x_copy = B * T * E * F32  # batch_first: x = input.contiguous()
+    ws = rnn_workspace_bytes(shape, True)
+    order = [e for e in r.events if isinstance(e, Alloc)]
+    at = order.index(cudnn[0])
+    before = [(a.nbytes, a.op) for a in order[at - 3 : at]]
+    assert [n for n, _ in before] == [SEED_BYTES, DROPOUT_STATE_BYTES, x_copy], before
+    after = order[at + len(cudnn)]
+    assert (after.nbytes, "new_empty" in after.op) == (ws, True)
+    frees = [e.key for e in r.events if isinstance(e, Free)]
+    assert frees.index(after.key) < frees.index(order[at - 1].key)  # workspace, then copy
+    position = {(type(e), e.key): i for i, e in enumerate(r.events)}
+    seed, state = order[at - 3].key, order[at - 2].key
+    assert position[(Free, seed)] < position[(Alloc, state)]
+    last = allocs(r, "_cudnn_rnn_backward")[-1].key
+    assert position.get((Free, state), len(r.events)) > position[(Alloc, last)]  # kept
+    empties = [a.nbytes for a in allocs(r, "new_empty")]
+    # the backward: dx, dhx, dcx and dw, the weights' gradients being views into dw
+    backward = allocs(r, "_cudnn_rnn_backward")
+    assert sorted(a.nbytes for a in backward) == sorted(
+        [B * T * E * F32, L * B * H * F32, L * B * H * F32, weights]
+    )
+    zeros = 2 * L * B * H * F32  # grad_hy, grad_cy undefined: zeros
+    outputs = B * T * E * F32 + 2 * L * B * H * F32  # dx, dhx, dcx
+    dy = B * T * H * F32
+    expected = max(outputs + zeros + x_copy + dy + ws, outputs + zeros + x_copy + weights + ws)
+    expected -= outputs + weights
+    assert expected in empties
+    assert any("estimates" in n for n in r.notes)
+
+
+def test_weights_that_are_not_flattened_are_copied_at_every_call():
+    """A module on the CPU under ``cudnn=False`` keeps its weights apart; calling the
+    cuDNN path with them (cudnn=True for the call only) makes a buffer per call."""
+    IN, H = 8, 16
+
+    def run():
+        ws = [w.requires_grad_() for w in lstm_weights(IN, H, 1)]
+        x = torch.empty(3, 5, IN)
+        h = (torch.zeros(1, 5, H), torch.zeros(1, 5, H))
+        for _ in range(2):
+            torch._VF.lstm(x, h, ws, True, 1, 0.0, False, False, False)
+
+    r = record(run)
+    assert r.error is None, r.error
+    bufs = [a for a in allocs(r, "_cudnn_rnn.default") if a.nbytes == F32 * 4 * H * (IN + H + 2)]
+    assert len(bufs) == 2
+    assert any("not in one buffer" in n for n in r.notes)
+
+
+def test_a_module_flattened_before_the_run_uses_its_buffer():
+    """A module the kernel already holds, its weights in one buffer (as on a GPU after
+    ``.cuda()``; flattened by hand here, on the CPU): no buffer per call, the gradients
+    views into one ``dw``, and the real parameters' gradients put back afterwards."""
+    m = nn.LSTM(8, 16, num_layers=2)
+    layout, total = rnn_weight_layout(LSTM, 8, 16, 0, 2, False)
+    buf = torch.zeros(total)
+    with torch.no_grad():
+        for w, (_, shape, offset) in zip(m._flat_weights, layout, strict=True):
+            strides = tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
+            view = buf.as_strided(shape, strides, offset)
+            view.copy_(w)
+            w.set_(view)
+
+    def run():
+        m(torch.randn(5, 3, 8))[0].sum().backward()
+
+    r = record(run)
+    assert r.error is None, r.error
+    assert total * F32 not in [a.nbytes for a in allocs(r, "_cudnn_rnn.default")]
+    assert not any("not in one buffer" in n for n in r.notes)
+    assert total * F32 in [a.nbytes for a in allocs(r, "_cudnn_rnn_backward")]
+    assert all(p.grad is None for p in m.parameters())
+
+
+@pytest.mark.parametrize("cls", [nn.GRU, nn.RNN])
+def test_gru_and_rnn_run_through(cls):
+    def run():
+        m = cls(8, 16, num_layers=2, bidirectional=True)
+        m(torch.randn(5, 3, 8))[0].sum().backward()
+
+    r = record(run)
+    assert r.error is None, r.error
+    assert allocs(r, "_cudnn_rnn.default") and allocs(r, "_cudnn_rnn_backward")
+
+
+def test_a_dry_run_of_a_float32_mixture_of_experts():
+    E, M, K, N = 4, 64, 32, 16
+
+    def run():
+        router = nn.Linear(K, E)
+        w1 = nn.Parameter(torch.randn(E, K, N))
+        w2 = nn.Parameter(torch.randn(E, N, K))
+        x = torch.randn(M, K, requires_grad=True)
+        offs = torch.tensor([16, 32, 48, 64], dtype=torch.int32)
+        h = torch._grouped_mm(x, w1, offs).relu()
+        y = torch._grouped_mm(h, w2, offs)
+        (y * router(x).softmax(-1).sum(-1, keepdim=True)).sum().backward()
+
+    r = record(run)
+    assert r.error is None, r.error
+    outs = [a.nbytes for a in allocs(r, "_grouped_mm")]
+    assert M * N * F32 in outs and M * K * F32 in outs  # the forwards (no padding needed)
+    assert E * K * N * F32 in outs  # a weight's gradient: 2d x 2d
+
+
+def test_an_lstm_on_a_cpu_dry_run_without_cudnn_is_untouched():
+    def run():
+        nn.LSTM(8, 16)(torch.randn(5, 3, 8))[0].sum().backward()
+
+    r = record(run, cudnn=False)
+    assert r.error is None and not allocs(r, "_cudnn_rnn")
+
+
+# -- a CUDA build (no GPU needed) -------------------------------------------------------
+
+
+cuda_build = pytest.mark.skipif(not gpu_build(torch), reason="needs a CUDA build of torch")
+
+
+@cuda_build
+def test_an_lstm_forward_on_fake_cuda_takes_cudnn_s_path_without_starting_cuda():
+    started = torch.cuda.is_initialized()
+
+    def run():
+        lstm = nn.LSTM(32, 48, num_layers=2, batch_first=True).cuda().eval()
+        with torch.no_grad():
+            lstm(torch.randn(4, 16, 32, device="cuda"))
+
+    r = record(run, device="cuda")
+    assert r.error is None, r.error
+    assert torch.cuda.is_initialized() == started
+    assert [a.nbytes for a in allocs(r, "new_zeros")] == [
+        rnn_num_weights(LSTM, 32, 48, 0, 2, False) * F32
+    ]
+    assert len(allocs(r, "_cudnn_rnn.default")) == 3  # output, hy, cy: no reserve in eval
+
+
+def test_cudnn_s_test_of_the_weights_does_not_start_cuda(monkeypatch):
+    """``torch.backends.cudnn.is_acceptable`` runs ``cudnn._init()``, which asks every
+    GPU's compute capability (CUDA starts); :func:`cudnn_accepts` makes its test without."""
+
+    def init():
+        raise AssertionError("torch.backends.cudnn._init ran")
+
+    monkeypatch.setattr(torch.backends.cudnn, "_init", init)
+    monkeypatch.setattr(torch.backends.cudnn, "is_available", lambda: True)
+    w = types.SimpleNamespace(device=torch.device("cuda"), dtype=torch.float32)
+    assert cudnn_accepts(torch, w) is torch.backends.cudnn.enabled
+    assert not cudnn_accepts(torch, types.SimpleNamespace(device=w.device, dtype=torch.int64))
+    assert not cudnn_accepts(
+        torch, types.SimpleNamespace(device=torch.device("cpu"), dtype=w.dtype)
+    )
+
+
+@cuda_build
+def test_a_dry_run_of_an_lstm_step_does_not_start_cuda(monkeypatch):
+    """Measured on an H200 (torch 2.11): a dry run of an LSTM's training step left
+    ``torch.cuda.is_initialized()`` True. ``torch.cuda._lazy_init`` is replaced by one
+    that refuses; where no GPU is visible, torch is told one is (the checks that start CUDA
+    do so only then) and the run stops at the backward, which needs one."""
+    if torch.cuda.is_initialized():
+        pytest.skip("CUDA already started in this process")
+    gpu = torch.cuda.is_available()
+    calls: list[str] = []
+
+    def lazy_init(*args, **kwargs):
+        calls.append("".join(traceback.format_stack(limit=12)))
+        raise RuntimeError("the dry run started CUDA")
+
+    if not gpu:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "_lazy_init", lazy_init)
+    # cudnn._init() asks the devices only the first time: make this the first time
+    monkeypatch.setitem(torch.backends.cudnn._init.__globals__, "__cudnn_version", None)
+
+    def run():
+        emb = nn.Embedding(100, 32).cuda()
+        lstm = nn.LSTM(32, 48, num_layers=2, batch_first=True, dropout=0.2).cuda()
+        head = nn.Linear(48, 100).cuda()
+        opt = torch.optim.AdamW([*emb.parameters(), *lstm.parameters(), *head.parameters()])
+        x = torch.randint(0, 100, (4, 16), device="cuda")
+        out, _ = lstm(emb(x))
+        head(out).sum().backward()
+        opt.step()
+
+    r = record(run, device="cuda")
+    assert not calls, calls[0]
+    assert not torch.cuda.is_initialized()
+    assert allocs(r, "_cudnn_rnn.default")  # the forward took cuDNN's path
+    if gpu:
+        assert r.error is None, r.error
+
+
+@cuda_build
+def test_grouped_mm_float32_on_fake_cuda():
+    with fake("cuda"):
+        a = torch.empty(64, 32, device="cuda")
+        b = torch.empty(4, 32, 12, device="cuda")
+        y = torch._grouped_mm(a, b, torch.empty(4, dtype=torch.int32, device="cuda"))
+        assert y.device.type == "cuda" and tuple(y.shape) == (64, 12) and y.stride() == (12, 1)
