@@ -342,10 +342,13 @@ def test_libraries_may_make_their_own_temporary_files_but_not_touch_others(ns, t
         "    f.write(b'x')\n"
         "with tempfile.NamedTemporaryFile() as f:\n"
         "    f.write(b'y')\n"
+        "os.link(os.path.join(d, 'cache.bin'), os.path.join(d, 'probe-link'))\n"
         "shutil.rmtree(d)\n"
         "x = torch.empty(4)\n",
     )
     assert r.error is None, r.error
+    linked = dry(ns, "os.link(kept, kept + '.link')\n")
+    assert linked.error is not None and "os.link" in linked.error.line
     again = dry(ns, "import tempfile\nd = tempfile.mkdtemp()\nos.remove(kept)\n")
     assert kept.read_text() == "kept"
     assert again.error is not None and "os.remove" in again.error.line

@@ -73,7 +73,7 @@ _PROCESSES = {
 # what a run may do to its own new scratch files (see Guard.scratch)
 _SCRATCH_EVENTS = frozenset(
     {"open", "os.mkdir", "os.remove", "os.rmdir", "os.rename", "os.truncate", "os.chmod",
-     "os.utime", "shutil.rmtree"}
+     "os.utime", "shutil.rmtree", "os.link", "os.symlink"}
 )  # fmt: skip
 
 
@@ -271,6 +271,12 @@ class Guard:
             return False
         if event == "open" and args and isinstance(args[0], int):
             return True  # a descriptor opened before: its own open was the one to judge
+        if event in ("os.link", "os.symlink"):  # a new link in a folder the run made
+            link = _real(args[1]) if len(args) > 1 else None
+            if link is None or os.path.lexists(link) or not self._ours(os.path.dirname(link)):
+                return False
+            self.made.add(link)
+            return True
         fds = _DIR_FDS.get(event, ())
         paths = [
             _real(a, args[fd] if fd is not None and len(args) > fd else None)
