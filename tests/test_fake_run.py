@@ -292,22 +292,23 @@ def test_the_workspace_table_follows_pytorch():
 
 def test_a_value_read_to_the_host_goes_on_with_zero_and_says_where():
     """`.item()` and `if tensor` are in most training loops (logging the loss): the run
-    goes on as if the value were 0 (False), and a note names the line."""
+    goes on as if the value were 0 (False), and a note names the line. (Values made of
+    constants are known: tests/test_fake_values.py; random ones are not.)"""
 
     def run():
-        loss = torch.ones(3).sum()
+        loss = torch.randn(3).sum()
         if loss.item() > 0:  # item here
             torch.empty(10)  # not reached: the value is taken as 0
         kept = torch.empty(25)
-        flag = torch.ones(1, dtype=torch.bool)
+        flag = torch.randn(1) > 0
         if flag:  # bool here
             torch.empty(1000)
         return kept
 
     r = cpu(run)
     assert r.error is None
-    # ones(3)=12 B, sum=4 B, then 25 floats and one bool: nothing of the skipped branches
-    assert [e.nbytes for e in allocs(r)] == [12, 4, 100, 1]
+    # randn(3)=12 B, sum=4 B, 25 floats, randn(1)=4 B and one bool: no skipped branch
+    assert [e.nbytes for e in allocs(r)] == [12, 4, 100, 4, 1]
     item_line = f"test_fake_run.py:{line_of(run, '# item here')}"
     bool_line = f"test_fake_run.py:{line_of(run, '# bool here')}"
     reads = [n for n in r.notes if n.startswith("a value read to the host")]

@@ -63,7 +63,7 @@ from .fake_events import (
 )
 from .fake_guard import Refused, guarded
 from .fake_keep import _Keep, _Switches
-from .fake_state import _recorder_class, _State
+from .fake_state import TimeBudget, _recorder_class, _State
 from .fake_watch import _Watch
 from .fake_where import _caused, _describe, _here_and_text, _locate
 from .fake_workspaces import (
@@ -373,6 +373,9 @@ def _stopped(
     if isinstance(e, Refused):
         where = e.where or _locate(e.__traceback__, t, cell_names)[0]
         return Stopped("refused", None, e.message, where)
+    if isinstance(e, TimeBudget):
+        where, inside = _locate(e.__traceback__, t, cell_names)
+        return Stopped("time", None, e.message, where, inside)
     failed = state.failed
     op = failed[0] if failed is not None and _caused(e, failed[1]) else None
     kind, op_name, message = _describe(e, op, t)

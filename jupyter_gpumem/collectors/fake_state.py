@@ -8,19 +8,23 @@ return storages already seen: they allocate nothing. Storages of the user's real
 (converted to fake copies by the fake mode) existed before the run: they are inputs, not
 allocations. :class:`_State` keeps the events in order, adds cuBLAS's workspaces and the
 notes on what the fake kernels don't show (``collectors/fake_workspaces.py``), and answers
-a value read to the host with 0 (:meth:`_State.host_read`). Used by
-``collectors/fake_run.record`` for one run, and by the breakdown's watch
-(``collectors/fake_watch.py``), which reads its live storages."""
+a value read to the host (:meth:`_State.host_read`): with the value when the run knows it
+(small tensors made of constants, ``collectors/fake_values.py``), else with 0. A run past
+:data:`MAX_SECONDS` stops (:class:`TimeBudget`). Used by ``collectors/fake_run.record``
+for one run, and by the breakdown's watch (``collectors/fake_watch.py``), which reads its
+live storages."""
 
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
 from .fake_events import Alloc, AllocKind, Event, Free
+from .fake_values import KnownValues
 from .fake_where import _here
 from .fake_workspaces import (
     _CUDNN_OPS,
@@ -32,6 +36,18 @@ from .fake_workspaces import (
 
 HELD = "held before the cell"  # the op of a held storage's Alloc
 MAX_HOST_READS = 100_000  # a dry run's reads of values before it stops (see host_read)
+MAX_SECONDS = 300.0  # a dry run's time before it stops (see TimeBudget)
+_CLOCK_EVERY = 256  # ops between two looks at the clock
+
+
+class TimeBudget(BaseException):
+    """A dry run that ran past :data:`MAX_SECONDS`: stopped, with what it did and the line
+    it was at. A ``BaseException``, as ``fake_guard.Refused``: a cell's ``except
+    Exception`` does not swallow it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 def _tensors(out: Any, tensor_type: type) -> Iterator[Any]:
@@ -82,11 +98,14 @@ class _State:
         from torch._subclasses.fake_tensor import DataDependentOutputException
 
         self.data_dependent = DataDependentOutputException
-        self.reads = 0  # values read to the host (.item(), bool(), `if tensor`)
-        self.read_at: dict[str, int] = {}  # where, in the user's code -> how many times
-        self.cell_names: Callable[[str], int | None] | None = None
         from torch._subclasses.fake_tensor import FakeTensor
 
+        self.reads = 0  # values read to the host (.item(), bool(), `if tensor`)
+        # small values the run knows (fake_values): a read of one gets its real answer
+        self.values = KnownValues(t, FakeTensor)
+        self.deadline = time.perf_counter() + MAX_SECONDS
+        self.read_at: dict[str, int] = {}  # where, in the user's code -> how many times
+        self.cell_names: Callable[[str], int | None] | None = None
         self.fake_type = FakeTensor
         # what torch.tensor(data) calls with the real tensor it just made, for the fake mode
         # to make a constant of it
@@ -189,6 +208,7 @@ class _State:
         entry = self.real[id(x)] = (x, grad, fake)
         if x.device.type == "cpu" and x.numel() == 1 and fake.constant is None:
             self._known_value(x, fake)
+        self.values.seed(fake, x)  # a small CPU tensor's values (a mask, token ids)
         if id(st) not in self.live:
             n = st.nbytes()
             key = None
@@ -321,6 +341,7 @@ class _State:
         re-allocates its unsharded parameters so): its block is freed, a new one made."""
         if not self.recording:
             return
+        self.values.forget(st)
         sid = id(st)
         entry = self.live.get(sid)
         if entry is not None and entry[0] is not None:
@@ -335,15 +356,21 @@ class _State:
         self._watch(st, key, nbytes)
 
     def host_read(self, x: Any) -> Any:
-        """A value read to the host (``.item()``, ``bool()``, ``if tensor``): a dry run has
-        none, so it goes on with zero (``False``), and says where. A loop that reads values
-        for ever is stopped after :data:`MAX_HOST_READS` of them."""
+        """A value read to the host (``.item()``, ``bool()``, ``if tensor``): the value
+        itself when the run knows it (``fake_values``: a flag or counter made from
+        constants, as ``generate()``'s finished rows), else zero (``False``), and a note
+        says where. A loop that reads values for ever is stopped after
+        :data:`MAX_HOST_READS` of them."""
         self.reads += 1
         if self.reads > MAX_HOST_READS:
             raise RuntimeError(
-                f"the run read {MAX_HOST_READS:,} values to the host (each taken as 0): a loop "
-                "that waits on a value never ends in a dry run"
+                f"the run read {MAX_HOST_READS:,} values to the host: a loop that waits on a "
+                "value never ends in a dry run"
             )
+        known = self.values.value(x)
+        if known is not None:
+            self.values.answered += 1
+            return self.values.item(known)
         where = _here(self.t, self.cell_names) or "?"
         if where not in self.read_at and len(self.read_at) < 8:
             self.notes.append(
@@ -358,6 +385,21 @@ class _State:
         if dtype.is_complex:
             return 0j
         return 0.0 if dtype.is_floating_point else 0
+
+    def past_budget(self) -> None:
+        """Raise :class:`TimeBudget` when the run is past its time (the recorder asks every
+        :data:`_CLOCK_EVERY` ops)."""
+        if time.perf_counter() <= self.deadline:
+            return
+        busiest = max(self.read_at, key=self.read_at.__getitem__, default=None)
+        reads = f"{self.reads:,} values read"
+        if busiest is not None:
+            reads += f", {self.read_at[busiest]:,} of them at {busiest}"
+        raise TimeBudget(
+            f"the dry run ran past its {MAX_SECONDS:g} s ({self.ops:,} ops, {reads}): "
+            "stopped; a loop that ends on a value the dry run does not know (read as 0) "
+            "runs until then"
+        )
 
     def note(self, key: str, line: str) -> None:
         if key not in self.noted:
@@ -400,6 +442,8 @@ def _recorder_class() -> Any:
                     # local tensors and come back here at their real, sharded sizes
                     return NotImplemented
                 state.ops += 1
+                if not state.ops % _CLOCK_EVERY:
+                    state.past_budget()
                 if func not in state.lifts:  # torch.tensor(data)'s fresh tensor: not the user's
                     args, kwargs = state.fake_inputs(args, kwargs)
                 if func is state.scalar_read and args and isinstance(args[0], state.fake_type):
@@ -413,6 +457,7 @@ def _recorder_class() -> Any:
                     state.failed = (func, e)
                     raise
                 state.see_outputs(func, out, args, kwargs)
+                state.values.after(func, args, kwargs, out)
                 return out
 
         _RECORDER = Recorder
