@@ -431,3 +431,19 @@ def test_what_the_run_could_not_size_makes_the_need_a_lower_bound_and_a_scan_an_
     upper = dry_scan_text(replace(scan, unseen=(ws,)))
     assert "largest batch that fits in Tesla T4 (16 GB): 15360 MiB: at most 8" in upper
     assert ws in upper
+
+
+def test_the_progress_line_is_one_display_updated_and_closed(shell, capsys):
+    from jupyter_gpumem._ipython.dry_run_cell import Progress
+
+    quiet = Progress()
+    quiet.done(0.5)  # a short run shows nothing
+    assert capsys.readouterr().out == ""
+    p = Progress()
+    p.show(2048, "In[7] line 3", 2.4)
+    p.scan("batch=16", 4096, None, 3.6)
+    p.done(4.2)
+    out = capsys.readouterr().out
+    assert "gpumem: dry run: 2 s, 2,048 ops so far, at In[7] line 3" in out
+    assert "gpumem: dry run batch=16: 4 s, 4,096 ops so far" in out
+    assert "gpumem: dry run done in 4.2 s" in out

@@ -354,3 +354,26 @@ def test_libraries_may_make_their_own_temporary_files_but_not_touch_others(ns, t
     assert again.error is not None and "os.remove" in again.error.line
     assert any("new temporary" in n for n in again.notes)
     assert tempfile.gettempdir()
+
+
+def test_a_long_dry_run_shows_how_it_goes_and_its_own_output_is_not_the_cells(ns, monkeypatch):
+    from jupyter_gpumem.collectors import fake_state
+
+    monkeypatch.setattr(fake_state, "PROGRESS_AFTER", 0.0)
+    monkeypatch.setattr(fake_state, "PROGRESS_EVERY", 0.0)
+    told = []
+
+    def progress(ops, where, seconds):
+        told.append((ops, where))
+        print("progress", ops)  # the tool's own line: not counted as the cell's
+
+    r = run_cell_source(
+        ns,
+        "x = torch.zeros(4)\nfor _ in range(2000):\n    x = x + 1\n",
+        device_type="cpu",
+        progress=progress,
+    )
+    assert r.error is None, r.error
+    assert told and told[0][0] >= 256 and told == sorted(told)
+    assert told[-1][1] == cell_line(ns, 3)
+    assert not any("printed" in n for n in r.notes)

@@ -101,6 +101,36 @@ def measured(session: Session, shell: Any, result: DryRun, body: str, device: in
     return replace(result, checks=(c,))
 
 
+class Progress:
+    """A dry run that runs long shows how it goes in one line that it updates (IPython's
+    display with an id): seconds, ops seen, the line it is at; at the end, how long it took.
+    Nothing is shown for a run under 2 s."""
+
+    def __init__(self) -> None:
+        self.handle: Any = None
+
+    def show(self, ops: int, where: str | None, seconds: float, label: str = "") -> None:
+        at = f", at {where}" if where else ""
+        what = f" {label}" if label else ""
+        self._put(f"gpumem: dry run{what}: {seconds:.0f} s, {ops:,} ops so far{at}")
+
+    def scan(self, label: str, ops: int, where: str | None, seconds: float) -> None:
+        self.show(ops, where, seconds, label)
+
+    def _put(self, text: str) -> None:
+        from IPython.display import display
+
+        bundle = {"text/plain": text}
+        if self.handle is None:
+            self.handle = display(bundle, raw=True, display_id=True)
+        else:
+            self.handle.update(bundle, raw=True)
+
+    def done(self, seconds: float) -> None:
+        if self.handle is not None:
+            self._put(f"gpumem: dry run done in {seconds:.1f} s")
+
+
 def run(session: Session, shell: Any, opts: CellOptions, body: str) -> DryRun | None:
     """The magic's body: None when it could not start (the reason printed)."""
     from ..core.dry_run import dry_run
@@ -110,6 +140,7 @@ def run(session: Session, shell: Any, opts: CellOptions, body: str) -> DryRun | 
         print(f"gpumem: {why}; the cell did not run")
         return None
     device = opts.device or 0
+    progress = Progress()
     result = dry_run(
         None,
         shell=shell,
@@ -119,7 +150,9 @@ def run(session: Session, shell: Any, opts: CellOptions, body: str) -> DryRun | 
         execution_count=shell.execution_count,
         world_size=opts.world_size,
         count_untouched=opts.count_untouched,
+        progress=progress.show,
     )
+    progress.done(result.seconds)
     if opts.check:
         result = check(session, shell, result, body, device)
     return result
@@ -135,7 +168,8 @@ def scan(session: Session, shell: Any, opts: CellOptions, body: str) -> DryScan 
         return None
     assert opts.scan is not None
     name, values, integer = opts.scan
-    return dry_scan(
+    progress = Progress()
+    result = dry_scan(
         shell,
         name,
         body,
@@ -145,4 +179,7 @@ def scan(session: Session, shell: Any, opts: CellOptions, body: str) -> DryScan 
         here(session, opts.device or 0),
         world_size=opts.world_size,
         count_untouched=opts.count_untouched,
+        progress=progress.scan,
     )
+    progress.done(result.seconds)
+    return result

@@ -198,14 +198,15 @@ class _Counting:
     """``sys.stdout``/``sys.stderr`` while a dry run runs: what the run's thread writes is
     counted (and shown as usual); other threads' writes pass untouched."""
 
-    def __init__(self, stream: Any, thread: int) -> None:
+    def __init__(self, stream: Any, guard: Guard) -> None:
         self._stream = stream
-        self._thread = thread
+        self._guard = guard
+        self._thread = guard.thread
         self.lines = 0
         self.first: str | None = None
 
     def write(self, text: str) -> Any:
-        if threading.get_ident() == self._thread and text:
+        if threading.get_ident() == self._thread and text and not self._guard.busy:
             self.lines += text.count("\n")
             if self.first is None and text.strip():
                 self.first = text.strip().splitlines()[0]
@@ -307,6 +308,15 @@ class Guard:
     def _ours(self, path: str) -> bool:
         return any(path == m or path.startswith(m + os.sep) for m in self.made)
 
+    def quietly(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` as the tool's own work, not the cell's: its events are not refused
+        and what it prints is not counted (a dry run's progress line)."""
+        was, self.busy = self.busy, True
+        try:
+            return fn(*args)
+        finally:
+            self.busy = was
+
     def undoable(self) -> list[str]:
         """What the cell's Python did that a dry run cannot undo, one plain line each."""
         out = [
@@ -344,7 +354,7 @@ def guarded(
     before = _iterators(names)
     outer = _ACTIVE
     out, err = sys.stdout, sys.stderr
-    counting: list[Any] = [_Counting(out, guard.thread), _Counting(err, guard.thread)]
+    counting: list[Any] = [_Counting(out, guard), _Counting(err, guard)]
     sys.stdout, sys.stderr = counting
     _ACTIVE = guard
     try:

@@ -45,6 +45,7 @@ import contextlib
 import importlib
 import time
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from typing import Any
 
 from .fake_events import (
@@ -180,6 +181,7 @@ def record(
     cell_names: Callable[[str], int | None] | None = None,
     names: Callable[[], Iterable[tuple[str, Any]]] | None = None,
     breakdown: bool = True,
+    progress: Callable[[int, str | None, float], None] | None = None,
 ) -> FakeRun:
     """Run ``run()`` under ``FakeTensorMode`` and record every storage it allocates on
     ``device_type`` and when each dies.
@@ -191,6 +193,9 @@ def record(
     ``names``: the namespace's (name, object) pairs, asked when a module runs that has no
     name yet and at the end (root modules are named after the variable bound to them).
     ``breakdown``: watch the run with the breakdown's hooks (``seen``; the events carry it).
+    ``progress``: told, while a run goes on for more than 2 s, once a second, how many ops
+    it ran, the user's line it is at and for how long (what it writes or prints is not the
+    cell's: it is neither refused nor counted).
     The run's exceptions become ``error``; KeyboardInterrupt and SystemExit propagate after
     the objects are put back.
     """
@@ -224,6 +229,8 @@ def record(
     try:
         try:
             with guard as g:
+                if progress is not None:  # its own output is neither refused nor counted
+                    state.progress = partial(g.quietly, progress)
                 _run_recorded(run, t, device_type, state, fake_mode, recorder, watch)
         except (KeyboardInterrupt, SystemExit):
             raise
@@ -251,6 +258,7 @@ def record(
             cell_names=cell_names,
             names=names,
             breakdown=False,
+            progress=progress,
         )
         again.notes.insert(
             0,
@@ -515,6 +523,7 @@ def run_cell_source(
     device_type: str = "cuda",
     workspaces: Workspaces | None = None,
     breakdown: bool = True,
+    progress: Callable[[int, str | None, float], None] | None = None,
 ) -> FakeRun:
     """Dry-run a cell's source: compiled as IPython compiles cells (its transforms, the
     cell's own file name, so that lines read ``In[N] line L``; ``first_line`` is the line of
@@ -555,6 +564,7 @@ def run_cell_source(
             cell_names=names.get,
             names=bound,
             breakdown=breakdown,
+            progress=progress,
         )
     finally:
         scratch.clear()

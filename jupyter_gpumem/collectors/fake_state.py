@@ -38,6 +38,8 @@ HELD = "held before the cell"  # the op of a held storage's Alloc
 MAX_HOST_READS = 100_000  # a dry run's reads of values before it stops (see host_read)
 MAX_SECONDS = 300.0  # a dry run's time before it stops (see TimeBudget)
 _CLOCK_EVERY = 256  # ops between two looks at the clock
+PROGRESS_AFTER = 2.0  # seconds of a dry run before it shows how it goes
+PROGRESS_EVERY = 1.0  # seconds between two updates
 
 
 class TimeBudget(BaseException):
@@ -103,7 +105,11 @@ class _State:
         self.reads = 0  # values read to the host (.item(), bool(), `if tensor`)
         # small values the run knows (fake_values): a read of one gets its real answer
         self.values = KnownValues(t, FakeTensor)
-        self.deadline = time.perf_counter() + MAX_SECONDS
+        self.started = time.perf_counter()
+        self.deadline = self.started + MAX_SECONDS
+        # told how the run goes while it runs long: (ops, the user's line, seconds)
+        self.progress: Callable[[int, str | None, float], None] | None = None
+        self.reported = self.started
         self.read_at: dict[str, int] = {}  # where, in the user's code -> how many times
         self.cell_names: Callable[[str], int | None] | None = None
         self.fake_type = FakeTensor
@@ -386,10 +392,22 @@ class _State:
             return 0j
         return 0.0 if dtype.is_floating_point else 0
 
-    def past_budget(self) -> None:
-        """Raise :class:`TimeBudget` when the run is past its time (the recorder asks every
-        :data:`_CLOCK_EVERY` ops)."""
-        if time.perf_counter() <= self.deadline:
+    def clock(self) -> None:
+        """The recorder asks every :data:`_CLOCK_EVERY` ops: after :data:`PROGRESS_AFTER`
+        seconds, ``progress`` is told how the run goes, once per :data:`PROGRESS_EVERY`
+        seconds; past its time the run stops (:class:`TimeBudget`)."""
+        now = time.perf_counter()
+        if (
+            self.progress is not None
+            and now - self.started >= PROGRESS_AFTER
+            and now - self.reported >= PROGRESS_EVERY
+        ):
+            self.reported = now
+            try:
+                self.progress(self.ops, _here(self.t, self.cell_names), now - self.started)
+            except Exception:  # a display that fails is not the run's business
+                self.progress = None
+        if now <= self.deadline:
             return
         busiest = max(self.read_at, key=self.read_at.__getitem__, default=None)
         reads = f"{self.reads:,} values read"
@@ -443,7 +461,7 @@ def _recorder_class() -> Any:
                     return NotImplemented
                 state.ops += 1
                 if not state.ops % _CLOCK_EVERY:
-                    state.past_budget()
+                    state.clock()
                 if func not in state.lifts:  # torch.tensor(data)'s fresh tensor: not the user's
                     args, kwargs = state.fake_inputs(args, kwargs)
                 if func is state.scalar_read and args and isinstance(args[0], state.fake_type):

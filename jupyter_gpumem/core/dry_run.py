@@ -17,6 +17,7 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from ..analysis.caching_allocator import Alloc, AllocatorConfig, Free, replay
@@ -291,6 +292,7 @@ def dry_run(
     device_type: str = "cuda",
     world_size: int = 1,
     count_untouched: bool = False,
+    progress: Callable[[int, str | None, float], None] | None = None,
 ) -> DryRun:
     """Dry-run ``run()`` (or a cell's ``source`` in ``shell``) and predict its peaks.
     ``device_type="cpu"`` models the CPU's storages as if they were one GPU's (tests).
@@ -304,11 +306,18 @@ def dry_run(
     with fake_job(world_size) as job:
         if source is not None:
             seen = fake_run.run_cell_source(
-                shell, source, first_line=2, device_type=device_type, workspaces=spaces
+                shell,
+                source,
+                first_line=2,
+                device_type=device_type,
+                workspaces=spaces,
+                progress=progress,
             )
         else:
             assert run is not None
-            seen = fake_run.record(run, device_type=device_type, workspaces=spaces)
+            seen = fake_run.record(
+                run, device_type=device_type, workspaces=spaces, progress=progress
+            )
     outside = outside_for(target, here)
     measured = outside[1].startswith("measured in this process")
     outside = with_libraries(outside, seen.libraries, job.world_size, measured)
@@ -444,6 +453,7 @@ def dry_scan(
     device_type: str = "cuda",
     world_size: int = 1,
     count_untouched: bool = False,
+    progress: Callable[[str, int, str | None, float], None] | None = None,
 ) -> DryScan:
     """``%%gpumem --scan NAME=... --dry-run``: the cell dry-run with ``NAME`` bound to each
     value tried (in a copy of the namespace: the user's own value of ``NAME`` stays);
@@ -476,6 +486,7 @@ def dry_scan(
                     device_type=device_type,
                     workspaces=spaces,
                     breakdown=False,
+                    progress=None if progress is None else partial(progress, f"{name}={value}"),
                 )
         finally:
             if had:

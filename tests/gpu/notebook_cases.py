@@ -165,6 +165,7 @@ def predicted(name: str, batch: int) -> dict:
         "outside_source": plan.outside_source,
         "need": plan.need,
         "stopped": plan.stopped,
+        "unseen": list(plan.unseen),
         "notes": list(plan.notes),
         "seconds": plan.seconds,
         "unchanged": all(torch.equal(before[k], after[k]) for k in before)
@@ -201,8 +202,13 @@ def predicted_scan(name: str) -> dict:
     )
     assert result.success, result.error_in_exec
     s = shell.user_ns["s"]
+    from jupyter_gpumem.reporters.dry_run import scan_answer
+
     return {
         "card": card,
+        "target": s.target.label,
+        "answer": scan_answer(s),
+        "unseen": list(s.unseen),
         "largest": s.largest,
         "runs": len(s.points),
         "seconds": s.seconds,
