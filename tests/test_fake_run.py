@@ -414,19 +414,22 @@ def test_the_fake_mode_runs_nothing_on_a_device_also_where_a_gpu_is_visible(monk
     assert fake_mode() is not mode  # a new mode for each run
 
 
-def test_nonzero_and_boolean_masks_stop_the_run():
-    def nonzero():
-        x = torch.ones(3)
-        return x.nonzero()  # nonzero here
+def test_shapes_that_depend_on_values_a_dry_run_does_not_size_stop_the_run():
+    def unique():
+        x = torch.randn(3)
+        return x.unique()  # unique here
 
-    def mask():
-        x = torch.ones(3)
-        return x[x > 0]  # mask here
+    def repeat():
+        x = torch.randn(5)
+        return x.repeat_interleave(torch.randint(0, 3, (5,)))  # repeat here
 
-    for run, marker in ((nonzero, "# nonzero here"), (mask, "# mask here")):
+    for run, marker, op in (
+        (unique, "# unique here", "aten._unique2.default"),
+        (repeat, "# repeat here", "aten.repeat_interleave.Tensor"),
+    ):
         r = cpu(run)
         assert r.error is not None and r.error.kind == "dynamic shape"
-        assert r.error.op == "aten.nonzero.default"
+        assert r.error.op == op
         assert r.error.where == f"test_fake_run.py:{line_of(run, marker)}"
         assert "depends on the tensor's values" in r.error.message
 
@@ -590,7 +593,7 @@ def test_a_cell_leaves_the_namespace_exactly_as_it_was(shell):
 def test_a_cell_names_its_line_as_ipython_does(shell):
     shell.user_ns["z"] = torch.ones(3)
     try:
-        r = run_cell_source(shell, "a = z * 2\nb = a.nonzero()\n", first_line=2, device_type="cpu")
+        r = run_cell_source(shell, "a = z * 2\nb = a.unique()\n", first_line=2, device_type="cpu")
     finally:
         shell.user_ns.pop("z")
     assert r.error is not None and r.error.kind == "dynamic shape"
@@ -828,3 +831,43 @@ def test_a_convolution_s_workspace_is_named_as_not_sized():
     assert r.error is None
     assert any("convolutions" in u for u in r.unseen)
     assert not cpu(lambda: torch.randn(4, 4) @ torch.randn(4, 4)).unseen
+
+
+def test_sizes_that_depend_on_values_are_exact_when_known_else_the_worst_case():
+    def run():
+        m = torch.arange(10) < 3  # known: made of constants
+        exact = torch.nonzero(m)
+        x = torch.randn(1000, 16)
+        worst = x[x[:, 0] > 0]  # unknown: every row selected
+        return exact, worst
+
+    r = cpu(run)
+    assert r.error is None, r.error
+    sizes = {e.op: e.nbytes for e in tensor_allocs(r)}
+    assert sizes["aten.nonzero.default"] == 3 * 1 * 8
+    assert sizes["aten.index.Tensor"] == 1000 * 16 * 4
+    assert any("nonzero" in n and "exactly" in n for n in r.notes)
+    assert any("index.Tensor" in n and "worst case" in n for n in r.notes)
+
+
+def test_a_mixture_of_experts_loop_is_planned_as_the_worst_routing_and_says_so():
+    tokens, d, experts, k = 64, 32, 4, 2
+
+    def run():
+        x = torch.randn(tokens, d)
+        router = nn.Linear(d, experts)
+        layers = [nn.Linear(d, d) for _ in range(experts)]
+        weights, chosen = router(x).topk(k, dim=-1)
+        mask = torch.nn.functional.one_hot(chosen, experts).permute(2, 1, 0)
+        out = torch.zeros_like(x)
+        for e in range(experts):
+            slot, token = torch.where(mask[e])
+            out.index_add_(0, token, layers[e](x[token]) * weights[token, slot, None])
+        return out
+
+    r = cpu(run)
+    assert r.error is None, r.error
+    picked = [a.nbytes for a in tensor_allocs(r) if a.op == "aten.index.Tensor"]
+    # every expert's tokens as the worst case: all k slots of all tokens, d floats each
+    assert max(picked) == tokens * k * d * 4
+    assert any("worst case" in n for n in r.notes)

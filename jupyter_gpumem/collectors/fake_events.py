@@ -13,7 +13,7 @@ from typing import Literal, NamedTuple
 
 StopKind = Literal[
     "value read",  # .item(), bool(), int(), .tolist(): a value the dry run does not have
-    "dynamic shape",  # nonzero, boolean masks, unique: a shape that depends on values
+    "dynamic shape",  # unique, repeat_interleave by a tensor: a shape that depends on values
     "no fake kernel",  # an op (custom, extension) the fake mode can't run
     "no cuda build",  # a CPU-only torch asked for a CUDA dry run
     "no gpu visible",  # a CUDA build that sees no GPU, where torch's autograd needs one

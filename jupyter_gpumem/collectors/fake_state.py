@@ -97,9 +97,13 @@ class _State:
 
         self.is_wrapper = is_traceable_wrapper_subclass_type
         self.wrappers: dict[type, bool] = {}
-        from torch._subclasses.fake_tensor import DataDependentOutputException
+        from torch._subclasses.fake_tensor import (
+            DataDependentOutputException,
+            DynamicOutputShapeException,
+        )
 
         self.data_dependent = DataDependentOutputException
+        self.dynamic_shape = DynamicOutputShapeException
         from torch._subclasses.fake_tensor import FakeTensor
 
         self.reads = 0  # values read to the host (.item(), bool(), `if tensor`)
@@ -419,6 +423,25 @@ class _State:
             "runs until then"
         )
 
+    def size_by_values(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], e: BaseException
+    ) -> Any:
+        """An output whose size depends on values (``nonzero``, ``x[mask]``), sized by
+        ``fake_shapes``; the note says how and where. Other such ops stop the run."""
+        from .fake_shapes import sized
+
+        made = sized(self.t, func, args, kwargs, self.values.value)
+        if made is None:
+            self.failed = (func, e)
+            raise e
+        out, how = made
+        self.note(
+            f"sized:{func}:{how}",
+            f"{func}'s output size depends on values: sized {how}, first at "
+            f"{_here(self.t, self.cell_names) or '?'}",
+        )
+        return out
+
     def note(self, key: str, line: str) -> None:
         if key not in self.noted:
             self.noted.add(key)
@@ -471,6 +494,8 @@ def _recorder_class() -> Any:
                         return state.host_read(args[0])
                 try:
                     out = func(*args, **kwargs)
+                except (state.dynamic_shape, state.data_dependent) as e:
+                    out = state.size_by_values(func, args, kwargs, e)
                 except Exception as e:
                     state.failed = (func, e)
                     raise

@@ -119,8 +119,8 @@ def _describe(e: BaseException, op: Any, t: Any) -> tuple[StopKind, str | None, 
         return "value read", name, f"{name}'s output depends on the tensor's values"
     if isinstance(e, ft.DynamicOutputShapeException):
         text = (
-            f"{name}'s output size depends on the tensor's values (nonzero, boolean masks, "
-            "unique): a dry run can't size it"
+            f"{name}'s output size depends on the tensor's values (unique, repeat_interleave "
+            "by a tensor, ...): a dry run can't size it"
         )
         return "dynamic shape", name, text
     if isinstance(e, ft.UnsupportedOperatorException) or "no fake impl registered" in str(e):
