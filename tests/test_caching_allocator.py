@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpumem.analysis.caching_allocator import (
+from jupyter_gpumem.analysis.caching import (
     Alloc,
     AllocatorConfig,
     CachingAllocatorModel,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from jupyter_gpumem.analysis.caching_allocator import Alloc, AllocatorConfig, Free, replay
+from jupyter_gpumem.analysis.caching import Alloc, AllocatorConfig, Free, replay
 from jupyter_gpumem.analysis.dry_breakdown import PREDICTED, analyze, is_predicted
 from jupyter_gpumem.collectors import fake_run as fr
 from jupyter_gpumem.model import CATEGORIES

@@ -535,7 +535,7 @@ def child_calibrate() -> list[dict[str, Any]]:
 
 
 def _replay(requests: list[Any]) -> dict[str, Any]:
-    from jupyter_gpumem.analysis.caching_allocator import replay
+    from jupyter_gpumem.analysis.caching import replay
 
     p = replay(requests)
     return {
@@ -569,7 +569,7 @@ def child_trace_real(case: str) -> dict[str, Any]:
     dry run's events)."""
     import torch
 
-    from jupyter_gpumem.analysis.caching_allocator import requests_from_trace
+    from jupyter_gpumem.analysis.caching import requests_from_trace
 
     torch.cuda.init()
     _, trace, _ = traced(workload(case))
@@ -598,7 +598,7 @@ def child_trace_dry(case: str) -> dict[str, Any]:
     by cudaMalloc; and where CUDA started, if it did."""
     import torch
 
-    from jupyter_gpumem.analysis.caching_allocator import Alloc, Free
+    from jupyter_gpumem.analysis.caching import Alloc, Free
     from jupyter_gpumem.collectors import fake_run
 
     stacks = watch_cuda_start()

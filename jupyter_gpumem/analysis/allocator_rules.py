@@ -4,7 +4,7 @@ goes through, as ``c10/cuda/CUDACachingAllocator.cpp`` (torch 2.x) has them.
 The one statement of these rules for every analysis that reasons about blocks and
 segments: the free space and "would it fit" of a post-mortem (``fragmentation``), the
 replay of a cell's trace (``blocks``), the model of the allocator the dry run drives
-(``caching_config`` and ``caching_model``). Pure functions of sizes in bytes.
+(``caching/config.py`` and ``caching/model.py``). Pure functions of sizes in bytes.
 
 - A request becomes a block of :func:`round_size` bytes: at least 512, a multiple of
   512 (or a power-of-two division when ``roundup_power2_divisions`` asks for one).

@@ -11,7 +11,7 @@ Inputs, recorded by ``collectors/fake_run.record`` while the cell ran under Fake
   backward, backward done, optimizer step, other), as indices into the events.
 
 The events are replayed through the model of the caching allocator
-(``analysis/caching_allocator.py``, exactly as ``replay`` counts *allocated*: each block's
+(``analysis/caching/``, exactly as ``replay`` counts *allocated*: each block's
 size, a request rounded to 512 B, or the whole cached block when the rest would be too
 small to keep), which gives the peak and the blocks alive then. Each block alive at the
 peak is counted once, in the first category that claims it, as ``analysis/breakdown.py``
@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 from ..collectors.fake_events import Alloc, Free, Seen
 from ..model import CATEGORIES, Breakdown, CategoryShare, ModuleShare, Phase
 from .breakdown import NO_MODULE
-from .caching_allocator import AllocatorConfig, CachingAllocatorModel, round_size
+from .caching import AllocatorConfig, CachingAllocatorModel, round_size
 
 PREDICTED = "predicted by a dry run (FakeTensorMode and a model of the caching allocator)"
 WORKSPACES = "library workspaces"

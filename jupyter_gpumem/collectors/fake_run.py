@@ -1,7 +1,7 @@
 """A dry run: the user's code under PyTorch's ``FakeTensorMode``, every storage it
 allocates and frees recorded in order, no device memory used and no kernel run. The entry
 points: :func:`record` (a callable) and :func:`run_cell_source` (a cell's source, in the
-user's namespace); ``analysis/caching_allocator.py`` turns the events into the caching
+user's namespace); ``analysis/caching/`` turns the events into the caching
 allocator's peaks.
 
 The family, one module per part:

@@ -1,6 +1,6 @@
 """The dry run as a service: code runs under FakeTensorMode (``collectors/fake_run``), its
 storages are replayed through the model of PyTorch's caching allocator
-(``analysis/caching_allocator``), and one :class:`~jupyter_gpumem.model.DryRun` says what
+(``analysis/caching``), and one :class:`~jupyter_gpumem.model.DryRun` says what
 each device would need, beside the CUDA context, and whether that fits a card.
 
 What it predicts is a fresh process that ran the notebook's earlier cells: the kernel's
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from ..analysis.caching_allocator import Alloc, AllocatorConfig, Free, replay
+from ..analysis.caching import Alloc, AllocatorConfig, Free, replay
 from ..analysis.targets import GPUS
 from ..model import DryRun, DryRunDevice, DryScan, DryScanPoint, Target
 from ..units import MiB, format_bytes

@@ -6,7 +6,7 @@ PYTORCH_CUDA_ALLOC_CONF and cap) with the allocator's full history recorded. Kep
 trace entry (action, address, size, stream), the segments and blocks at the end, and the
 allocator's own counters. The CPU tests (tests/test_caching_allocator.py) feed the
 requests (alloc with its requested size, free by address) through the model in
-analysis/caching_allocator.py and compare the segments it makes, the blocks and the peaks.
+analysis/caching/ and compare the segments it makes, the blocks and the peaks.
 """
 
 from __future__ import annotations

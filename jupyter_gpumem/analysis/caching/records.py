@@ -10,7 +10,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from .caching_config import Pool
+from .config import Pool
 
 
 class Alloc(NamedTuple):

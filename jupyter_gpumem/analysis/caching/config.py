@@ -4,7 +4,7 @@ sizes), :class:`AllocatorConfig` (``PYTORCH_CUDA_ALLOC_CONF`` and the cap, read 
 ``AcceleratorAllocatorConfig`` reads them), and the two size rules every request goes
 through: :func:`round_size` (the block a request gets) and :func:`allocation_size` (the
 segment a new block is cut from). Pure functions of sizes, for the model
-(``analysis/caching_model.py``) and for the dry run's breakdown."""
+(``model``) and for the dry run's breakdown."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..units import MiB
-from .allocator_rules import (
+from ...units import MiB
+from ..allocator_rules import (
     LARGE_BUFFER,
     ROUNDUP_INTERVALS,
     SIZE_MAX,

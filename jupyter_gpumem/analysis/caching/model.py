@@ -3,8 +3,8 @@
 splitting and merging, releasing the cache before running out, expandable segments) and
 keeps PyTorch's counters. Each method's docstring names the function it mirrors in
 ``c10/cuda/CUDACachingAllocator.cpp``. The settings and size rules are
-``analysis/caching_config.py``'s, the blocks ``analysis/caching_blocks.py``'s; what the
-model leaves out is listed in ``analysis/caching_allocator.py``, whose :func:`replay` feeds
+``config``'s, the blocks ``blocks``'s; what the
+model leaves out is listed in ``analysis/caching``, whose :func:`replay` feeds
 it a program's requests."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Hashable, Iterable, Iterator
 
-from .allocator_rules import (
+from ..allocator_rules import (
     LARGE_BUFFER,
     MIN_BLOCK_SIZE,
     ROUND_LARGE,
@@ -22,9 +22,9 @@ from .allocator_rules import (
     allocation_size,
     round_size,
 )
-from .caching_blocks import _SHIFT, _Block, _Expandable, _expandable_size, _FreeBlocks
-from .caching_config import AllocatorConfig
-from .caching_records import BlockRecord, ModelOutOfMemory, OutOfMemoryRecord, SegmentRecord
+from .blocks import SHIFT, Block, Expandable, FreeBlocks, expandable_size
+from .config import AllocatorConfig
+from .records import BlockRecord, ModelOutOfMemory, OutOfMemoryRecord, SegmentRecord
 
 _TOP_ADDRESS = 1 << 56  # synthetic segments are placed downwards from here
 _UNBOUNDED_RANGE = 1 << 44  # an expandable segment's address range when device_total is None
@@ -63,9 +63,9 @@ class CachingAllocatorModel:
             None if segment_addresses is None else iter(segment_addresses)
         )
         self._next_address = _TOP_ADDRESS
-        self._free: dict[tuple[bool, int], _FreeBlocks] = {}
-        self._unmapped: dict[tuple[bool, int], list[_Block]] = {}
-        self._live: dict[Hashable, _Block | None] = {}
+        self._free: dict[tuple[bool, int], FreeBlocks] = {}
+        self._unmapped: dict[tuple[bool, int], list[Block]] = {}
+        self._live: dict[Hashable, Block | None] = {}
         self._total = 0  # total_allocated_memory: what the cap is checked against
         self.allocated = 0
         self.peak_allocated = 0
@@ -139,7 +139,7 @@ class CachingAllocatorModel:
     def segments(self) -> tuple[SegmentRecord, ...]:
         """The segments now held, by address, as ``snapshot()`` reports them: one record
         per segment, and for an expandable segment one per contiguous mapped range."""
-        every: list[_Block] = [b for b in self._live.values() if b is not None]
+        every: list[Block] = [b for b in self._live.values() if b is not None]
         for free in self._free.values():
             every.extend(free.blocks)
         out: list[SegmentRecord] = []
@@ -147,7 +147,7 @@ class CachingAllocatorModel:
             if head.prev is not None and head.prev.mapped:
                 continue
             blocks: list[BlockRecord] = []
-            b: _Block | None = head
+            b: Block | None = head
             total = 0
             while b is not None and b.mapped:
                 blocks.append(BlockRecord(b.size, b.requested, b.allocated))
@@ -168,7 +168,7 @@ class CachingAllocatorModel:
 
     # -- the allocator's rules ---------------------------------------------------------
 
-    def _get_free_block(self, small: bool, stream: int, size: int) -> _Block | None:
+    def _get_free_block(self, small: bool, stream: int, size: int) -> Block | None:
         """``get_free_block``: the smallest cached block of the pool and stream with at
         least ``size`` bytes (lowest address among equals), refused when it is oversize
         (>= max_split_size) for a request under max_split_size, or more than
@@ -178,7 +178,7 @@ class CachingAllocatorModel:
         if free is None:
             return None
         keys = free.keys
-        i = bisect_left(keys, size << _SHIFT)
+        i = bisect_left(keys, size << SHIFT)
         if i == len(keys):
             return None
         blocks = free.blocks
@@ -187,7 +187,7 @@ class CachingAllocatorModel:
             n = len(keys)
             while b.segment is not None and i + 1 < n:
                 nb = blocks[i + 1]
-                if _expandable_size(nb) < _expandable_size(b):
+                if expandable_size(nb) < expandable_size(b):
                     i += 1
                     b = nb
                 else:
@@ -203,7 +203,7 @@ class CachingAllocatorModel:
 
     def _alloc_block(
         self, small: bool, stream: int, size: int, alloc_size: int, retry: bool
-    ) -> _Block | None:
+    ) -> Block | None:
         """``alloc_block``: a new segment of ``alloc_size`` bytes (cudaMalloc), unless the
         cap would be passed (``total_allocated_memory + size > allowed_memory_maximum``);
         with expandable segments, map pages instead (``try_allocate_expandable_block``).
@@ -214,7 +214,7 @@ class CachingAllocatorModel:
             return None
         if self._expandable:
             return self._try_allocate_expandable_block(small, stream, size)
-        block = _Block(self._new_address(alloc_size), alloc_size, small, stream)
+        block = Block(self._new_address(alloc_size), alloc_size, small, stream)
         self._total += alloc_size
         self.reserved += alloc_size
         if self.reserved > self.peak_reserved:
@@ -223,7 +223,7 @@ class CachingAllocatorModel:
         self.segment_allocations.append(alloc_size)
         return block
 
-    def _alloc_found_block(self, block: _Block, size: int, orig: int, stream: int) -> _Block:
+    def _alloc_found_block(self, block: Block, size: int, orig: int, stream: int) -> Block:
         """``should_split`` then ``alloc_found_block``. Split when the rest is worth
         keeping: small pool (or expandable segments) at least 512 bytes left; large pool
         a request under max_split_size leaving more than 1 MiB. The front part is handed
@@ -237,7 +237,7 @@ class CachingAllocatorModel:
         already_split = block.prev is not None or block.next is not None
         if split:
             rest = block
-            block = _Block(rest.addr, size, rest.small, stream, rest.segment)
+            block = Block(rest.addr, size, rest.small, stream, rest.segment)
             block.prev = rest.prev
             if block.prev is not None:
                 block.prev.next = block
@@ -265,7 +265,7 @@ class CachingAllocatorModel:
             self.peak_requested = self.requested
         return block
 
-    def _free_block(self, block: _Block) -> None:
+    def _free_block(self, block: Block) -> None:
         """``free_block``: merge with free neighbours of the same segment
         (``try_merge_blocks``), cache the result, and count inactive split blocks (free
         blocks of a segment that also holds others)."""
@@ -291,7 +291,7 @@ class CachingAllocatorModel:
             self.inactive_split += net_blocks
             self.inactive_split_bytes += net_bytes
 
-    def _try_merge(self, dst: _Block, src: _Block | None) -> int:
+    def _try_merge(self, dst: Block, src: Block | None) -> int:
         """``try_merge_blocks``: absorb ``src`` (a free neighbour, mapped alike) into
         ``dst``; returns the bytes absorbed, 0 when it cannot."""
         if src is None or src.allocated or src.mapped != dst.mapped:
@@ -323,7 +323,7 @@ class CachingAllocatorModel:
         if free is None or not free.keys:
             return False
         target = max(size, self._max_split)
-        i = bisect_left(free.keys, target << _SHIFT)
+        i = bisect_left(free.keys, target << SHIFT)
         if i < len(free.keys) and free.blocks[i].segment is None:
             self._release_block(free.blocks[i])
             return True
@@ -344,7 +344,7 @@ class CachingAllocatorModel:
         segments, unmap every whole free page (``unmap_block``) and drop a segment left
         with nothing mapped (``release_expandable_segment``)."""
         for small in (False, True):
-            to_unmap: list[_Block] = []
+            to_unmap: list[Block] = []
             for (pool_small, _), free in sorted(self._free.items(), key=lambda kv: kv[0][1]):
                 if pool_small != small:
                     continue
@@ -358,7 +358,7 @@ class CachingAllocatorModel:
                 if b.prev is None and b.next is None and not b.mapped:
                     self._unmapped[(b.small, b.stream)].remove(b)
 
-    def _release_block(self, block: _Block) -> None:
+    def _release_block(self, block: Block) -> None:
         """``release_block``: cudaFree a cached segment."""
         self._pool(block.small, block.stream).remove(block)
         self._total -= block.size
@@ -367,7 +367,7 @@ class CachingAllocatorModel:
 
     # -- expandable segments -----------------------------------------------------------
 
-    def _try_allocate_expandable_block(self, small: bool, stream: int, size: int) -> _Block | None:
+    def _try_allocate_expandable_block(self, small: bool, stream: int, size: int) -> Block | None:
         """``try_allocate_expandable_block``: find room (``find_expandable_block``), map
         pages until the candidate holds ``size`` bytes (``map_block``), take it."""
         candidate = self._find_expandable_block(small, stream, size)
@@ -381,7 +381,7 @@ class CachingAllocatorModel:
         self._pool(small, stream).remove(candidate)
         return candidate
 
-    def _find_expandable_block(self, small: bool, stream: int, size: int) -> _Block:
+    def _find_expandable_block(self, small: bool, stream: int, size: int) -> Block:
         """``find_expandable_block``: the lowest unmapped range of the stream's segments
         (with the free block just before it) with room for ``size``; else a new segment
         whose address range is 9/8 of the device's memory, in pages of 2 MiB (small pool)
@@ -392,7 +392,7 @@ class CachingAllocatorModel:
             if c.prev is not None and not c.prev.allocated:
                 c = c.prev
             room = 0
-            b: _Block | None = c
+            b: Block | None = c
             while room < size and b is not None and not b.allocated:
                 room += b.size
                 b = b.next
@@ -400,12 +400,12 @@ class CachingAllocatorModel:
                 return c
         page = SMALL_BUFFER if small else LARGE_BUFFER
         span = -(-self._range // page) * page
-        segment = _Expandable(self._new_address(span), span, page)
-        candidate = _Block(segment.base, span, small, stream, segment, mapped=False)
+        segment = Expandable(self._new_address(span), span, page)
+        candidate = Block(segment.base, span, small, stream, segment, mapped=False)
         unmapped.append(candidate)
         return candidate
 
-    def _map_block(self, block: _Block, size: int) -> None:
+    def _map_block(self, block: Block, size: int) -> None:
         """``map_block``: map whole pages from the start of an unmapped block, split off
         the rest, merge with free mapped neighbours and cache the result. Each mapping
         counts as a device allocation and adds to reserved."""
@@ -418,7 +418,7 @@ class CachingAllocatorModel:
         self._unmapped[(block.small, block.stream)].remove(block)
         block.mapped = True
         if mapped < block.size:
-            rest = _Block(
+            rest = Block(
                 block.addr + mapped, block.size - mapped, block.small, block.stream, seg, False
             )
             rest.prev = block
@@ -438,7 +438,7 @@ class CachingAllocatorModel:
         self.device_allocs += 1
         self.segment_allocations.append(mapped)
 
-    def _unmap_block(self, block: _Block) -> None:
+    def _unmap_block(self, block: Block) -> None:
         """``unmap_block``: unmap the whole pages inside a free expandable block; the
         partial pages at either end stay mapped as free blocks of their own."""
         seg = block.segment
@@ -454,7 +454,7 @@ class CachingAllocatorModel:
         length = (end - begin) * page
         before = start - block.addr
         if before > 0:
-            head = _Block(block.addr, before, block.small, block.stream, seg)
+            head = Block(block.addr, before, block.small, block.stream, seg)
             head.prev = block.prev
             if block.prev is not None:
                 block.prev.next = head
@@ -463,7 +463,7 @@ class CachingAllocatorModel:
             pool.add(head)
         after = block.size - before - length
         if after > 0:
-            tail = _Block(start + length, after, block.small, block.stream, seg)
+            tail = Block(start + length, after, block.small, block.stream, seg)
             tail.next = block.next
             if block.next is not None:
                 block.next.prev = tail
@@ -482,10 +482,10 @@ class CachingAllocatorModel:
 
     # -- helpers -----------------------------------------------------------------------
 
-    def _pool(self, small: bool, stream: int) -> _FreeBlocks:
+    def _pool(self, small: bool, stream: int) -> FreeBlocks:
         free = self._free.get((small, stream))
         if free is None:
-            free = self._free[(small, stream)] = _FreeBlocks()
+            free = self._free[(small, stream)] = FreeBlocks()
         return free
 
     def _new_address(self, size: int) -> int:

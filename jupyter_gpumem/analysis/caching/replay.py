@@ -34,10 +34,10 @@ What it leaves out, and why:
 
 This module is the model's entry: :func:`replay`, :func:`requests_from_trace`, and the
 public names of the parts, each in its own module: the settings, constants and size rules
-in ``caching_config`` (a new ``PYTORCH_CUDA_ALLOC_CONF`` key goes there), the requests and
-results in ``caching_records``, the allocator's rules in ``caching_model`` (a new rule goes
+in ``config`` (a new ``PYTORCH_CUDA_ALLOC_CONF`` key goes there), the requests and
+results in ``records``, the allocator's rules in ``model`` (a new rule goes
 there, in the method that mirrors PyTorch's function), its blocks and free lists in
-``caching_blocks``.
+``blocks``.
 """
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
-from .allocator_rules import allocation_size, round_size
-from .caching_config import AllocatorConfig
-from .caching_model import CachingAllocatorModel
-from .caching_records import (
+from ..allocator_rules import allocation_size, round_size
+from .config import AllocatorConfig
+from .model import CachingAllocatorModel
+from .records import (
     Alloc,
     BlockRecord,
     Free,

@@ -1,7 +1,7 @@
 """The caching allocator model's memory: blocks linked to their neighbours inside a
-segment (:class:`_Block`), one pool's free blocks sorted as PyTorch's
+segment (:class:`Block`), one pool's free blocks sorted as PyTorch's
 ``BlockComparatorSize`` sorts them (size, then address), and expandable segments' address
-ranges. Internal to :class:`~jupyter_gpumem.analysis.caching_model.CachingAllocatorModel`,
+ranges. Internal to :class:`~jupyter_gpumem.analysis.caching.CachingAllocatorModel`,
 which links, splits and merges them; each class mirrors the ``CUDACachingAllocator.cpp``
 structure it names."""
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-_SHIFT = 64  # a free block's sort key is size << 64 | address
+SHIFT = 64  # a free block's sort key is size << 64 | address
 
 
-class _Expandable:
+class Expandable:
     """One ``ExpandableSegment``: an address range mapped in pages from its start."""
 
     __slots__ = ("base", "page", "size")
@@ -23,7 +23,7 @@ class _Expandable:
         self.page = page
 
 
-class _Block:
+class Block:
     """``Block``: a piece of a segment, linked to its neighbours in the segment."""
 
     __slots__ = (
@@ -45,7 +45,7 @@ class _Block:
         size: int,
         small: bool,
         stream: int,
-        segment: _Expandable | None = None,
+        segment: Expandable | None = None,
         mapped: bool = True,
     ) -> None:
         self.addr = addr
@@ -56,11 +56,11 @@ class _Block:
         self.mapped = mapped
         self.requested = 0
         self.allocated = False
-        self.prev: _Block | None = None
-        self.next: _Block | None = None
+        self.prev: Block | None = None
+        self.next: Block | None = None
 
 
-class _FreeBlocks:
+class FreeBlocks:
     """One pool's free blocks of one stream, ordered as ``BlockComparatorSize`` orders them
     (size, then address; the stream is the list's). Two parallel lists: sort keys and
     blocks."""
@@ -69,21 +69,21 @@ class _FreeBlocks:
 
     def __init__(self) -> None:
         self.keys: list[int] = []
-        self.blocks: list[_Block] = []
+        self.blocks: list[Block] = []
 
-    def add(self, b: _Block) -> None:
-        key = b.size << _SHIFT | b.addr
+    def add(self, b: Block) -> None:
+        key = b.size << SHIFT | b.addr
         i = bisect_left(self.keys, key)
         self.keys.insert(i, key)
         self.blocks.insert(i, b)
 
-    def remove(self, b: _Block) -> None:
-        i = bisect_left(self.keys, b.size << _SHIFT | b.addr)
+    def remove(self, b: Block) -> None:
+        i = bisect_left(self.keys, b.size << SHIFT | b.addr)
         del self.keys[i]
         del self.blocks[i]
 
 
-def _expandable_size(b: _Block) -> int:
+def expandable_size(b: Block) -> int:
     """``expandable_size`` in ``get_free_block``: a block followed by unmapped address
     space counts as large as it could grow."""
     n = b.next
