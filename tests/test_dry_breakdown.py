@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 
+from jupyter_gpumem._ipython.cell_source import CellSource
 from jupyter_gpumem.analysis.caching import Alloc, AllocatorConfig, Free, replay
 from jupyter_gpumem.analysis.dry_breakdown import PREDICTED, analyze, is_predicted
 from jupyter_gpumem.collectors import fake_run as fr
@@ -232,7 +233,7 @@ def test_a_forward_pass_names_the_modules_that_saved_and_made_the_bytes(shell):
     )
     shell.user_ns.update(torch=torch, nn=nn)
     try:
-        r = fr.run_cell_source(shell, cell, device_type="cpu")
+        r = CellSource(shell, cell).record(device_type="cpu")
     finally:
         shell.user_ns.pop("torch")
         shell.user_ns.pop("nn")
@@ -285,14 +286,11 @@ def test_the_report_shows_the_breakdown_marked_predicted_and_ends_with_the_answe
     )
     shell.user_ns.update(torch=torch, nn=nn)
     try:
-        r = dry_run(
-            None,
-            shell=shell,
-            source=cell,
-            target=parse_target("T4"),
-            execution_count=7,
-            device_type="cpu",
-        )
+        count, shell.execution_count = shell.execution_count, 7
+        try:
+            r = dry_run(cell=CellSource(shell, cell), target=parse_target("T4"), device_type="cpu")
+        finally:
+            shell.execution_count = count
     finally:
         shell.user_ns.pop("torch")
         shell.user_ns.pop("nn")

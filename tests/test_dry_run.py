@@ -13,6 +13,7 @@ import pytest
 from IPython.core.error import UsageError
 
 import jupyter_gpumem
+from jupyter_gpumem._ipython.cell_source import CellSource
 from jupyter_gpumem.analysis.targets import parse_target
 from jupyter_gpumem.collectors.fake_run import Alloc, Free
 from jupyter_gpumem.collectors.fake_state import HELD
@@ -287,7 +288,9 @@ def test_a_scan_without_running_binds_the_name_in_a_copy_and_finds_the_largest(s
 
     shell.run_cell("import torch\nn = 'mine'")
     body = "x = torch.empty(n << 20, dtype=torch.uint8)\n"
-    s = dry_scan(shell, "n", body, (8, 16, 32), True, parse_target("1GiB"), device_type="cpu")
+    s = dry_scan(
+        CellSource(shell, body), "n", (8, 16, 32), True, parse_target("1GiB"), device_type="cpu"
+    )
     assert (s.largest, s.smallest_failing) == (282, 283)
     assert s.outside == OUTSIDE["h100-80gb"][0]
     assert [p.value for p in s.points][:3] == [8, 16, 32]

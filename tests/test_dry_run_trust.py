@@ -12,8 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from jupyter_gpumem._ipython.cell_source import CellSource  # noqa: E402
 from jupyter_gpumem.analysis.targets import parse_target  # noqa: E402
-from jupyter_gpumem.collectors.fake_run import run_cell_source  # noqa: E402
 from jupyter_gpumem.core.dry_run import dry_run, dry_scan  # noqa: E402
 
 
@@ -63,7 +63,7 @@ def same(before: dict[str, object], after: dict[str, object]) -> bool:
 
 
 def dry(shell, source: str):
-    return run_cell_source(shell, source, device_type="cpu")
+    return CellSource(shell, source).record(device_type="cpu")
 
 
 def cell_line(shell, line: int) -> str:
@@ -241,7 +241,7 @@ def test_a_scan_without_running_refuses_the_same_and_leaves_everything(ns, tmp_p
     ns.user_ns["log"] = str(log)
     before = snapshot(ns)
     body = "x = torch.empty(n, 64)\nwith open(log, 'a') as f:\n    f.write('row')\n"
-    s = dry_scan(ns, "n", body, (8, 16), True, parse_target("1GiB"), device_type="cpu")
+    s = dry_scan(CellSource(ns, body), "n", (8, 16), True, parse_target("1GiB"), device_type="cpu")
     assert log.read_text() == "kept\n"
     assert same(before, snapshot(ns))
     assert s.largest is None and s.points and s.points[0].stopped is not None
@@ -281,9 +281,7 @@ def test_the_notebook_holds_what_the_cell_uses_and_the_report_names_it(ns):
     grads = sum(p.grad.nbytes for p in lin.parameters())
     states = sum(v.nbytes for s in opt.state.values() for v in s.values())  # step counts too
     r = dry_run(
-        None,
-        shell=ns,
-        source="lin(torch.randn(8, 64)).sum().backward()\nopt.step()\n",
+        cell=CellSource(ns, "lin(torch.randn(8, 64)).sum().backward()\nopt.step()\n"),
         device_type="cpu",
     )
     assert r.stopped is None, r.notes
@@ -367,11 +365,8 @@ def test_a_long_dry_run_shows_how_it_goes_and_its_own_output_is_not_the_cells(ns
         told.append((ops, where))
         print("progress", ops)  # the tool's own line: not counted as the cell's
 
-    r = run_cell_source(
-        ns,
-        "x = torch.zeros(4)\nfor _ in range(2000):\n    x = x + 1\n",
-        device_type="cpu",
-        progress=progress,
+    r = CellSource(ns, "x = torch.zeros(4)\nfor _ in range(2000):\n    x = x + 1\n").record(
+        device_type="cpu", progress=progress
     )
     assert r.error is None, r.error
     assert told and told[0][0] >= 256 and told == sorted(told)

@@ -18,6 +18,7 @@ import pytest
 from IPython.core.error import UsageError
 
 import jupyter_gpumem
+from jupyter_gpumem._ipython.cell_source import CellSource
 from jupyter_gpumem.collectors.fake_group import (
     ENVIRONMENT,
     MAX_WORLD_SIZE,
@@ -337,10 +338,10 @@ def test_a_script_for_torchrun_runs_as_its_rank_0():
 def test_the_report_says_which_rank_and_what_the_fake_group_counts():
     from jupyter_gpumem.reporters.dry_run import dry_run_text
 
-    r = dry_run(lambda: fsdp_step(1), device_type="cpu", world_size=4, execution_count=3)
+    r = dry_run(lambda: fsdp_step(1), device_type="cpu", world_size=4)
     assert r.world_size == 4 and r.stopped is None
     text = dry_run_text(r)
-    assert text.startswith("gpumem: dry run of cell [3], as rank 0 of 4 processes: predicted")
+    assert text.startswith("gpumem: dry run of function, as rank 0 of 4 processes: predicted")
     assert (
         "ran as rank 0 of 4 processes in PyTorch's fake process group: collectives moved no "
         "data; the buffers they take from PyTorch's allocator (FSDP2's all-gather and "
@@ -372,7 +373,9 @@ def test_a_scan_without_running_runs_each_value_as_rank_0(shell):
         "x = torch.empty((n << 20) * dist.get_world_size(), dtype=torch.uint8)\n"
     )
     target = parse_target("1GiB")  # 282 MiB of cap beside 742 MiB
-    s = dry_scan(shell, "n", body, (8, 16), True, target, device_type="cpu", world_size=2)
+    s = dry_scan(
+        CellSource(shell, body), "n", (8, 16), True, target, device_type="cpu", world_size=2
+    )
     assert s.world_size == 2
     assert (s.largest, s.smallest_failing) == (141, 142)  # 2 x 141 MiB fits, 2 x 142 does not
     assert shell.user_ns["n"] == "mine" and "x" not in shell.user_ns

@@ -16,6 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
+from jupyter_gpumem._ipython.cell_source import CellSource  # noqa: E402
 from jupyter_gpumem.collectors.fake_run import (  # noqa: E402
     OTHER_CARDS,
     WORKSPACE_TABLE,
@@ -26,7 +27,6 @@ from jupyter_gpumem.collectors.fake_run import (  # noqa: E402
     cuda_workspaces,
     parse_workspace_config,
     record,
-    run_cell_source,
 )
 
 MiB = 1 << 20
@@ -574,7 +574,7 @@ def test_a_cell_leaves_the_namespace_exactly_as_it_was(shell):
         "rebind()\n"
         "log.append(y)\n"
     )
-    r = run_cell_source(shell, cell, device_type="cpu")
+    r = CellSource(shell, cell).record(device_type="cpu")
     # THEN the namespace holds exactly what it held, names bound by the cell are gone
     assert r.error is None
     assert "y" not in shell.user_ns
@@ -593,7 +593,7 @@ def test_a_cell_leaves_the_namespace_exactly_as_it_was(shell):
 def test_a_cell_names_its_line_as_ipython_does(shell):
     shell.user_ns["z"] = torch.ones(3)
     try:
-        r = run_cell_source(shell, "a = z * 2\nb = a.unique()\n", first_line=2, device_type="cpu")
+        r = CellSource(shell, "a = z * 2\nb = a.unique()\n", first_line=2).record(device_type="cpu")
     finally:
         shell.user_ns.pop("z")
     assert r.error is not None and r.error.kind == "dynamic shape"
@@ -603,7 +603,7 @@ def test_a_cell_names_its_line_as_ipython_does(shell):
 
 
 def test_a_cell_that_does_not_compile_says_so(shell):
-    r = run_cell_source(shell, "x = (\n", device_type="cpu")
+    r = CellSource(shell, "x = (\n").record(device_type="cpu")
     assert r.error is not None and r.error.kind == "syntax"
     assert r.events == [] and r.error.message.startswith("SyntaxError")
 
@@ -753,7 +753,7 @@ def test_roots_are_named_after_the_variables_of_the_cell_or_the_namespace(shell)
         "alias = late\n"
     )
     try:
-        r = run_cell_source(shell, cell, device_type="cpu")
+        r = CellSource(shell, cell).record(device_type="cpu")
     finally:
         for k in ("torch", "nn", "before"):
             shell.user_ns.pop(k)

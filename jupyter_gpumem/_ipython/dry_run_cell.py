@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..model import DryRun, DryRunCheck, DryScan
+from .cell_source import CellSource
 
 if TYPE_CHECKING:
     from .session import CellOptions, Session
@@ -142,12 +143,9 @@ def run(session: Session, shell: Any, opts: CellOptions, body: str) -> DryRun | 
     device = opts.device or 0
     progress = Progress()
     result = dry_run(
-        None,
-        shell=shell,
-        source=body,
+        cell=CellSource(shell, body, first_line=2),
         target=opts.fit_in,
         here=here(session, device),
-        execution_count=shell.execution_count,
         world_size=opts.world_size,
         count_untouched=opts.count_untouched,
         progress=progress.show,
@@ -170,9 +168,8 @@ def scan(session: Session, shell: Any, opts: CellOptions, body: str) -> DryScan 
     name, values, integer = opts.scan
     progress = Progress()
     result = dry_scan(
-        shell,
+        CellSource(shell, body, first_line=2),
         name,
-        body,
         values,
         integer,
         opts.fit_in,

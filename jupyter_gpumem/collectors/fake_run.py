@@ -1,8 +1,8 @@
 """A dry run: the user's code under PyTorch's ``FakeTensorMode``, every storage it
 allocates and frees recorded in order, no device memory used and no kernel run. The entry
-points: :func:`record` (a callable) and :func:`run_cell_source` (a cell's source, in the
-user's namespace); ``analysis/caching/`` turns the events into the caching
-allocator's peaks.
+point: :func:`record` (a callable; ``_ipython/cell_source.py`` compiles a cell's source and
+runs it in a copy of the user's namespace through it); ``analysis/caching/`` turns the
+events into the caching allocator's peaks.
 
 The family, one module per part:
 
@@ -96,7 +96,6 @@ __all__ = [
     "cuda_workspaces",
     "parse_workspace_config",
     "record",
-    "run_cell_source",
 ]
 
 
@@ -169,7 +168,7 @@ def _contexts(t: Any) -> set[int]:
         return set()
 
 
-# -- the entry points -----------------------------------------------------------------
+# -- the entry point -------------------------------------------------------------------
 
 
 def record(
@@ -513,66 +512,3 @@ def _note_device(
             f"device memory allocated changed by {t.cuda.memory_allocated() - used_before:,} B "
             "during the run: something in it made real tensors"
         )
-
-
-def run_cell_source(
-    shell: Any,
-    source: str,
-    *,
-    first_line: int = 1,
-    device_type: str = "cuda",
-    workspaces: Workspaces | None = None,
-    breakdown: bool = True,
-    progress: Callable[[int, str | None, float], None] | None = None,
-) -> FakeRun:
-    """Dry-run a cell's source: compiled as IPython compiles cells (its transforms, the
-    cell's own file name, so that lines read ``In[N] line L``; ``first_line`` is the line of
-    the cell the source starts on) and executed in a shallow copy of the user's namespace.
-    Afterwards ``shell.user_ns`` holds exactly what it held: names the cell bound are gone,
-    names it rebound (through functions' ``global``) get their objects back, and what it
-    bound inside the user's objects is put back. Modules are named after the cell's names
-    (those it had before and those it binds). ``breakdown=False``: without the breakdown's
-    hooks (a scan's dry runs need only the peaks)."""
-    ns: dict[str, Any] = shell.user_ns
-    before = dict(ns)
-    try:
-        text = "\n" * (first_line - 1) + shell.transform_cell(source)
-        filename = shell.compile.cache(text, shell.execution_count)
-        code = shell.compile(text, filename, "exec")
-    except SyntaxError as e:
-        run = FakeRun(device_type)
-        where = f"line {e.lineno}" if e.lineno else None
-        run.error = Stopped("syntax", None, f"SyntaxError: {e.msg}", where)
-        run.notes.append(run.error.line)
-        return run
-    # IPython keeps which execution count each cell file name ran as
-    names: dict[str, int] = getattr(shell.compile, "_filename_map", None) or {}
-    hidden = getattr(shell, "user_ns_hidden", {}) or {}
-    keep = [v for k, v in before.items() if k not in hidden and not k.startswith("_")]
-    scratch = dict(before)
-
-    def bound() -> list[tuple[str, Any]]:
-        """The names the cell sees (those before it and those it bound so far)."""
-        return [(k, v) for k, v in list(scratch.items()) if k not in hidden and k[:1] != "_"]
-
-    try:
-        return record(
-            lambda: exec(code, scratch),
-            device_type=device_type,
-            workspaces=workspaces,
-            keep=keep,
-            cell_names=names.get,
-            names=bound,
-            breakdown=breakdown,
-            progress=progress,
-        )
-    finally:
-        scratch.clear()
-        for k in [k for k in ns if k not in before]:
-            del ns[k]
-        for k, v in before.items():
-            if ns.get(k, _MISSING) is not v:
-                ns[k] = v
-
-
-_MISSING = object()

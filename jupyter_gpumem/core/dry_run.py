@@ -16,14 +16,38 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..analysis.caching import Alloc, AllocatorConfig, Free, replay
 from ..analysis.targets import GPUS
 from ..model import DryRun, DryRunDevice, DryScan, DryScanPoint, Target
 from ..units import MiB, format_bytes
+
+if TYPE_CHECKING:
+    from ..collectors.fake_events import FakeRun
+
+
+class Cell(Protocol):
+    """A notebook cell a dry run records (``_ipython/cell_source.CellSource``): its code,
+    the execution count it runs as, and its dry run, with names bound for a scan's value."""
+
+    code: str
+
+    @property
+    def execution_count(self) -> int | None: ...
+
+    def record(
+        self,
+        *,
+        device_type: str = ...,
+        workspaces: Any = ...,
+        breakdown: bool = ...,
+        progress: Callable[[int, str | None, float], None] | None = ...,
+        bind: Mapping[str, object] | None = ...,
+    ) -> FakeRun: ...
+
 
 # The CUDA context and libraries a PyTorch process holds beside its caching allocator once
 # it has run matmuls (NVML's figure for the process minus reserved), by card.
@@ -282,19 +306,17 @@ def held_by(seen: Any) -> tuple[tuple[str, int], ...]:
 
 
 def dry_run(
-    run: Callable[[], object] | None,
+    run: Callable[[], object] | None = None,
     *,
-    shell: Any = None,
-    source: str | None = None,
+    cell: Cell | None = None,
     target: Target | None = None,
     here: tuple[int, str] | None = None,
-    execution_count: int | None = None,
     device_type: str = "cuda",
     world_size: int = 1,
     count_untouched: bool = False,
     progress: Callable[[int, str | None, float], None] | None = None,
 ) -> DryRun:
-    """Dry-run ``run()`` (or a cell's ``source`` in ``shell``) and predict its peaks.
+    """Dry-run ``run()`` (or a notebook ``cell``) and predict its peaks.
     ``device_type="cpu"`` models the CPU's storages as if they were one GPU's (tests).
     ``world_size`` > 1: as rank 0 of a job of that many processes, in PyTorch's fake
     process group (``collectors/fake_group``); the prediction is rank 0's."""
@@ -304,15 +326,8 @@ def dry_run(
     t0 = time.perf_counter()
     spaces = workspaces_for(target) if device_type == "cuda" else None
     with fake_job(world_size) as job:
-        if source is not None:
-            seen = fake_run.run_cell_source(
-                shell,
-                source,
-                first_line=2,
-                device_type=device_type,
-                workspaces=spaces,
-                progress=progress,
-            )
+        if cell is not None:
+            seen = cell.record(device_type=device_type, workspaces=spaces, progress=progress)
         else:
             assert run is not None
             seen = fake_run.record(
@@ -356,8 +371,8 @@ def dry_run(
         world_size=job.world_size,
         notes=tuple(notes),
         stopped=stopped,
-        execution_count=execution_count,
-        code=source or "",
+        execution_count=cell.execution_count if cell is not None else None,
+        code=cell.code if cell is not None else "",
         torch_version=getattr(torch, "__version__", None),
         fits=fits,
         headroom=headroom,
@@ -443,9 +458,8 @@ def _shown(v: float, integer: bool) -> str:
 
 
 def dry_scan(
-    shell: Any,
+    cell: Cell,
     name: str,
-    body: str,
     values: tuple[float, ...],
     integer: bool,
     target: Target | None,
@@ -456,9 +470,8 @@ def dry_scan(
     progress: Callable[[str, int, str | None, float], None] | None = None,
 ) -> DryScan:
     """``%%gpumem --scan NAME=... --dry-run``: the cell dry-run with ``NAME`` bound to each
-    value tried (in a copy of the namespace: the user's own value of ``NAME`` stays);
+    value tried (in its copy of the namespace: the user's own value of ``NAME`` stays);
     ``world_size`` > 1: each as rank 0 of a fake job of that many processes."""
-    from ..collectors import fake_run
     from ..collectors.fake_group import check_world_size, fake_job
 
     t0 = time.perf_counter()
@@ -470,29 +483,18 @@ def dry_scan(
     holders: list[tuple[tuple[str, int], ...]] = []  # the first run's held_by
     unseen: set[str] = set()
     spaces = workspaces_for(target) if device_type == "cuda" else None
-    ns = shell.user_ns
     world_size = check_world_size(world_size)
 
     def predict_at(v: float) -> DryScanPoint:
         value: float = int(v) if integer else v
-        had, old = name in ns, ns.get(name)
-        ns[name] = value
-        try:
-            with fake_job(world_size):
-                seen = fake_run.run_cell_source(
-                    shell,
-                    body,
-                    first_line=2,
-                    device_type=device_type,
-                    workspaces=spaces,
-                    breakdown=False,
-                    progress=None if progress is None else partial(progress, f"{name}={value}"),
-                )
-        finally:
-            if had:
-                ns[name] = old
-            else:
-                ns.pop(name, None)
+        with fake_job(world_size):
+            seen = cell.record(
+                device_type=device_type,
+                workspaces=spaces,
+                breakdown=False,
+                progress=None if progress is None else partial(progress, f"{name}={value}"),
+                bind={name: value},
+            )
         stopped = seen.error.line if seen.error is not None else None
         if not holders:
             holders.append(held_by(seen))
@@ -530,7 +532,7 @@ def dry_scan(
         smallest_failing=failing,
         integer=integer,
         seconds=time.perf_counter() - t0,
-        execution_count=getattr(shell, "execution_count", None),
+        execution_count=cell.execution_count,
         notes=tuple(notes),
         world_size=world_size,
         held_by=holders[0] if holders else (),
