@@ -173,6 +173,116 @@ def _llama(size: str, batch: int, seq: int, dtype: str, lora: bool = False) -> N
     opt.step()
 
 
+def _torchvision(name: str, batch: int, size: int = 224, train: bool = True, amp: bool = False):
+    """A torchvision model's step: AdamW training (fp16 autocast with GradScaler when
+    ``amp``), or inference under ``inference_mode``."""
+    import torch
+    import torchvision
+
+    build: Any = torchvision.models
+    for part in name.split("."):
+        build = getattr(build, part)
+    with torch.device("cuda"):  # no weights: nothing is downloaded
+        model = build(
+            weights=None, **({"weights_backbone": None} if "segmentation" in name else {})
+        )
+        x = torch.randn(batch, 3, size, size)
+    if not train:
+        with torch.inference_mode():
+            model.eval()(x)
+        return
+    opt = torch.optim.AdamW(model.parameters())
+    if amp:
+        scaler = torch.amp.GradScaler("cuda")
+        with torch.autocast("cuda", dtype=torch.float16):
+            out = model(x)
+        out = out["out"] if isinstance(out, dict) else out
+        scaler.scale(out.float().square().mean()).backward()
+        scaler.step(opt)
+        scaler.update()
+        return
+    out = model(x)
+    out = out["out"] if isinstance(out, dict) else out
+    out.square().mean().backward()
+    opt.step()
+
+
+def _transformers(kind: str) -> None:
+    """Families from transformers' configs (no checkpoint): an encoder-decoder (T5-small's
+    shape), speech (Whisper-tiny's, wav2vec2-base's), a mixture of experts (a small Mixtral),
+    a decoder with a 152k vocabulary (Qwen2-0.5B's shape, bf16)."""
+    import torch
+    import transformers as tf
+
+    with torch.device("cuda"):
+        if kind == "t5":
+            model = tf.T5ForConditionalGeneration(tf.T5Config())
+            ids = torch.randint(0, 32000, (16, 256))
+            batch = {"input_ids": ids, "labels": ids}
+        elif kind == "whisper":
+            model = tf.WhisperForConditionalGeneration(
+                tf.WhisperConfig(d_model=384, encoder_layers=4, decoder_layers=4,
+                                 encoder_attention_heads=6, decoder_attention_heads=6)
+            )  # fmt: skip
+            batch = {
+                "input_features": torch.randn(8, 80, 3000),
+                "labels": torch.randint(0, 51865, (8, 64)),
+            }
+        elif kind == "wav2vec2":
+            model = tf.Wav2Vec2ForCTC(tf.Wav2Vec2Config())
+            batch = {
+                "input_values": torch.randn(8, 160000),
+                "labels": torch.randint(1, 32, (8, 100)),
+            }
+        elif kind == "mixtral":
+            config = tf.MixtralConfig(
+                hidden_size=512, intermediate_size=1024, num_hidden_layers=4,
+                num_attention_heads=8, num_key_value_heads=8, num_local_experts=8,
+                num_experts_per_tok=2, vocab_size=32000,
+            )  # fmt: skip
+            model = tf.MixtralForCausalLM(config)
+            ids = torch.randint(0, 32000, (8, 512))
+            batch = {"input_ids": ids, "labels": ids}
+        else:  # qwen2
+            torch.set_default_dtype(torch.bfloat16)
+            config = tf.Qwen2Config(
+                hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
+            )  # fmt: skip
+            model = tf.Qwen2ForCausalLM(config)
+            ids = torch.randint(0, 151936, (4, 1024))
+            batch = {"input_ids": ids, "labels": ids}
+    model.train()
+    opt = torch.optim.AdamW(model.parameters())
+    model(**batch).loss.backward()
+    opt.step()
+
+
+def _lstm_lm() -> None:
+    import torch
+    from torch import nn
+
+    with torch.device("cuda"):
+        emb, head = nn.Embedding(10000, 1024), nn.Linear(1024, 10000)
+        lstm = nn.LSTM(1024, 1024, num_layers=2, batch_first=True, dropout=0.2)
+        ids = torch.randint(0, 10000, (32, 128))
+    params = [*emb.parameters(), *lstm.parameters(), *head.parameters()]
+    opt = torch.optim.AdamW(params)
+    out, _ = lstm(emb(ids))
+    nn.functional.cross_entropy(head(out).flatten(0, 1), ids.flatten()).backward()
+    opt.step()
+
+
+def _gpt2_generate() -> None:
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    with torch.device("cuda"):
+        model = GPT2LMHeadModel(GPT2Config()).eval()
+        ids = torch.randint(0, 50257, (8, 128))
+    model.generate(ids, max_new_tokens=64, do_sample=False, pad_token_id=0)
+
+
 CASES: dict[str, Callable[[], None]] = {
     "mlp_adamw": _mlp_adamw,
     "resnet50_adamw": _resnet50_adamw,
@@ -186,6 +296,18 @@ CASES: dict[str, Callable[[], None]] = {
     # too large for most single GPUs: LoRA fits an H100, full fine-tuning fits no H200
     "llama_8b_lora": lambda: _llama("8b", 1, 1024, "bfloat16", lora=True),
     "llama_8b_full_fp32_autocast": lambda: _llama("8b", 1, 2048, "float32"),
+    # more families: vision, speech, encoder-decoder, mixture of experts, RNN, generation
+    "convnext_tiny_adamw": lambda: _torchvision("convnext_tiny", 64),
+    "efficientnet_b0_fp16_gradscaler": lambda: _torchvision("efficientnet_b0", 64, amp=True),
+    "deeplabv3_resnet50_512": lambda: _torchvision("segmentation.deeplabv3_resnet50", 4, 512),
+    "swin_t_inference": lambda: _torchvision("swin_t", 64, train=False),
+    "t5_small_adamw": lambda: _transformers("t5"),
+    "whisper_tiny_adamw": lambda: _transformers("whisper"),
+    "wav2vec2_base_ctc": lambda: _transformers("wav2vec2"),
+    "mixtral_small_moe_adamw": lambda: _transformers("mixtral"),
+    "qwen2_0_5b_bf16_adamw": lambda: _transformers("qwen2"),
+    "lstm_lm_adamw": _lstm_lm,
+    "gpt2_generate_64_tokens": _gpt2_generate,
 }
 # cases also planned for a card they do not fit, and run for real under that card's cap
 # (the cap the dry run assumes: the card's memory minus what sits beside PyTorch), where
