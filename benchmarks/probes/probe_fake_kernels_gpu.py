@@ -29,8 +29,9 @@ and their difference from the real ones in percent.
   allocation and free inside the call in order (``events``), those freed inside it
   (``transients``), the peak inside minus the outputs, and the workspace(s): the
   transients besides the copies and zeros RNN.cpp makes; beside each, the module's
-  estimate. Then the module's own forward and backward (``_VF.lstm``: the seed and the
-  dropout state) as events.
+  estimate (``events_est``: the call's allocations and frees in the order and at the
+  sizes ``fake_rnn_sizes.ForwardCall`` / ``BackwardCall`` give). Then the module's own
+  forward and backward (``_VF.lstm``: the seed and the dropout state) as events.
 - ``"calibrate": "grouped_mm"``, per dtype, in a new thread of a fresh process: the
   output's strides and what the call allocates besides its output (cuBLAS's workspace
   for float32/float16, none for bfloat16's CUTLASS on Hopper).
@@ -216,7 +217,7 @@ def watch_cuda_start() -> list[str]:
 
     for name, module in list(sys.modules.items()):
         if name.startswith("torch") and getattr(module, "_lazy_init", None) is original:
-            module._lazy_init = lazy_init
+            setattr(module, "_lazy_init", lazy_init)  # noqa: B010 (a module's attribute)
     return stacks
 
 
@@ -328,6 +329,19 @@ def _less(sizes: list[int], known: list[int]) -> list[int]:
     return left
 
 
+def _events(steps: list[Any]) -> list[str]:
+    """``fake_rnn_sizes`` steps as :func:`sequence`'s events (``+size``, ``-size``)."""
+    held: dict[str, int] = {}
+    out = []
+    for sign, name, n in steps:
+        if sign == "+":
+            held[name] = n
+            out.append(f"+{n}")
+        else:
+            out.append(f"-{held.pop(name)}")
+    return out
+
+
 def calibrate_rnn(cfg: dict[str, Any]) -> dict[str, Any]:
     """One RNN's calls, for real: the reserve space, the weight buffer, the dropout state,
     and inside the forward and the backward every allocation in order; the workspace is
@@ -339,7 +353,8 @@ def calibrate_rnn(cfg: dict[str, Any]) -> dict[str, Any]:
 
     cls = {"LSTM": nn.LSTM, "GRU": nn.GRU, "RNN_TANH": nn.RNN}[cfg["mode"]]
     dtype = getattr(torch, cfg.get("dtype", "float32"))
-    kw = {k: cfg[k] for k in ("num_layers", "bidirectional", "batch_first", "dropout") if k in cfg}
+    names = ("num_layers", "bidirectional", "batch_first", "dropout")
+    kw: dict[str, Any] = {k: cfg[k] for k in names if k in cfg}
     proj = cfg.get("proj", 0)
     if proj:
         kw["proj_size"] = proj
@@ -366,8 +381,12 @@ def calibrate_rnn(cfg: dict[str, Any]) -> dict[str, Any]:
     state = None
     if train and dropout > 0:
         state = torch._cudnn_init_dropout_state(dropout, True, 0, dtype=torch.uint8, device="cuda")
-    shape = rs.RnnShape(mode, cfg["input"], hidden, proj, layers, dirs, B * T, B, x.element_size())
+    shape = rs.RnnShape(
+        mode, cfg["input"], hidden, proj, layers, dirs, B * T, B, x.element_size(),
+        dropout if train else 0.0,
+    )  # fmt: skip
     x_copy = x.numel() * x.element_size() if batch_first else 0
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
 
     def forward() -> Any:
         return torch.ops.aten._cudnn_rnn.default(
@@ -385,7 +404,7 @@ def calibrate_rnn(cfg: dict[str, Any]) -> dict[str, Any]:
         "weight_buf_est": rs.rnn_num_weights(mode, cfg["input"], hidden, proj, layers, dirs == 2)
         * x.element_size(),
         "dropout_state": state.numel() if state is not None else None,
-        "dropout_state_est": rs.DROPOUT_STATE_BYTES if state is not None else None,
+        "dropout_state_est": rs.dropout_state_bytes(sms) if state is not None else None,
         "forward": {
             "reserve": out[3].numel(),
             "reserve_est": rs.rnn_reserve_bytes(shape) if train else 0,
@@ -394,7 +413,10 @@ def calibrate_rnn(cfg: dict[str, Any]) -> dict[str, Any]:
             "peak_minus_outputs": fwd_peak - fwd_outputs,
             "x_copy": x_copy,
             "workspace": _less(fwd["transients"], [x_copy] if x_copy else []),
-            "workspace_est": rs.rnn_workspace_bytes(shape, train),
+            "workspace_est": rs.rnn_workspace_bytes(shape),
+            "events_est": _events(
+                rs.ForwardCall.of(shape, x, hx, cx, train, batch_first, False, False).steps()
+            ),
             **fwd,
         },
     }
@@ -407,14 +429,19 @@ def calibrate_rnn(cfg: dict[str, Any]) -> dict[str, Any]:
             return torch.ops.aten._cudnn_rnn_backward.default(
                 x, weights, stride0, weight_buf, hx, cx, out[0], gy, None, None, mode,
                 hidden, proj, layers, batch_first, dropout, train, dirs == 2, [],
-                state, out[3], [True, True, True, True],
+                state, out[3], [True, True, cx is not None, True],
             )  # fmt: skip
 
         with torch.no_grad():
             grads, bwd_trace, bwd_peak = traced(backward)
         bwd = sequence(bwd_trace)
         outputs = _storages(grads)
-        info = rs.BackwardScratch.of(shape, x, hx, cx, out, weights, batch_first, False, stride0)
+        call = rs.BackwardCall.of(
+            shape, x, hx, cx, out[0], weight_buf, weights, batch_first, False, stride0
+        )
+        est = call.steps(
+            (False, True, True), (not rs.seq_major(gy, batch_first, False).is_contiguous(),)
+        )
         zeros = [hx.numel() * hx.element_size()] + (
             [cx.numel() * cx.element_size()] if cx is not None else []
         )
@@ -424,10 +451,11 @@ def calibrate_rnn(cfg: dict[str, Any]) -> dict[str, Any]:
             "outputs": outputs,
             "peak_inside": bwd_peak,
             "peak_minus_outputs": bwd_peak - outputs,
-            "scratch_est": info.scratch((gy, None, None)),
+            "peak_minus_outputs_est": rs.peak_of(est) - outputs,
+            "events_est": _events(est),
             "zeros_x_dy_copies": known,
             "workspaces": _less(bwd["transients"], known),
-            "workspace_est_each": info.workspace,
+            "workspace_est_each": call.workspace,
             "grads_share_one_storage": len({g.untyped_storage().data_ptr() for g in grads[3]}) == 1,
             **bwd,
         }

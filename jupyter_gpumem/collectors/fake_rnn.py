@@ -25,14 +25,19 @@ outputs: shapes, dtypes, strides (``batch_first``'s output is a transposed seq-m
 buffer), the weight buffer when ``weight_buf`` is undefined, the reserve space, and the
 weights' gradients as views into one ``dw`` buffer when the module has biases.
 
-What the real op takes and gives back inside the call is allocated around it (the recorder
-names these allocations ``new_empty``). The forward, in RNN.cpp's order as far as the
-recorder can see it: the contiguous copy of a ``batch_first`` input before the op; its
-outputs; the workspace after them (the real op takes it between ``cy`` and the reserve
-space), freed, then the copy. The backward's scratch (zeros for undefined gradients, the
-copies of ``x`` and ``dy``, two workspaces, ``dw``) is one block held by hooks on the
-``CudnnRnnBackward0`` node, sized so that the call's peak is the real one
-(:meth:`~.fake_rnn_sizes.BackwardScratch.scratch`). cuDNN's dropout state (one per
+Every allocation of a call is made around it, in RNN.cpp's order, at the sizes of
+``fake_rnn_sizes`` (:class:`~.fake_rnn_sizes.ForwardCall`,
+:class:`~.fake_rnn_sizes.BackwardCall`), so that the allocator's model meets the real
+requests: the copy of a ``batch_first`` input, the outputs, the workspace (between ``cy``
+and the reserve space, as measured on an H200), the reserve space; in the backward, zeros
+for undefined gradients, the copies of ``x`` and ``dy``, ``dx``, ``dhx``, ``dcx``, a
+workspace, ``dw`` and a second workspace, each freed where RNN.cpp frees it. The outputs
+among them are handed to the fake kernels (per thread), which return them as views instead
+of new tensors; the forward's are made by :meth:`RnnKernels.cudnn_impl` and the
+backward's by a hook on the ``CudnnRnnBackward0`` node before it runs (knowing which
+gradients are undefined). The recorder names these allocations ``new_empty``. The fake
+mode's cache is off for the forward's op, whose outputs it would otherwise make anew
+without the kernel (a second call of the same shapes). cuDNN's dropout state (one per
 device, kept by PyTorch for the process) is allocated at the first training call with
 dropout, after the int64 its seed is drawn into.
 
@@ -54,27 +59,28 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 from .fake_rnn_sizes import (
-    DROPOUT_STATE_BYTES,
     ESTIMATES,
     GRU,
     LSTM,
     MODES,
     RNN_RELU,
     RNN_TANH,
-    BackwardScratch,
+    BackwardCall,
+    ForwardCall,
+    Step,
     contiguous_strides,
+    dropout_state_bytes,
     module_places,
-    nbytes,
     params_per_layer,
     rnn_num_weights,
     rnn_reserve_bytes,
     rnn_shape,
     rnn_weight_layout,
-    rnn_workspace_bytes,
+    seq_major,
 )
 
 _VF_FUNCTIONS = (("lstm", LSTM), ("gru", GRU), ("rnn_tanh", RNN_TANH), ("rnn_relu", RNN_RELU))
@@ -86,6 +92,7 @@ class KernelHost(Protocol):
     t: Any
     device_type: str
     fake_type: type
+    mode_type: type
     lock: threading.Lock
 
     def note(self, key: str, line: str) -> None: ...
@@ -132,6 +139,11 @@ class RnnKernels:
         self.t = host.t
         self.cudnn = cudnn
         self.dropout_states: dict[Any, Any] = {}
+        # the outputs made around a call, handed to its fake kernel: per thread (the
+        # backward runs in autograd's device thread), "forward" / "backward" -> name -> tensor
+        self.handed = threading.local()
+        self._cache_lock = threading.Lock()
+        self._uncaching: dict[int, tuple[int, bool]] = {}  # id(mode) -> (depth, was on)
 
     # -- deciding ----------------------------------------------------------------------
     def takes_cudnn(self, x: Any) -> bool:
@@ -274,8 +286,9 @@ class RnnKernels:
         batch_first: bool,
     ) -> Any:
         """``_cudnn_impl`` of RNN.cpp without cuDNN: the flat buffer found from the
-        weights' storage (``try_get_weight_buf``), the dropout state, then
-        ``aten._cudnn_rnn`` through the dispatcher, with the call's scratch around it."""
+        weights' storage (``try_get_weight_buf``), the dropout state, the call's
+        allocations in RNN.cpp's order (:class:`~.fake_rnn_sizes.ForwardCall`), then
+        ``aten._cudnn_rnn`` through the dispatcher, its kernel given the outputs made."""
         t = self.t
         hidden = int(hx.shape[2])
         proj = 0
@@ -292,34 +305,55 @@ class RnnKernels:
                 "real run does",
             )
         state = self._dropout_state(input) if train and dropout > 0 else None
+        packed = bool(batch_sizes)
         shape = rnn_shape(
-            mode, input, batch_sizes, hidden, proj, layers, bidirectional, batch_first
-        )
-        self.host.note("rnn-estimates", ESTIMATES)
-        copy = None  # x = input.contiguous(), before the outputs
-        if batch_first and not batch_sizes and not input.transpose(0, 1).is_contiguous():
-            copy = input.new_empty((nbytes(input),), dtype=t.uint8)
-        out = t.ops.aten._cudnn_rnn.default(
-            input, params, weight_stride0, weight_buf, hx, cx, mode, hidden, proj, layers,
-            batch_first, dropout, train, bidirectional, batch_sizes, state,
+            mode, input, batch_sizes, hidden, proj, layers, bidirectional, batch_first,
+            dropout if train else 0.0,
         )  # fmt: skip
-        workspace_bytes = rnn_workspace_bytes(shape, train)
-        if workspace_bytes:  # taken after the outputs, given back at the end of the call
-            workspace = input.new_empty((workspace_bytes,), dtype=t.uint8)
-            del workspace
-        del copy
+        self.host.note("rnn-estimates", ESTIMATES)
+        call = ForwardCall.of(shape, input, hx, cx, train, batch_first, packed, weight_buf is None)
+        seq_shape = (shape.rows, shape.out * shape.dirs) if packed else (
+            int(input.shape[1] if batch_first else input.shape[0]),
+            shape.batch,
+            shape.out * shape.dirs,
+        )  # fmt: skip
+        uint8 = t.uint8
+
+        def make(name: str, n: int) -> Any:
+            if name == "output":
+                return input.new_empty(seq_shape)
+            if name == "hy":
+                return hx.new_empty((layers * shape.dirs, shape.batch, shape.out))
+            if name == "cy":
+                return cx.new_empty(tuple(cx.shape))
+            if name == "weight_buf":
+                return input.new_empty((total,))
+            return input.new_empty((n,), dtype=uint8)
+
+        made = _run_steps(call.steps(), make)
+        self.handed.forward = {k: made[k] for k in ForwardCall.KEPT if k in made}
+        made.clear()
+        try:
+            with self._uncached(input):
+                out = t.ops.aten._cudnn_rnn.default(
+                    input, params, weight_stride0, weight_buf, hx, cx, mode, hidden, proj,
+                    layers, batch_first, dropout, train, bidirectional, batch_sizes, state,
+                )  # fmt: skip
+        finally:
+            self.handed.forward = None
         node = getattr(out[0], "grad_fn", None)
         if node is not None and train:
-            info = BackwardScratch.of(
-                shape, input, hx, cx, out, params, batch_first, bool(batch_sizes), weight_stride0
+            back = BackwardCall.of(
+                shape, input, hx, cx, out[0], out[4], params, batch_first, packed, weight_stride0
             )
-            self._hook_backward(node, info)
+            self._hook_backward(node, back, input, hx, cx, out[4], params, batch_first, packed)
         return out
 
     def _dropout_state(self, input: Any) -> Any:
         """cuDNN's dropout state for the input's device: made at the first training call
         with dropout (after the int64 its seed is drawn into) and kept for the rest of the
-        run (PyTorch keeps it for the process)."""
+        run (PyTorch keeps it for the process); its size by the card's SMs where CUDA
+        runs, else the H200's (``fake_rnn_sizes.DROPOUT_STATE_PER_SM``)."""
         key = (input.device.type, input.device.index)
         t = self.t
         with self.host.lock:
@@ -327,34 +361,124 @@ class RnnKernels:
             if state is None:
                 seed = input.new_empty((), dtype=t.int64)  # at::empty({}, kLong)
                 del seed
-                state = input.new_empty((DROPOUT_STATE_BYTES,), dtype=t.uint8)
+                n = dropout_state_bytes(self._sms(input.device))
+                state = input.new_empty((n,), dtype=t.uint8)
                 self.dropout_states[key] = state
                 self.host.note(
                     "rnn-dropout-state",
-                    f"cuDNN's dropout state for RNNs ({DROPOUT_STATE_BYTES:,} B, an estimate) "
-                    "is allocated at the first training call with dropout; PyTorch keeps it "
-                    "for the process (none is made if an earlier cell already made one)",
+                    f"cuDNN's dropout state for RNNs ({n:,} B: 48 KiB per multiprocessor, as "
+                    "measured on an H200) is allocated at the first training call with "
+                    "dropout; PyTorch keeps it for the process (none is made if an earlier "
+                    "cell already made one)",
                 )
         return state
 
-    def _hook_backward(self, node: Any, info: BackwardScratch) -> None:
-        """The backward's scratch around ``CudnnRnnBackward0``: allocated before it runs
-        (knowing which gradients are undefined), freed after."""
-        held: dict[str, Any] = {}
-        uint8 = self.t.uint8
+    def _sms(self, device: Any) -> int | None:
+        """The card's multiprocessors, where CUDA already runs (asking starts nothing)."""
+        t = self.t
+        try:
+            if device.type != "cuda" or not t.cuda.is_initialized():
+                return None
+            index = device.index if device.index is not None else t.cuda.current_device()
+            return int(t.cuda.get_device_properties(index).multi_processor_count)
+        except Exception:
+            return None
+
+    @contextlib.contextmanager
+    def _uncached(self, x: Any) -> Iterator[None]:
+        """The fake mode's cache off: a cached ``_cudnn_rnn`` would give new outputs
+        without running the kernel, which returns those made around the call."""
+        fake_mode = self._fake_mode(x)
+        if fake_mode is None or not isinstance(getattr(fake_mode, "cache_enabled", None), bool):
+            yield
+            return
+        key = id(fake_mode)
+        with self._cache_lock:
+            depth, was = self._uncaching.get(key, (0, fake_mode.cache_enabled))
+            self._uncaching[key] = (depth + 1, was)
+            fake_mode.cache_enabled = False
+        try:
+            yield
+        finally:
+            with self._cache_lock:
+                depth, was = self._uncaching.pop(key)
+                if depth > 1:
+                    self._uncaching[key] = (depth - 1, was)
+                else:
+                    fake_mode.cache_enabled = was
+
+    def _fake_mode(self, x: Any) -> Any:
+        if isinstance(x, self.host.fake_type):
+            return getattr(x, "fake_mode", None)
+        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+        for m in reversed(_get_current_dispatch_mode_stack()):
+            if isinstance(m, self.host.mode_type):
+                return m
+        return None
+
+    def _hook_backward(
+        self,
+        node: Any,
+        call: BackwardCall,
+        input: Any,
+        hx: Any,
+        cx: Any,
+        weight_buf: Any,
+        params: Sequence[Any],
+        batch_first: bool,
+        packed: bool,
+    ) -> None:
+        """The backward's allocations around ``CudnnRnnBackward0``: made before it runs
+        (knowing which gradients are undefined), its outputs handed to the kernel; what the
+        kernel did not take is dropped after. Shapes and dtypes only are kept here."""
+        t = self.t
+        dtype, uint8 = input.dtype, t.uint8
+        seq = tuple(int(n) for n in seq_major(input, batch_first, packed).shape)
+        hx_shape = tuple(int(n) for n in hx.shape)
+        cx_shape = tuple(int(n) for n in cx.shape) if cx is not None else ()
+        dw_shape = (int(weight_buf.numel()),)
+        weights = [tuple(int(n) for n in p.shape) for p in params]
+        shapes: dict[str, tuple[int, ...]] = {
+            "dx": seq, "dhx": hx_shape, "dcx": cx_shape, "dw": dw_shape,
+            **{f"grad{i}": w for i, w in enumerate(weights)},
+        }  # fmt: skip
+        kept = call.kept()
 
         def before(grad_outputs: Any) -> None:
-            grads = tuple(grad_outputs)[:3]
+            grads = [*list(grad_outputs)[:3], None, None, None][:3]
             ref = next((g for g in grads if g is not None), None)
-            n = info.scratch(grads) if ref is not None else 0
-            if ref is not None and n > 0:
-                held["scratch"] = ref.new_empty((n,), dtype=uint8)
+            if ref is None:
+                return
+            g_out, g_hy, g_cy = grads
+            copies = (
+                g_out is not None and not seq_major(g_out, batch_first, packed).is_contiguous(),
+                g_hy is not None and not g_hy.is_contiguous(),
+                g_cy is not None and not g_cy.is_contiguous(),
+            )
+
+            def make(name: str, n: int) -> Any:
+                shape = shapes.get(name)
+                if shape is not None:
+                    return ref.new_empty(shape, dtype=dtype)
+                return ref.new_empty((n,), dtype=uint8)
+
+            steps = call.steps([g is None for g in grads], copies)
+            made = _run_steps(steps, make)
+            self.handed.backward = {k: made[k] for k in kept if k in made}
+            made.clear()
 
         def after(grad_inputs: Any, grad_outputs: Any) -> None:
-            held.clear()
+            self.handed.backward = None
 
         node.register_prehook(before)
         node.register_hook(after)
+
+    def _take(self, which: str) -> dict[str, Any]:
+        """The outputs made around the call for its kernel (once), or none."""
+        handed = getattr(self.handed, which, None)
+        setattr(self.handed, which, None)
+        return handed or {}
 
     # -- the fake kernels --------------------------------------------------------------
     def cudnn_rnn(
@@ -379,7 +503,8 @@ class RnnKernels:
         """``_cudnn_rnn``'s outputs as the CUDA kernel makes them (RNN.cpp): ``output``
         seq-major, transposed back for ``batch_first``; ``hy``, ``cy`` (empty without
         ``cx``); the reserve space (training); ``weight_buf`` itself, or a new buffer of
-        cuDNN's weight space when it is undefined."""
+        cuDNN's weight space when it is undefined. Those :meth:`cudnn_impl` made around
+        the call are returned as views; the rest (a direct call of the op) are new."""
         t = self.t
         mode, hidden, proj, layers = int(mode), int(hidden_size), int(proj_size), int(num_layers)
         if mode != LSTM and cx is not None:
@@ -390,28 +515,45 @@ class RnnKernels:
             raise RuntimeError("cuDNN RNN: input and parameter tensors are not the same dtype")
         sizes = [int(n) for n in batch_sizes]
         bidir, first = bool(bidirectional), bool(batch_first)
-        s = rnn_shape(mode, input, sizes, hidden, proj, layers, bidir, first)
+        train = bool(train)
+        s = rnn_shape(
+            mode, input, sizes, hidden, proj, layers, bidir, first, float(dropout) if train else 0.0
+        )
         dirs = s.dirs
+        handed = self._take("forward")
         if sizes:
-            output = input.new_empty((s.rows, s.out * dirs))
+            seq_shape: tuple[int, ...] = (s.rows, s.out * dirs)
         else:
             seq = int(input.shape[1] if batch_first else input.shape[0])
-            output = input.new_empty((seq, s.batch, s.out * dirs))
-            if batch_first:
-                output = output.transpose(0, 1)
-        hy = hx.new_empty((layers * dirs, s.batch, s.out))
+            seq_shape = (seq, s.batch, s.out * dirs)
+        output = _handed(handed, "output", seq_shape, input.dtype)
+        if output is None:
+            output = input.new_empty(seq_shape)
+        if batch_first and not sizes:
+            output = output.transpose(0, 1)
+        hy_shape = (layers * dirs, s.batch, s.out)
+        hy = _handed(handed, "hy", hy_shape, hx.dtype)
+        if hy is None:
+            hy = hx.new_empty(hy_shape)
         if cx is not None:
             if tuple(cx.shape) != (layers * dirs, s.batch, hidden):
                 raise RuntimeError(
                     f"Expected cell size {[layers * dirs, s.batch, hidden]}, got {list(cx.shape)}"
                 )
-            cy = cx.new_empty((layers * dirs, s.batch, hidden))
+            cy = _handed(handed, "cy", tuple(cx.shape), cx.dtype)
+            if cy is None:
+                cy = cx.new_empty((layers * dirs, s.batch, hidden))
         else:
             cy = hx.new_empty((0,))
-        reserve = input.new_empty((rnn_reserve_bytes(s) if train else 0,), dtype=t.uint8)
+        n = rnn_reserve_bytes(s) if train else 0
+        reserve = _handed(handed, "reserve", (n,), t.uint8) if n else None
+        if reserve is None:
+            reserve = input.new_empty((n,), dtype=t.uint8)
         if weight_buf is None:
             total = rnn_num_weights(mode, s.input_size, hidden, proj, layers, dirs == 2)
-            weight_buf = input.new_empty((total,))
+            weight_buf = _handed(handed, "weight_buf", (total,), input.dtype)
+            if weight_buf is None:
+                weight_buf = input.new_empty((total,))
         return output, hy, cy, reserve, weight_buf
 
     def cudnn_rnn_backward(
@@ -443,7 +585,9 @@ class RnnKernels:
         for ``batch_first``), ``dhx``, ``dcx`` (None without ``cx``), and, when the weights
         want gradients, views into one ``dw`` buffer of ``weight_buf``'s size in the weights'
         shapes when ``weight_stride0`` is ``get_parameters``' (a module with biases), else
-        one new tensor per weight (``dw`` freed inside the call)."""
+        one new tensor per weight (``dw`` freed inside the call). Those the node's hook
+        made before the call are returned as views; the rest are new."""
+        handed = self._take("backward")
         if not train:
             raise RuntimeError("cudnn RNN backward can only be called in training mode")
         if grad_output is None and grad_hy is None and grad_cy is None:
@@ -452,25 +596,60 @@ class RnnKernels:
         sizes = [int(n) for n in batch_sizes]
         bidir, first = bool(bidirectional), bool(batch_first)
         s = rnn_shape(mode, input, sizes, hidden, proj, layers, bidir, first)
-        if sizes or not batch_first:
-            dx = input.new_empty(tuple(input.shape))
-        else:
-            dx = input.new_empty((int(input.shape[1]), int(input.shape[0]), s.input_size))
+        seq = tuple(int(n) for n in seq_major(input, first, bool(sizes)).shape)
+        dx = _handed(handed, "dx", seq, input.dtype)
+        if dx is None:
+            dx = input.new_empty(seq)
+        if batch_first and not sizes:
             dx = dx.transpose(0, 1)
-        dhx = hx.new_empty((layers * s.dirs, s.batch, s.out))
-        dcx = cx.new_empty((layers * s.dirs, s.batch, hidden)) if cx is not None else None
+        hx_shape = (layers * s.dirs, s.batch, s.out)
+        dhx = _handed(handed, "dhx", hx_shape, hx.dtype)
+        if dhx is None:
+            dhx = hx.new_empty(hx_shape)
+        dcx = None
+        if cx is not None:
+            cx_shape = (layers * s.dirs, s.batch, hidden)
+            dcx = _handed(handed, "dcx", cx_shape, cx.dtype)
+            if dcx is None:
+                dcx = cx.new_empty(cx_shape)
         grads: list[Any] = []
         if output_mask[3]:
             if int(weight_stride0) == params_per_layer(proj):
-                dw = weight_buf.new_empty(tuple(weight_buf.shape))
+                buf_shape = tuple(int(n) for n in weight_buf.shape)
+                dw = _handed(handed, "dw", buf_shape, weight_buf.dtype)
+                if dw is None:
+                    dw = weight_buf.new_empty(buf_shape)
                 layout, _ = rnn_weight_layout(mode, s.input_size, hidden, proj, layers, s.dirs == 2)
                 for w, (_, shape, offset) in zip(weight, layout, strict=True):
                     view = dw.as_strided(shape, contiguous_strides(shape), offset)
                     grads.append(view.view(tuple(w.shape)))
                 del dw
             else:
-                grads = [w.new_empty(tuple(w.shape)) for w in weight]
+                for i, w in enumerate(weight):
+                    g = _handed(handed, f"grad{i}", tuple(w.shape), w.dtype)
+                    grads.append(g if g is not None else w.new_empty(tuple(w.shape)))
         return dx, dhx, dcx, grads
+
+
+def _run_steps(steps: Sequence[Step], make: Callable[[str, int], Any]) -> dict[str, Any]:
+    """A call's allocations and frees in order (``make(name, bytes)`` makes each); what
+    is held at the end, by name."""
+    held: dict[str, Any] = {}
+    for sign, name, n in steps:
+        if sign == "+":
+            held[name] = make(name, n)
+        else:
+            del held[name]
+    return held
+
+
+def _handed(handed: dict[str, Any], name: str, shape: tuple[int, ...], dtype: Any) -> Any:
+    """The output ``name`` made around the call, as a new view (the kernel's own output),
+    when it has the shape and dtype the kernel makes; else None (the kernel makes it)."""
+    x = handed.get(name)
+    if x is None or tuple(x.shape) != tuple(shape) or x.dtype != dtype:
+        return None
+    return x.view(tuple(shape))
 
 
 def _storage_key(x: Any) -> int:
