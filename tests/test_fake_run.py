@@ -871,3 +871,25 @@ def test_a_mixture_of_experts_loop_is_planned_as_the_worst_routing_and_says_so()
     # every expert's tokens as the worst case: all k slots of all tokens, d floats each
     assert max(picked) == tokens * k * d * 4
     assert any("worst case" in n for n in r.notes)
+
+
+def test_linear_on_a_strided_input_adds_its_bias_in_place_as_the_real_op_does():
+    # GIVEN a 3-D input that is not contiguous (an RNN's batch-first output, transposed)
+    lin = nn.Linear(32, 64)
+
+    def run():
+        x = torch.randn(16, 8, 32).transpose(0, 1)  # not contiguous
+        return lin(x)
+
+    r = cpu(run, keep=[lin])
+    assert r.error is None
+    # THEN one output-sized block (the matmul's, the bias added into it), as at::linear
+    # makes for real; no out-of-place add
+    out = 8 * 16 * 64 * 4
+    made = [a for a in tensor_allocs(r) if a.nbytes == out]
+    assert len(made) == 1, [(a.op, a.nbytes) for a in tensor_allocs(r)]
+    assert not any(a.op == "aten.add.Tensor" for a in tensor_allocs(r))
+    assert torch.nn.functional.linear is torch._C._nn.linear  # put back
+    # the same numbers as the real op, outside a dry run too
+    x = torch.randn(16, 8, 32).transpose(0, 1)
+    assert torch.allclose(lin(x), torch._C._nn.linear(x, lin.weight, lin.bias))
