@@ -172,7 +172,7 @@ def dry_run(
     import sys
 
     from .analysis.targets import parse_target
-    from .collectors.fake_group import check_world_size, refusal
+    from .collectors.dry_run import check_world_size, refusal
     from .collectors.torch_build import gpu_build
     from .core.dry_run import dry_run as run
     from .reporters import bundles  # noqa: F401  (the result shows itself: its views)

@@ -71,3 +71,37 @@ def test_the_docs_name_every_layer():
         for m in members:
             if not m.startswith("__"):
                 assert f"`{m}" in doc, m
+
+
+def test_no_production_module_is_over_500_lines():
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in (ROOT / "jupyter_gpumem").rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > 500
+    }
+    assert long == {}
+
+
+PACKAGES = ("collectors/dry_run", "analysis/caching")
+
+
+def test_the_dry_run_and_the_allocator_model_share_no_private_names():
+    """Their modules import no ``_name`` from one another, and the rest of the package
+    reaches them through their ``__init__`` only."""
+    import ast
+
+    private, reached = [], []
+    for p in (ROOT / "jupyter_gpumem").rglob("*.py"):
+        rel = str(p.relative_to(ROOT / "jupyter_gpumem"))
+        inside = next((pkg for pkg in PACKAGES if rel.startswith(pkg + "/")), None)
+        for node in ast.walk(ast.parse(p.read_text())):
+            if not isinstance(node, ast.ImportFrom) or node.module is None:
+                continue
+            if inside is not None and node.level == 1:
+                private += [f"{rel}: {a.name}" for a in node.names if a.name.startswith("_")]
+            dotted = node.module.replace(".", "/")
+            for pkg in PACKAGES:
+                if inside != pkg and dotted.endswith(pkg + "/" + dotted.split("/")[-1]):
+                    if dotted.split("/")[-1] != pkg.split("/")[-1]:
+                        reached.append(f"{rel}: from {node.module}")
+    assert private == [] and reached == []

@@ -16,7 +16,7 @@ import pytest
 from jupyter_gpumem._ipython.cell_source import CellSource
 from jupyter_gpumem.analysis.caching import Alloc, AllocatorConfig, Free, replay
 from jupyter_gpumem.analysis.dry_breakdown import PREDICTED, analyze, is_predicted
-from jupyter_gpumem.collectors import fake_run as fr
+from jupyter_gpumem.collectors.dry_run import run as fr
 from jupyter_gpumem.model import CATEGORIES
 
 KiB, MiB = 1 << 10, 1 << 20

@@ -15,8 +15,8 @@ from IPython.core.error import UsageError
 import jupyter_gpumem
 from jupyter_gpumem._ipython.cell_source import CellSource
 from jupyter_gpumem.analysis.targets import parse_target
-from jupyter_gpumem.collectors.fake_run import Alloc, Free
-from jupyter_gpumem.collectors.fake_state import HELD
+from jupyter_gpumem.collectors.dry_run.run import Alloc, Free
+from jupyter_gpumem.collectors.dry_run.state import HELD
 from jupyter_gpumem.core.dry_run import OUTSIDE, outside_for, predict
 from jupyter_gpumem.model import DryRun, DryRunCheck, DryRunDevice
 from jupyter_gpumem.reporters.dry_run import dry_run_html, dry_run_text
@@ -218,7 +218,7 @@ def affine(base: int, per: int, limit: int):
 
 
 def test_bisection_finds_the_exact_largest_whole_value():
-    from jupyter_gpumem.core.dry_run import search
+    from jupyter_gpumem.core.dry_scan import search
 
     at, asked = affine(100 * MiB, 3 * MiB, 1000 * MiB)  # fits up to (900 / 3) = 300
     points, largest, failing, notes = search(at, (8, 16, 32), integer=True)
@@ -228,7 +228,7 @@ def test_bisection_finds_the_exact_largest_whole_value():
 
 
 def test_when_no_value_fits_or_all_fit_it_says_so():
-    from jupyter_gpumem.core.dry_run import search
+    from jupyter_gpumem.core.dry_scan import search
 
     at, asked = affine(2000 * MiB, MiB, 1000 * MiB)
     _, largest, failing, _ = search(at, (4, 8), integer=True)
@@ -239,7 +239,7 @@ def test_when_no_value_fits_or_all_fit_it_says_so():
 
 
 def test_a_value_the_dry_run_cannot_see_through_ends_the_search():
-    from jupyter_gpumem.core.dry_run import search
+    from jupyter_gpumem.core.dry_scan import search
     from jupyter_gpumem.model import DryScanPoint
 
     def at(v: float) -> DryScanPoint:
@@ -284,7 +284,7 @@ def test_a_scan_without_running_binds_the_name_in_a_copy_and_finds_the_largest(s
     282 MiB cap; a large request takes a segment rounded up to 2 MiB, so 282 fits and 283
     (a 284 MiB segment) does not."""
     pytest.importorskip("torch")
-    from jupyter_gpumem.core.dry_run import dry_scan
+    from jupyter_gpumem.core.dry_scan import dry_scan
 
     shell.run_cell("import torch\nn = 'mine'")
     body = "x = torch.empty(n << 20, dtype=torch.uint8)\n"
@@ -317,7 +317,7 @@ def test_cudnn_and_nccl_are_added_beside_pytorch_from_the_measured_table():
 
 def test_a_convolution_marks_cudnn_as_loaded():
     torch = pytest.importorskip("torch")
-    from jupyter_gpumem.collectors.fake_run import record
+    from jupyter_gpumem.collectors.dry_run.run import record
 
     def run():
         conv = torch.nn.Conv2d(3, 8, 3)
@@ -329,7 +329,7 @@ def test_a_convolution_marks_cudnn_as_loaded():
 
 
 def test_a_card_target_takes_that_cards_cublas_workspace():
-    from jupyter_gpumem.collectors.fake_run import OTHER_CARDS, WORKSPACE_TABLE
+    from jupyter_gpumem.collectors.dry_run.run import OTHER_CARDS, WORKSPACE_TABLE
     from jupyter_gpumem.core.dry_run import workspaces_for
 
     assert workspaces_for(parse_target("T4")) == OTHER_CARDS  # 7.5: 8,519,680 B

@@ -14,7 +14,8 @@ torch = pytest.importorskip("torch")
 
 from jupyter_gpumem._ipython.cell_source import CellSource  # noqa: E402
 from jupyter_gpumem.analysis.targets import parse_target  # noqa: E402
-from jupyter_gpumem.core.dry_run import dry_run, dry_scan  # noqa: E402
+from jupyter_gpumem.core.dry_run import dry_run  # noqa: E402
+from jupyter_gpumem.core.dry_scan import dry_scan  # noqa: E402
 
 
 @pytest.fixture
@@ -355,7 +356,7 @@ def test_libraries_may_make_their_own_temporary_files_but_not_touch_others(ns, t
 
 
 def test_a_long_dry_run_shows_how_it_goes_and_its_own_output_is_not_the_cells(ns, monkeypatch):
-    from jupyter_gpumem.collectors import fake_state
+    from jupyter_gpumem.collectors.dry_run import state as fake_state
 
     monkeypatch.setattr(fake_state, "PROGRESS_AFTER", 0.0)
     monkeypatch.setattr(fake_state, "PROGRESS_EVERY", 0.0)

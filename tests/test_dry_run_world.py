@@ -1,6 +1,6 @@
 """`%%gpumem --dry-run --world-size N` and `jupyter_gpumem.dry_run(fn, world_size=N)`: the
 cell as rank 0 of a job of N processes, in PyTorch's fake process group
-(`collectors/fake_group.py`), on the CPU build of torch. The dry run models the CPU's
+(`collectors/dry_run/group.py`), on the CPU build of torch. The dry run models the CPU's
 storages as one GPU's (``device_type="cpu"``); FSDP2's mesh is then a CPU mesh, the path
 is otherwise the one a GPU takes (the GPU side: tests/gpu/fsdp_world_cases.py).
 
@@ -19,7 +19,7 @@ from IPython.core.error import UsageError
 
 import jupyter_gpumem
 from jupyter_gpumem._ipython.cell_source import CellSource
-from jupyter_gpumem.collectors.fake_group import (
+from jupyter_gpumem.collectors.dry_run.group import (
     ENVIRONMENT,
     MAX_WORLD_SIZE,
     check_world_size,
@@ -33,8 +33,9 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available():  # pragma: no cover - a torch built without distributed
     pytest.skip("torch.distributed is not available in this build", allow_module_level=True)
 
-from jupyter_gpumem.collectors import fake_run  # noqa: E402
-from jupyter_gpumem.core.dry_run import dry_run, dry_scan  # noqa: E402
+from jupyter_gpumem.collectors.dry_run import run as fake_run  # noqa: E402
+from jupyter_gpumem.core.dry_run import dry_run  # noqa: E402
+from jupyter_gpumem.core.dry_scan import dry_scan  # noqa: E402
 
 MiB = 1 << 20
 P = 1024 * 1024 * 4  # one Linear(1024, 1024, bias=False) in float32
@@ -125,7 +126,7 @@ def test_the_function_refuses_a_bad_world_size_before_anything_else():
 def test_one_process_needs_no_group_and_imports_nothing():
     code = (
         "import sys\n"
-        "from jupyter_gpumem.collectors.fake_group import fake_job\n"
+        "from jupyter_gpumem.collectors.dry_run.group import fake_job\n"
         "with fake_job(1) as job:\n"
         "    assert job.world_size == 1\n"
         "assert not any(m == 'torch' or m.startswith('torch.') for m in sys.modules), 'torch'\n"

@@ -1,4 +1,4 @@
-"""The fake kernels of collectors/fake_kernels.py and collectors/fake_rnn.py: cuDNN's RNN
+"""The fake kernels of collectors/dry_run/kernels.py and collectors/dry_run/rnn.py: cuDNN's RNN
 ops and ``_grouped_mm`` under the fake mode, with the real CUDA op's outputs and
 allocations.
 
@@ -21,11 +21,11 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from jupyter_gpumem.collectors import fake_run  # noqa: E402
-from jupyter_gpumem.collectors.fake_events import Alloc, Free  # noqa: E402
-from jupyter_gpumem.collectors.fake_kernels import fake_kernels, grouped_mm_out  # noqa: E402
-from jupyter_gpumem.collectors.fake_rnn import cudnn_accepts  # noqa: E402
-from jupyter_gpumem.collectors.fake_rnn_sizes import (  # noqa: E402
+from jupyter_gpumem.collectors.dry_run import run as fake_run  # noqa: E402
+from jupyter_gpumem.collectors.dry_run.events import Alloc, Free  # noqa: E402
+from jupyter_gpumem.collectors.dry_run.kernels import fake_kernels, grouped_mm_out  # noqa: E402
+from jupyter_gpumem.collectors.dry_run.rnn import cudnn_accepts  # noqa: E402
+from jupyter_gpumem.collectors.dry_run.rnn_sizes import (  # noqa: E402
     DROPOUT_STATE_BYTES,
     GRU,
     LSTM,
@@ -42,7 +42,7 @@ from jupyter_gpumem.collectors.fake_rnn_sizes import (  # noqa: E402
     rnn_weight_layout,
     rnn_workspace_bytes,
 )
-from jupyter_gpumem.collectors.fake_workspaces import (  # noqa: E402
+from jupyter_gpumem.collectors.dry_run.workspaces import (  # noqa: E402
     Workspaces,
     grouped_mm_uses_cublas,
     op_kind,
@@ -512,7 +512,7 @@ def record(run, device: str = "cpu", **kw):
     RNN, which it does only on CUDA)."""
     import functools
 
-    from jupyter_gpumem.collectors import fake_kernels as module
+    from jupyter_gpumem.collectors.dry_run import kernels as module
 
     kw.setdefault("cudnn", True if device == "cpu" else None)
     original = module.fake_kernels

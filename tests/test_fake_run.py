@@ -1,4 +1,4 @@
-"""The dry run (collectors/fake_run.py) on the CPU: CPU storages stand for the device's,
+"""The dry run (collectors/dry_run/run.py) on the CPU: CPU storages stand for the device's,
 cuBLAS's workspaces come from a table the test passes. Sizes are checked against tensors of
 known size, a training step against the same step run for real, and the user's namespace
 and objects against what they were before."""
@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 
 from jupyter_gpumem._ipython.cell_source import CellSource  # noqa: E402
-from jupyter_gpumem.collectors.fake_run import (  # noqa: E402
+from jupyter_gpumem.collectors.dry_run.run import (  # noqa: E402
     OTHER_CARDS,
     WORKSPACE_TABLE,
     Alloc,
@@ -318,7 +318,7 @@ def test_a_value_read_to_the_host_goes_on_with_zero_and_says_where():
 
 
 def test_a_loop_that_waits_on_a_value_is_stopped(monkeypatch):
-    from jupyter_gpumem.collectors import fake_state
+    from jupyter_gpumem.collectors.dry_run import state as fake_state
 
     monkeypatch.setattr(fake_state, "MAX_HOST_READS", 50)
 
@@ -359,7 +359,7 @@ def test_the_patches_are_put_back_and_answer_bf16_without_cuda():
     import torch.optim.optimizer as optimizer
     from torch._subclasses.fake_tensor import FakeTensor
 
-    from jupyter_gpumem.collectors.fake_patches import patched
+    from jupyter_gpumem.collectors.dry_run.patches import patched
 
     before = torch.cuda.is_bf16_supported
     with patched(torch, "cuda", capability=lambda i: (7, 5)):
@@ -377,7 +377,7 @@ def test_tensors_from_data_are_built_on_the_cpu_and_moved_with_no_torch_function
     """A torch function mode would turn off fast paths the real run takes
     (``has_torch_function`` is true under any mode): the functions are replaced instead,
     for the run only."""
-    from jupyter_gpumem.collectors.fake_patches import data_on_cpu
+    from jupyter_gpumem.collectors.dry_run.patches import data_on_cpu
 
     originals = (torch.tensor, torch.as_tensor, torch.asarray, torch.Tensor.new_tensor)
     made = []
@@ -404,7 +404,7 @@ def test_the_fake_mode_runs_nothing_on_a_device_also_where_a_gpu_is_visible(monk
     sets it where no GPU is visible), and is torch's mode in every other respect."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from jupyter_gpumem.collectors.fake_patches import fake_mode
+    from jupyter_gpumem.collectors.dry_run.patches import fake_mode
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert FakeTensorMode().avoid_device_init is False  # torch's own, with a GPU
@@ -488,13 +488,13 @@ def test_an_ordinary_error_is_a_plain_line_with_its_place():
 def test_a_backward_where_torch_sees_no_gpu_says_so_in_one_line():
     """Where a CUDA build sees no GPU, torch's autograd fails a backward on fake CUDA
     tensors with a message about an internal call; the stop names the cause instead."""
-    from jupyter_gpumem.collectors.fake_where import _describe
+    from jupyter_gpumem.collectors.dry_run.where import describe
 
     e = RuntimeError("hasPrimaryContext expects a valid device index, but got device_index=0")
-    kind, op, text = _describe(e, None, torch)
+    kind, op, text = describe(e, None, torch)
     assert kind == "no gpu visible" and op is None
     assert text.startswith("this torch sees no GPU") and "--fit-in" in text
-    assert _describe(RuntimeError("another failure"), None, torch)[0] == "error"
+    assert describe(RuntimeError("another failure"), None, torch)[0] == "error"
 
 
 def test_a_cpu_only_torch_says_a_cuda_dry_run_needs_cuda():

@@ -1,4 +1,4 @@
-"""Values a dry run knows (collectors/fake_values.py): a read of a value made of constants
+"""Values a dry run knows (collectors/dry_run/values.py): a read of a value made of constants
 gets its real answer, so that a loop that ends on one (Hugging Face's generate()) ends;
 what is random, large or overwritten stays unknown and is read as 0."""
 
@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from jupyter_gpumem.collectors.fake_run import record  # noqa: E402
+from jupyter_gpumem.collectors.dry_run.run import record  # noqa: E402
 
 
 def cpu(run, **kw):
@@ -108,7 +108,7 @@ def test_a_small_real_cpu_tensor_of_the_user_is_known():
 
 
 def test_a_loop_on_a_known_value_is_still_stopped(monkeypatch):
-    from jupyter_gpumem.collectors import fake_state
+    from jupyter_gpumem.collectors.dry_run import state as fake_state
 
     monkeypatch.setattr(fake_state, "MAX_HOST_READS", 50)
 
@@ -122,7 +122,7 @@ def test_a_loop_on_a_known_value_is_still_stopped(monkeypatch):
 
 
 def test_a_run_past_its_time_stops_with_a_line(monkeypatch):
-    from jupyter_gpumem.collectors import fake_state
+    from jupyter_gpumem.collectors.dry_run import state as fake_state
 
     monkeypatch.setattr(fake_state, "MAX_SECONDS", 0.2)
 

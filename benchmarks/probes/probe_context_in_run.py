@@ -22,7 +22,7 @@ CHILD = r"""
 import json, sys, traceback
 sys.path.insert(0, ".")
 import torch
-from jupyter_gpumem.collectors import fake_patches, fake_run
+from jupyter_gpumem.collectors.dry_run import patches as fake_patches, run as fake_run
 from tests.gpu.dry_run_cases import CASES
 case, mode, started = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 has = torch._C._cuda_hasPrimaryContext
@@ -31,14 +31,14 @@ def check(where):
     if not found and has(0):
         found["where"] = where
         found["stack"] = traceback.format_stack(limit=18)[:-2]
-base = fake_run._recorder_class()
+base = fake_run.recorder_class()
 class Probe(base):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         check(f"before {func}")
         out = super().__torch_dispatch__(func, types, args, kwargs)
         check(f"after {func}")
         return out
-fake_run._recorder_class = lambda: Probe
+fake_run.recorder_class = lambda: Probe
 from torch._subclasses import fake_tensor
 fallbacks = []
 real_fallback = fake_tensor.run_fallback_kernel

@@ -1,7 +1,7 @@
 """Which single operation on fake CUDA tensors makes the driver create a CUDA context (and
 which starts torch's CUDA). Each step runs in a fresh process that never used the GPU;
 ``with_patches`` runs the same steps inside the dry run's own changes to torch
-(``collectors/fake_patches.py``):
+(``collectors/dry_run/patches.py``):
 
     python3 benchmarks/probes/probe_context_ops.py
 
@@ -44,7 +44,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 patches = contextlib.nullcontext()
 data_mode = contextlib.nullcontext()
 if {patched}:
-    from jupyter_gpumem.collectors.fake_patches import data_on_cpu, patched
+    from jupyter_gpumem.collectors.dry_run.patches import data_on_cpu, patched
     patches = patched(torch, "cuda", lambda i: None)
     data_mode = data_on_cpu(torch, "cuda")
 with patches, FakeTensorMode(allow_non_fake_inputs=True), data_mode:

@@ -1,4 +1,4 @@
-"""The dry run's fake kernels (``collectors/fake_kernels.py``, ``fake_rnn.py``) against the
+"""The dry run's fake kernels (``collectors/dry_run/kernels.py``, ``fake_rnn.py``) against the
 real ops, on a GPU. Each measurement runs in a fresh process:
 
     python3 benchmarks/probes/probe_fake_kernels_gpu.py            # every case, then calibrate
@@ -160,7 +160,7 @@ def without_kernels() -> None:
     by one that installs nothing."""
     import contextlib
 
-    from jupyter_gpumem.collectors import fake_kernels
+    from jupyter_gpumem.collectors.dry_run import kernels as fake_kernels
 
     fake_kernels.fake_kernels = lambda *a, **k: contextlib.nullcontext()  # type: ignore[assignment]
 
@@ -349,7 +349,7 @@ def calibrate_rnn(cfg: dict[str, Any]) -> dict[str, Any]:
     import torch
     from torch import nn
 
-    from jupyter_gpumem.collectors import fake_rnn_sizes as rs
+    from jupyter_gpumem.collectors.dry_run import rnn_sizes as rs
 
     cls = {"LSTM": nn.LSTM, "GRU": nn.GRU, "RNN_TANH": nn.RNN}[cfg["mode"]]
     dtype = getattr(torch, cfg.get("dtype", "float32"))
@@ -505,7 +505,7 @@ def calibrate_grouped_mm(dtype_name: str) -> dict[str, Any]:
 
     import torch
 
-    from jupyter_gpumem.collectors.fake_kernels import grouped_mm_out
+    from jupyter_gpumem.collectors.dry_run.kernels import grouped_mm_out
 
     dtype = getattr(torch, dtype_name)
     E, T, D, N = 8, 4096, 1024, 2050  # N not a multiple of 8: the padded stride shows
@@ -627,7 +627,7 @@ def child_trace_dry(case: str) -> dict[str, Any]:
     import torch
 
     from jupyter_gpumem.analysis.caching import Alloc, Free
-    from jupyter_gpumem.collectors import fake_run
+    from jupyter_gpumem.collectors.dry_run import run as fake_run
 
     stacks = watch_cuda_start()
     seen = fake_run.record(workload(case), device_type="cuda")

@@ -19,7 +19,7 @@ or ``cuda``.
   False for ever: the loop never ends. The probe's own watchdog stops it (after
   ``--watchdog`` seconds or 4 x max_new_tokens forward passes) and says so.
 - ``values``: the prototype of the fix, monkeypatched: small tensors whose values come from
-  constants are known (``KnownValues`` below, the proposed ``collectors/fake_values.py``),
+  constants are known (``KnownValues`` below, the proposed ``collectors/dry_run/values.py``),
   so the read is answered from ``torch.full((batch,), True)`` of ``MaxLengthCriteria`` and
   the loop ends at ``max_new_tokens``; plus a time budget (``--budget``).
 
@@ -54,11 +54,12 @@ elif ROOT not in sys.path:
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-from jupyter_gpumem.collectors import fake_run, fake_state  # noqa: E402
+from jupyter_gpumem.collectors.dry_run import run as fake_run  # noqa: E402
+from jupyter_gpumem.collectors.dry_run import state as fake_state  # noqa: E402
 
 transformers.logging.set_verbosity_error()
-# the fix merged: collectors/fake_values.py exists and the recorder uses it
-BUILT_IN = importlib.util.find_spec("jupyter_gpumem.collectors.fake_values") is not None
+# the fix merged: collectors/dry_run/values.py exists and the recorder uses it
+BUILT_IN = importlib.util.find_spec("jupyter_gpumem.collectors.dry_run.values") is not None
 
 CONFIGS = {
     "tiny": {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 1000, "n_positions": 1024},
@@ -117,7 +118,7 @@ class _Info:
 
 class KnownValues:
     """Small values a dry run knows, beside their fake tensors (see the module's
-    docstring of the proposed ``collectors/fake_values.py`` in the report)."""
+    docstring of the proposed ``collectors/dry_run/values.py`` in the report)."""
 
     def __init__(self, t: Any, fake_type: type) -> None:
         from torch.utils._mode_utils import no_dispatch
@@ -316,9 +317,9 @@ class TimeBudget(BaseException):
 def install_fix(budget: float) -> Any:
     """Monkeypatch the recorder (``fake_state``) with the prototype: known values after
     each op, host reads answered from them, and a time budget. Returns an undo."""
-    Recorder = fake_state._recorder_class()
+    Recorder = fake_state.recorder_class()
     orig_dispatch = Recorder.__torch_dispatch__
-    orig_host_read = fake_state._State.host_read
+    orig_host_read = fake_state.State.host_read
 
     def dispatch(self: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         state = self.state
@@ -352,11 +353,11 @@ def install_fix(budget: float) -> Any:
             return v.item()
 
     Recorder.__torch_dispatch__ = dispatch
-    fake_state._State.host_read = host_read
+    fake_state.State.host_read = host_read
 
     def undo() -> None:
         Recorder.__torch_dispatch__ = orig_dispatch
-        fake_state._State.host_read = orig_host_read
+        fake_state.State.host_read = orig_host_read
 
     return undo
 
@@ -380,8 +381,8 @@ class Probe:
         self.start = 0.0
 
     def install(self) -> Any:
-        orig_init = fake_state._State.__init__
-        orig_read = fake_state._State.host_read
+        orig_init = fake_state.State.__init__
+        orig_read = fake_state.State.host_read
         probe = self
 
         def init(self: Any, *a: Any, **k: Any) -> None:
@@ -399,12 +400,12 @@ class Probe:
                 probe.read_where[f"{name}:{f.f_lineno} {f.f_code.co_name}"] += 1
             return orig_read(self, x)
 
-        fake_state._State.__init__ = init
-        fake_state._State.host_read = read
+        fake_state.State.__init__ = init
+        fake_state.State.host_read = read
 
         def undo() -> None:
-            fake_state._State.__init__ = orig_init
-            fake_state._State.host_read = orig_read
+            fake_state.State.__init__ = orig_init
+            fake_state.State.host_read = orig_read
 
         return undo
 

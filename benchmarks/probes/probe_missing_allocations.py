@@ -99,7 +99,7 @@ def real(name: str) -> dict:
 
 
 def dry(name: str) -> dict:
-    from jupyter_gpumem.collectors.fake_run import Alloc, record
+    from jupyter_gpumem.collectors.dry_run.run import Alloc, record
     from jupyter_gpumem.core.dry_run import dry_run
 
     r = dry_run(CASES[name])

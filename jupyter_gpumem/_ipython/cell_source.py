@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..collectors.fake_run import FakeRun, Stopped, Workspaces, record
+from ..collectors.dry_run import FakeRun, Stopped, Workspaces, record
 from .cells import IPythonCells
 
 _MISSING = object()
@@ -22,7 +22,7 @@ class CellSource:
     under the dry run in a shallow copy of the user's namespace; afterwards
     ``shell.user_ns`` holds exactly what it held: names the cell bound are gone, names it
     rebound (through functions' ``global``) get their objects back, and what it bound inside
-    the user's objects is put back (``collectors/fake_keep.py``). Modules are named after
+    the user's objects is put back (``collectors/dry_run/keep.py``). Modules are named after
     the cell's names (those it had before and those it binds)."""
 
     def __init__(self, shell: Any, source: str, first_line: int = 1) -> None:

@@ -39,7 +39,7 @@ def why_not(opts: CellOptions) -> str | None:
             f"{getattr(torch, '__version__', '?')} is a CPU-only build"
         )
     if opts.world_size > 1:
-        from ..collectors.fake_group import refusal
+        from ..collectors.dry_run import refusal
 
         return refusal(opts.world_size)
     return None
@@ -158,7 +158,7 @@ def run(session: Session, shell: Any, opts: CellOptions, body: str) -> DryRun | 
 
 def scan(session: Session, shell: Any, opts: CellOptions, body: str) -> DryScan | None:
     """``--scan NAME=... --dry-run --fit-in TARGET``: None when it could not start."""
-    from ..core.dry_run import dry_scan
+    from ..core.dry_scan import dry_scan
 
     why = why_not(opts)
     if why is not None:

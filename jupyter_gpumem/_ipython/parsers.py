@@ -233,7 +233,7 @@ def _target(text: str) -> Any:
 
 
 def _world_size(text: str) -> int:
-    from ..collectors.fake_group import check_world_size
+    from ..collectors.dry_run import check_world_size
     from ..errors import GpuMemError
 
     try:

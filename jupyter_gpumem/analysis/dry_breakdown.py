@@ -5,7 +5,7 @@ Inputs, recorded by ``collectors/fake_run.record`` while the cell ran under Fake
 
 - the events: every storage's allocation (its exact bytes, stream, the innermost module
   running) and its free, in order, for every device;
-- :class:`~jupyter_gpumem.collectors.fake_events.Seen`: which allocation was a parameter, a
+- :class:`~jupyter_gpumem.collectors.dry_run.events.Seen`: which allocation was a parameter, a
   buffer, a gradient or optimizer state (claims by allocation key), which ones autograd
   saved for backward and while which module ran, where each phase began (forward,
   backward, backward done, optimizer step, other), as indices into the events.
@@ -28,7 +28,7 @@ from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from ..collectors.fake_events import Alloc, Free, Seen
+from ..collectors.dry_run import Alloc, Free, Seen
 from ..model import CATEGORIES, Breakdown, CategoryShare, ModuleShare, Phase
 from .breakdown import NO_MODULE
 from .caching import AllocatorConfig, CachingAllocatorModel, round_size
@@ -46,7 +46,7 @@ def analyze(
     max_modules: int = 8,
 ) -> Breakdown:
     """The predicted breakdown of ``device``'s peak allocated. ``events``: the run's
-    :class:`~jupyter_gpumem.collectors.fake_events.Alloc` and ``Free`` records, all devices,
+    :class:`~jupyter_gpumem.collectors.dry_run.events.Alloc` and ``Free`` records, all devices,
     in order (the positions in ``seen`` index them); ``config``: the allocator's settings
     the prediction used (``AllocatorConfig.from_conf``; no cap)."""
     peak = _replay(device, events, config)

@@ -118,7 +118,8 @@ def predicted(card: str, kind: str, values: tuple[int, ...]) -> dict:
     import torch  # the user's import: the dry run needs it
 
     from jupyter_gpumem.analysis.targets import parse_target
-    from jupyter_gpumem.core.dry_run import dry_run, outside_for, search
+    from jupyter_gpumem.core.dry_run import dry_run, outside_for
+    from jupyter_gpumem.core.dry_scan import search
     from jupyter_gpumem.model import DryScanPoint
 
     target = parse_target(card)

@@ -91,7 +91,7 @@ def patched(t: Any, device_type: str, capability: Callable[[int], Any]) -> Itera
         def swap_tensors(t1: Any, t2: Any) -> Any:
             for x in (t1, t2):
                 if isinstance(x, t.Tensor) and not isinstance(x, FakeTensor):
-                    from .fake_guard import Refused
+                    from .guard import Refused
 
                     raise Refused(
                         "a dry run changes no real tensor: the cell converts a real module "
@@ -135,7 +135,7 @@ def patched(t: Any, device_type: str, capability: Callable[[int], Any]) -> Itera
 
 
 # Writers that open their file in native code, where Python's audit hooks don't see it
-# (``collectors/fake_guard.py`` refuses the rest): module -> function names
+# (``collectors/dry_run/guard.py`` refuses the rest): module -> function names
 _NATIVE_WRITERS = {
     "torch": ("save",),
     "torch.serialization": ("save",),
@@ -165,7 +165,7 @@ def _native_writers_refused() -> list[Callable[[], None]]:
 
 def _refusing(name: str) -> Callable[..., Any]:
     def refuse(*args: Any, **kwargs: Any) -> Any:
-        from .fake_guard import Refused, shown
+        from .guard import Refused, shown
 
         target = next((a for a in (*args[1:2], kwargs.get("f"), kwargs.get("filename")) if a), None)
         where = (

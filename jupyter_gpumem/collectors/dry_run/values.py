@@ -1,7 +1,7 @@
 """The small values a dry run knows: a loop's bookkeeping tensors (a flag, a counter, a
 mask of finished rows) whose values come from constants, kept beside their fake tensors
 and computed for real on the CPU, so that a value read to the host that depends only on
-them gets its real answer instead of 0 (``fake_state._State.host_read``).
+them gets its real answer instead of 0 (``state.State.host_read``).
 
 Why: Hugging Face's ``model.generate()`` ends its loop on
 ``bool(unfinished_sequences.max() == 0)``. ``unfinished_sequences`` starts as
@@ -49,7 +49,7 @@ _LIKE = frozenset(
 _OVERWRITES = frozenset({"copy_", "fill_", "zero_"})
 # factories without tensor inputs whose values their arguments fix
 _FACTORIES = frozenset({"full", "ones", "zeros", "arange", "scalar_tensor", "linspace", "eye"})
-# never known: uninitialised memory, and the read itself (fake_state answers it)
+# never known: uninitialised memory, and the read itself (``state`` answers it)
 _NEVER = frozenset(
     {
         "empty",

@@ -1,13 +1,13 @@
 """Where a dry run is and why it stopped, in the user's words.
 
-:func:`_locate` names the user's line of a traceback (``In[7] line 3`` for a cell,
+:func:`locate` names the user's line of a traceback (``In[7] line 3`` for a cell,
 ``train.py:42`` for a file) and the innermost line outside torch when it is another (a
-library's); :func:`_here` names the line running now (for a value read to the host);
-:func:`_describe` turns the exception that stopped the run into a
-:data:`~jupyter_gpumem.collectors.fake_events.StopKind` and one plain line (a value read,
+library's); :func:`here` names the line running now (for a value read to the host);
+:func:`describe` turns the exception that stopped the run into a
+:data:`~jupyter_gpumem.collectors.dry_run.events.StopKind` and one plain line (a value read,
 a shape that depends on values, an op without a fake kernel, anything else). Frames in torch
 and in this package are skipped. Used by ``collectors/fake_run.record`` and
-``collectors/fake_state.py``."""
+``collectors/dry_run/state.py``."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from .fake_events import StopKind
+from .events import StopKind
 
 
 def _torch_dir(t: Any) -> str:
@@ -36,7 +36,7 @@ def _library_dirs() -> tuple[str, ...]:
     return tuple(sorted(os.path.abspath(d) + os.sep for d in dirs if d))
 
 
-def _locate(
+def locate(
     tb: TracebackType | None, t: Any, cell_names: Callable[[str], int | None] | None
 ) -> tuple[str | None, str | None]:
     """(the user's line, the innermost line outside torch) of a traceback."""
@@ -61,14 +61,12 @@ def _locate(
     return (cell or where or inside), inside
 
 
-def _here(t: Any, cell_names: Callable[[str], int | None] | None) -> str | None:
-    """The user's line that is running now (as :func:`_locate` names it)."""
-    return _here_and_text(t, cell_names)[0]
+def here(t: Any, cell_names: Callable[[str], int | None] | None) -> str | None:
+    """The user's line that is running now (as :func:`locate` names it)."""
+    return here_and_text(t, cell_names)[0]
 
 
-def _here_and_text(
-    t: Any, cell_names: Callable[[str], int | None] | None
-) -> tuple[str | None, str]:
+def here_and_text(t: Any, cell_names: Callable[[str], int | None] | None) -> tuple[str | None, str]:
     """The user's line that is running now, and its text ("" when unknown)."""
     import linecache
 
@@ -93,7 +91,7 @@ def _here_and_text(
     return inside
 
 
-def _caused(e: BaseException | None, by: BaseException) -> bool:
+def caused(e: BaseException | None, by: BaseException) -> bool:
     """Whether ``e`` is ``by`` or was raised while handling it."""
     for _ in range(8):
         if e is None:
@@ -104,7 +102,7 @@ def _caused(e: BaseException | None, by: BaseException) -> bool:
     return False
 
 
-def _describe(e: BaseException, op: Any, t: Any) -> tuple[StopKind, str | None, str]:
+def describe(e: BaseException, op: Any, t: Any) -> tuple[StopKind, str | None, str]:
     from torch._subclasses import fake_tensor as ft
 
     func = getattr(e, "func", None) or op

@@ -3,15 +3,15 @@ with the allocations the real op makes. :func:`fake_kernels` installs them for o
 (``collectors/fake_run._run_recorded`` enters it beside the fake mode) and undoes every
 change on exit:
 
-- cuDNN's RNNs (``nn.LSTM``, ``nn.GRU``, ``nn.RNN`` on CUDA): ``collectors/fake_rnn.py``,
-  its sizes in ``collectors/fake_rnn_sizes.py``;
+- cuDNN's RNNs (``nn.LSTM``, ``nn.GRU``, ``nn.RNN`` on CUDA): ``collectors/dry_run/rnn.py``,
+  its sizes in ``collectors/dry_run/rnn_sizes.py``;
 - ``aten._grouped_mm`` with float32 or float16 inputs, here.
 
 **``aten._grouped_mm``**: the meta kernel takes bfloat16 only; the real op
 (``_grouped_mm_cuda``, aten/src/ATen/native/cuda/GroupedBlas.cpp) takes all three,
 bfloat16 through CUTLASS on compute capability 9.x/10.x and the rest through
 ``_grouped_mm_fallback`` (one ``mm_out`` per group into the output: cuBLAS, whose workspace
-``collectors/fake_workspaces.py`` counts). The fake kernel checks what
+``collectors/dry_run/workspaces.py`` counts). The fake kernel checks what
 ``_grouped_mm_validate_inputs`` checks and returns ``create_grouped_gemm_output_tensor``'s
 output (GroupedMMUtils.h): its last dimension's stride padded to 16 bytes (not on ROCm),
 whatever the device.
@@ -41,8 +41,8 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from .fake_rnn import RnnKernels
-from .fake_rnn import install as install_rnn
+from .rnn import RnnKernels
+from .rnn import install as install_rnn
 
 
 @contextlib.contextmanager
@@ -56,7 +56,7 @@ def fake_kernels(
     """The fake kernels and replacements of the module's docstring, for one dry run of
     ``device_type`` storages; everything is put back on exit, also when the run raises.
     ``note(key, line)``: told what the run should say (estimates used, an RNN whose
-    weights are copied at every call); ``_State.note`` fits. ``cudnn``: None takes the
+    weights are copied at every call); ``State.note`` fits. ``cudnn``: None takes the
     cuDNN path where PyTorch would (a CUDA device, ``torch.cudnn_is_acceptable``); True
     takes it for ``device_type`` whatever the build (tests on a CPU build); False never."""
     kernels = FakeKernels(t, device_type, note)
@@ -70,7 +70,7 @@ def fake_kernels(
 
 class FakeKernels:
     """What one :func:`fake_kernels` installed: the ops given fake kernels, the notes, and
-    the means to install (:meth:`register`, :meth:`replace`) that ``fake_rnn`` uses."""
+    the means to install (:meth:`register`, :meth:`replace`) that ``rnn`` uses."""
 
     def __init__(self, t: Any, device_type: str, note: Callable[[str, str], None] | None):
         from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode

@@ -2,7 +2,7 @@
 PyTorch's fake process group (``torch.testing._internal.distributed.fake_pg``) as the
 job's default group. Collectives on it return at once and move no data; everything else
 the cell does (``fully_shard``, ``DistributedDataParallel``, ``ZeroRedundancyOptimizer``)
-runs as it would on rank 0, under the fake mode of ``collectors/fake_run``, so what rank 0
+runs as it would on rank 0, under the fake mode of ``collectors/dry_run``, so what rank 0
 allocates is recorded, the buffers collectives take from PyTorch's caching allocator
 included. NCCL's own buffers are outside that allocator: ``core/dry_run`` adds them beside
 it (``LIBRARIES``, measured).
@@ -55,7 +55,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import GpuMemError
+from ...errors import GpuMemError
 
 MAX_WORLD_SIZE = 65536
 ENVIRONMENT = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")

@@ -1,20 +1,20 @@
 """The user's objects and torch's switches, left as a dry run found them.
 
 The fake mode never writes real tensors; what the run binds in the objects it was given
-(gradients of real parameters aside, which ``collectors/fake_state.py`` puts back) is put
-back afterwards by :class:`_Keep`: objects' attributes, containers, modules' parameters,
-buffers and attributes, optimizers' state. :class:`_Switches` puts back torch's global
+(gradients of real parameters aside, which ``collectors/dry_run/state.py`` puts back) is put
+back afterwards by :class:`Keep`: objects' attributes, containers, modules' parameters,
+buffers and attributes, optimizers' state. :class:`Switches` puts back torch's global
 state a cell changes in a line: the random generators, grad mode, the default dtype. Both
 are taken before ``collectors/fake_run.record`` runs the code and restored after it."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 
-class _Keep:
+class Keep:
     """What the run could bind inside the objects it was given, put back afterwards:
     objects' attributes, the contents of dicts, lists and sets, every submodule's
     parameters, buffers and attributes, an optimizer's state and param groups. Tensors are
@@ -122,7 +122,7 @@ class _Keep:
         return changed
 
 
-class _Switches:
+class Switches:
     """torch's global state a cell can change in a line: the random generators' states
     (``torch.manual_seed``), grad mode (``torch.set_grad_enabled``), the default dtype."""
 
@@ -141,3 +141,56 @@ class _Switches:
             t.cuda.set_rng_state_all(self.cuda_rng)
         t.set_grad_enabled(self.grad)
         t.set_default_dtype(self.dtype)
+
+
+def reachable(run: Callable[[], object], depth: int = 3) -> list[object]:
+    """What a function given to a dry run can reach besides its own locals: its closure's
+    cells, the globals its code names (and those of the functions they are), a bound
+    method's object, a ``partial``'s arguments. The run binds things in these, and they
+    are put back (``keep``)."""
+    import functools
+    import types
+
+    out: list[object] = []
+    seen: set[int] = set()
+
+    def names(code: types.CodeType) -> Iterator[str]:
+        yield from code.co_names
+        for c in code.co_consts:
+            if isinstance(c, types.CodeType):
+                yield from names(c)
+
+    def visit(fn: object, level: int) -> None:
+        if id(fn) in seen or level > depth:
+            return
+        seen.add(id(fn))
+        if isinstance(fn, functools.partial):
+            out.extend((*fn.args, *fn.keywords.values()))
+            visit(fn.func, level + 1)
+            return
+        owner = getattr(fn, "__self__", None)
+        if owner is not None and not isinstance(owner, types.ModuleType):
+            out.append(owner)
+        func = getattr(fn, "__func__", fn)
+        if not isinstance(func, types.FunctionType):
+            if not isinstance(fn, (type, types.BuiltinFunctionType, types.ModuleType)):
+                out.append(fn)  # an object that is called: its attributes
+            return
+        for cell in func.__closure__ or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            out.append(value)
+            visit(value, level + 1)
+        g = func.__globals__
+        for name in set(names(func.__code__)):
+            if name in g:
+                value = g[name]
+                if isinstance(value, types.FunctionType):
+                    visit(value, level + 1)
+                elif not isinstance(value, (type, types.ModuleType)):
+                    out.append(value)
+
+    visit(run, 0)
+    return out

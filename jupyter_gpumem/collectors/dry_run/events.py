@@ -18,7 +18,7 @@ StopKind = Literal[
     "no cuda build",  # a CPU-only torch asked for a CUDA dry run
     "no gpu visible",  # a CUDA build that sees no GPU, where torch's autograd needs one
     "refused",  # a write outside the process, or a change to a real tensor, refused
-    "time",  # the run went past its time (fake_state.MAX_SECONDS)
+    "time",  # the run went past its time (state.MAX_SECONDS)
     "syntax",  # the cell does not compile
     "error",  # anything else the code raised
 ]

@@ -1,17 +1,17 @@
 """The per-run state of a dry run: what sees storages born and die.
 
-A ``TorchDispatchMode`` above the fake mode (:func:`_recorder_class`) looks at each op's
+A ``TorchDispatchMode`` above the fake mode (``recorder.py``) looks at each op's
 outputs; a storage it has not seen is a new allocation (its exact bytes, device, stream and
 thread), and a weak reference on the storage's Python object records its death (PyTorch
 keeps one Python object per storage while the storage lives). Views and in-place ops
 return storages already seen: they allocate nothing. Storages of the user's real tensors
 (converted to fake copies by the fake mode) existed before the run: they are inputs, not
-allocations. :class:`_State` keeps the events in order, adds cuBLAS's workspaces and the
-notes on what the fake kernels don't show (``collectors/fake_workspaces.py``), and answers
-a value read to the host (:meth:`_State.host_read`): with the value when the run knows it
-(small tensors made of constants, ``collectors/fake_values.py``), else with 0. A run past
+allocations. :class:`State` keeps the events in order, adds cuBLAS's workspaces and the
+notes on what the fake kernels don't show (``collectors/dry_run/workspaces.py``), and answers
+a value read to the host (:meth:`State.host_read`): with the value when the run knows it
+(small tensors made of constants, ``collectors/dry_run/values.py``), else with 0. A run past
 :data:`MAX_SECONDS` stops (:class:`TimeBudget`). Used by ``collectors/fake_run.record``
-for one run, and by the breakdown's watch (``collectors/fake_watch.py``), which reads its
+for one run, and by the breakdown's watch (``collectors/dry_run/watch.py``), which reads its
 live storages."""
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
-from .fake_events import Alloc, AllocKind, Event, Free
-from .fake_values import KnownValues
-from .fake_where import _here
-from .fake_workspaces import (
-    _CUDNN_OPS,
-    _SCRATCH_OPS,
-    _addmm_uses_lt,
+from .events import Alloc, AllocKind, Event, Free
+from .values import KnownValues
+from .where import here
+from .workspaces import (
+    CUDNN_OPS,
+    SCRATCH_OPS,
+    addmm_uses_lt,
     grouped_mm_uses_cublas,
     op_kind,
 )
@@ -37,7 +37,7 @@ from .fake_workspaces import (
 HELD = "held before the cell"  # the op of a held storage's Alloc
 MAX_HOST_READS = 100_000  # a dry run's reads of values before it stops (see host_read)
 MAX_SECONDS = 300.0  # a dry run's time before it stops (see TimeBudget)
-_CLOCK_EVERY = 256  # ops between two looks at the clock
+CLOCK_EVERY = 256  # ops between two looks at the clock
 PROGRESS_AFTER = 2.0  # seconds of a dry run before it shows how it goes
 PROGRESS_EVERY = 1.0  # seconds between two updates
 
@@ -61,7 +61,7 @@ def _tensors(out: Any, tensor_type: type) -> Iterator[Any]:
             yield from _tensors(o, tensor_type)
 
 
-class _State:
+class State:
     """The recorder's bookkeeping, shared by the dispatch mode and the weak references'
     callbacks (which run in whichever thread drops a storage's last reference)."""
 
@@ -89,7 +89,7 @@ class _State:
         self.failed: tuple[Any, BaseException] | None = None  # (op, what it raised)
         self.kinds: dict[Any, str] = {}  # op -> "cublas" / "cublaslt" / "addmm" / ""
         self.noted: set[str] = set()
-        self.module_now = -1  # the innermost module running in the run's thread (_Watch)
+        self.module_now = -1  # the innermost module running in the run's thread (Watch)
         self.libraries: set[str] = set()  # "cudnn", "nccl": loaded by the ops that ran
         self.unseen: set[str] = set()  # scratch memory of ops the run saw, not sized
         self.scalar_read = t.ops.aten._local_scalar_dense.default
@@ -198,7 +198,7 @@ class _State:
             entry = self._real_input(x)
         fake = entry[2]
         if fake is None:
-            from .fake_guard import Refused
+            from .guard import Refused
 
             raise Refused(
                 f"a dry run runs no op on a real tensor: the cell's {type(x).__name__} "
@@ -300,10 +300,10 @@ class _State:
             return
         if kind == "scratch":
             name = func._opname
-            if name in _CUDNN_OPS:
+            if name in CUDNN_OPS:
                 self.libraries.add("cudnn")
-            self.note(f"scratch:{name}", f"not seen: {_SCRATCH_OPS[name]} ({func})")
-            self.unseen.add(_SCRATCH_OPS[name])
+            self.note(f"scratch:{name}", f"not seen: {SCRATCH_OPS[name]} ({func})")
+            self.unseen.add(SCRATCH_OPS[name])
             return
         if kind == "grouped_mm" and not grouped_mm_uses_cublas(args, kwargs):
             return  # bfloat16: CUTLASS, no cuBLAS workspace
@@ -315,7 +315,7 @@ class _State:
         index = device.index or 0
         ws = self.workspaces(index) if callable(self.workspaces) else self.workspaces
         libs = ["cublas"]
-        if kind == "cublaslt" or (kind == "addmm" and _addmm_uses_lt(args, kwargs)):
+        if kind == "cublaslt" or (kind == "addmm" and addmm_uses_lt(args, kwargs)):
             libs.append("cublaslt")  # the Lt handle is cuBLAS's: its workspace comes first
         thread, stream = self.thread(), self.stream(index)
         op = str(func)
@@ -367,7 +367,7 @@ class _State:
 
     def host_read(self, x: Any) -> Any:
         """A value read to the host (``.item()``, ``bool()``, ``if tensor``): the value
-        itself when the run knows it (``fake_values``: a flag or counter made from
+        itself when the run knows it (``values``: a flag or counter made from
         constants, as ``generate()``'s finished rows), else zero (``False``), and a note
         says where. A loop that reads values for ever is stopped after
         :data:`MAX_HOST_READS` of them."""
@@ -381,7 +381,7 @@ class _State:
         if known is not None:
             self.values.answered += 1
             return self.values.item(known)
-        where = _here(self.t, self.cell_names) or "?"
+        where = here(self.t, self.cell_names) or "?"
         if where not in self.read_at and len(self.read_at) < 8:
             self.notes.append(
                 f"a value read to the host at {where} (.item(), bool(), `if tensor`): a dry "
@@ -397,7 +397,7 @@ class _State:
         return 0.0 if dtype.is_floating_point else 0
 
     def clock(self) -> None:
-        """The recorder asks every :data:`_CLOCK_EVERY` ops: after :data:`PROGRESS_AFTER`
+        """The recorder asks every :data:`CLOCK_EVERY` ops: after :data:`PROGRESS_AFTER`
         seconds, ``progress`` is told how the run goes, once per :data:`PROGRESS_EVERY`
         seconds; past its time the run stops (:class:`TimeBudget`)."""
         now = time.perf_counter()
@@ -408,7 +408,7 @@ class _State:
         ):
             self.reported = now
             try:
-                self.progress(self.ops, _here(self.t, self.cell_names), now - self.started)
+                self.progress(self.ops, here(self.t, self.cell_names), now - self.started)
             except Exception:  # a display that fails is not the run's business
                 self.progress = None
         if now <= self.deadline:
@@ -427,8 +427,8 @@ class _State:
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], e: BaseException
     ) -> Any:
         """An output whose size depends on values (``nonzero``, ``x[mask]``), sized by
-        ``fake_shapes``; the note says how and where. Other such ops stop the run."""
-        from .fake_shapes import sized
+        ``shapes``; the note says how and where. Other such ops stop the run."""
+        from .shapes import sized
 
         made = sized(self.t, func, args, kwargs, self.values.value)
         if made is None:
@@ -438,7 +438,7 @@ class _State:
         self.note(
             f"sized:{func}:{how}",
             f"{func}'s output size depends on values: sized {how}, first at "
-            f"{_here(self.t, self.cell_names) or '?'}",
+            f"{here(self.t, self.cell_names) or '?'}",
         )
         return out
 
@@ -453,55 +453,3 @@ class _State:
                 x.grad = grad
         self.real.clear()
         self.held_tensors.clear()
-
-
-_RECORDER: Any = None
-
-
-def _recorder_class() -> Any:
-    """The dispatch mode's class, made on first use (its base class is torch's)."""
-    global _RECORDER
-    if _RECORDER is None:
-        from torch.utils._python_dispatch import TorchDispatchMode
-
-        class Recorder(TorchDispatchMode):
-            def __init__(self, state: _State) -> None:
-                super().__init__()
-                self.state = state
-
-            def __torch_dispatch__(
-                self,
-                func: Any,
-                types: Any,
-                args: tuple[Any, ...] = (),
-                kwargs: dict[str, Any] | None = None,
-            ) -> Any:
-                state = self.state
-                kwargs = kwargs or {}
-                if state.wrapped(types):
-                    # a tensor subclass that wraps others (DTensor): its own ops run on its
-                    # local tensors and come back here at their real, sharded sizes
-                    return NotImplemented
-                state.ops += 1
-                if not state.ops % _CLOCK_EVERY:
-                    state.clock()
-                if func not in state.lifts:  # torch.tensor(data)'s fresh tensor: not the user's
-                    args, kwargs = state.fake_inputs(args, kwargs)
-                if func is state.scalar_read and args and isinstance(args[0], state.fake_type):
-                    try:  # a constant the fake mode knows (AdamW's step count) it answers
-                        return func(*args, **kwargs)
-                    except state.data_dependent:
-                        return state.host_read(args[0])
-                try:
-                    out = func(*args, **kwargs)
-                except (state.dynamic_shape, state.data_dependent) as e:
-                    out = state.size_by_values(func, args, kwargs, e)
-                except Exception as e:
-                    state.failed = (func, e)
-                    raise
-                state.see_outputs(func, out, args, kwargs)
-                state.values.after(func, args, kwargs, out)
-                return out
-
-        _RECORDER = Recorder
-    return _RECORDER

@@ -2,14 +2,14 @@
 indexing (``x[mask]``) and ``masked_select``. PyTorch's fake mode cannot size them (it has
 no values) and raises; a dry run sizes them instead, and says how:
 
-- *exactly* when the mask's values are known (made of constants: ``fake_values``);
+- *exactly* when the mask's values are known (made of constants: ``values``);
 - else as the *worst case*, every element selected: the most memory the op can take. A
   mixture-of-experts layer that loops over experts and picks each one's tokens with
   ``torch.where(expert_mask[e])`` is then planned as if every token went to every expert,
   an upper bound of what any routing needs (a balanced router sends each expert about
   ``tokens × top_k / experts``).
 
-Used by the recorder (``collectors/fake_state.py``) when the fake mode raises
+Used by the recorder (``collectors/dry_run/state.py``) when the fake mode raises
 ``DynamicOutputShapeException``; the output is made with the fake mode, as any op's.
 """
 

@@ -1,4 +1,4 @@
-"""The sizes of cuDNN's RNNs for the dry run's fake kernels (``collectors/fake_rnn.py``):
+"""The sizes of cuDNN's RNNs for the dry run's fake kernels (``collectors/dry_run/rnn.py``):
 cuDNN's weight buffer as PyTorch lays it out; what only cuDNN knows (the reserve space, the
 workspace, the dropout state), measured on an H200 (cuDNN 9.19, torch 2.11) where the
 measurement settles it and estimated where it does not, each with its reason; and the
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from ..units import KiB, MiB
+from ...units import KiB, MiB
 
 # cuDNN's RNN modes (cudnnRNNMode_t), as torch.backends.cudnn.rnn.get_cudnn_mode gives them
 RNN_RELU, RNN_TANH, LSTM, GRU = 0, 1, 2, 3

@@ -1,4 +1,4 @@
-"""What the peak of a dry run is made of, watched while the run runs (:class:`_Watch`).
+"""What the peak of a dry run is made of, watched while the run runs (:class:`Watch`).
 
 While the run runs, and only then, the hooks ``%%gpumem --breakdown`` uses
 (``collectors/step.py``) watch it, with positions that are indices into the run's events
@@ -17,7 +17,7 @@ the root's class. A cell that switches saved-tensor hooks off
 (``torch.autograd.graph.disable_saved_tensors_hooks``) is run again without them by
 ``collectors/fake_run.record``: its activations are then temporaries.
 
-What it sees is a :class:`~jupyter_gpumem.collectors.fake_events.Seen`, read by
+What it sees is a :class:`~jupyter_gpumem.collectors.dry_run.events.Seen`, read by
 ``analysis/dry_breakdown.py``."""
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .fake_events import CLAIMS, PhaseMark, PhaseName, Saved, Seen
-from .fake_state import _State
+from .events import CLAIMS, PhaseMark, PhaseName, Saved, Seen
+from .state import State
 
 _RANK: dict[str, int] = {c: i for i, c in enumerate(CLAIMS)}
 
@@ -42,7 +42,7 @@ INPLACE_ERROR = (
 )
 
 
-class _Watch:
+class Watch:
     """The breakdown's hooks for one run (``start`` ... ``stop``, then ``finish`` before the
     user's objects are put back): claims, phase marks and module names into a :class:`Seen`.
 
@@ -51,7 +51,7 @@ class _Watch:
     ``names``: the namespace's (name, object) pairs, where roots get their names."""
 
     def __init__(
-        self, state: _State, t: Any, names: Callable[[], Iterable[tuple[str, Any]]] | None
+        self, state: State, t: Any, names: Callable[[], Iterable[tuple[str, Any]]] | None
     ) -> None:
         self.state = state
         self.t = t

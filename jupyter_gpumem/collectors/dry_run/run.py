@@ -6,23 +6,23 @@ events into the caching allocator's peaks.
 
 The family, one module per part:
 
-- ``fake_events``: what a run records (:class:`Alloc`, :class:`Free`, :class:`Seen`,
+- ``events``: what a run records (:class:`Alloc`, :class:`Free`, :class:`Seen`,
   :class:`Stopped`, :class:`FakeRun`): plain records, no torch;
-- ``fake_state``: the per-run state that sees storages born (a dispatch mode above the
+- ``state``: the per-run state that sees storages born (a dispatch mode above the
   fake mode) and die (weak references on the storages);
-- ``fake_workspaces``: what the fake kernels don't allocate: cuBLAS's workspaces by card
+- ``workspaces``: what the fake kernels don't allocate: cuBLAS's workspaces by card
   (:data:`WORKSPACE_TABLE`, :func:`cuda_workspaces`), ops with scratch memory or libraries;
-- ``fake_watch``: the breakdown's hooks, which see what the peak is made of;
-- ``fake_keep``: the user's objects and torch's switches, put back after the run;
-- ``fake_where``: where the run is and why it stopped, as the user's line;
-- ``fake_patches``: what the run changes in torch while it runs (and puts back) so that
+- ``watch``: the breakdown's hooks, which see what the peak is made of;
+- ``keep``: the user's objects and torch's switches, put back after the run;
+- ``where``: where the run is and why it stopped, as the user's line;
+- ``patches``: what the run changes in torch while it runs (and puts back) so that
   it takes the real run's path: foreach optimizers, moving a module with ``.cuda()`` /
   ``.to()``, tensors made from data on the GPU, bfloat16 autocast;
-- ``fake_group``: a fake process group, for a run of several ranks.
+- ``group``: a fake process group, for a run of several ranks.
 
 A value read to the host (``.item()``, ``if loss > 0``, ``GradScaler``'s check for
 infinities) has none in a dry run: the run goes on as if it were 0 (``False``), and a note
-names the line (``fake_state._State.host_read``). What it cannot go on without stops the
+names the line (``fake_state.State.host_read``). What it cannot go on without stops the
 run, with one plain line saying what and where: an output whose shape depends on values
 (``nonzero``, boolean masks), an op without a fake kernel (custom ops, extensions).
 
@@ -35,7 +35,7 @@ CUDA: torch itself is never started and PyTorch's allocator is never asked (the 
 mode's warm-up tensor is skipped, see :func:`_no_warmup_tensor`). The driver may still
 create a context: ``torch.tensor(data, device="cuda")`` does under the fake mode (a device
 guard; seen on an H200 with torch 2.11, ``benchmarks/probes/probe_context_ops.py``), which
-``fake_patches`` avoids by building such tensors on the CPU first; a note says so when a
+``patches`` avoids by building such tensors on the CPU first; a note says so when a
 context appears anyway.
 """
 
@@ -48,7 +48,8 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import Any
 
-from .fake_events import (
+from ..torch_build import gpu_build
+from .events import (
     Alloc,
     AllocKind,
     Event,
@@ -62,20 +63,20 @@ from .fake_events import (
     StopKind,
     Stopped,
 )
-from .fake_guard import Refused, guarded
-from .fake_keep import _Keep, _Switches
-from .fake_state import TimeBudget, _recorder_class, _State
-from .fake_watch import _Watch
-from .fake_where import _caused, _describe, _here_and_text, _locate
-from .fake_workspaces import (
+from .guard import Refused, guarded
+from .keep import Keep, Switches, reachable
+from .recorder import recorder_class
+from .state import State, TimeBudget
+from .watch import Watch
+from .where import caused, describe, here_and_text, locate
+from .workspaces import (
     OTHER_CARDS,
     WORKSPACE_TABLE,
     Workspaces,
-    _capability,
+    capability,
     cuda_workspaces,
     parse_workspace_config,
 )
-from .torch_build import gpu_build
 
 __all__ = [
     "OTHER_CARDS",
@@ -125,7 +126,7 @@ def _skip_warmup(device: Any) -> None:
 
 
 @contextlib.contextmanager
-def _storage_resizes(t: Any, state: _State) -> Iterator[None]:
+def _storage_resizes(t: Any, state: State) -> Iterator[None]:
     """``UntypedStorage.resize_`` seen while the run records (it is no dispatched op); in
     the run's thread, a real storage's (the user's tensor's, not a fake copy's, whose
     storages are on the meta device) is refused: it would free or grow real memory."""
@@ -209,22 +210,22 @@ def record(
         )
         result.notes.append(result.error.line)
         return result
-    from .fake_patches import fake_mode as make_fake_mode
+    from .patches import fake_mode as make_fake_mode
 
     cuda_before = bool(device_type == "cuda" and t.cuda.is_initialized())
     used_before = t.cuda.memory_allocated() if cuda_before else 0
     spaces = _workspaces_by_device(t, device_type, workspaces)
     contexts_before = _contexts(t) if device_type == "cuda" else set()
-    keeper = _Keep(t, keep or _reachable(run))
-    switches = _Switches(t)
+    keeper = Keep(t, keep or reachable(run))
+    switches = Switches(t)
     fake_mode = make_fake_mode()
-    state = _State(t, fake_mode, device_type, spaces)
+    state = State(t, fake_mode, device_type, spaces)
     state.cell_names = cell_names
-    recorder = _recorder_class()(state)
-    watch = _Watch(state, t, names) if breakdown else None
+    recorder = recorder_class()(state)
+    watch = Watch(state, t, names) if breakdown else None
     refused = False
     start = time.perf_counter()
-    guard = guarded(lambda: _here_and_text(t, cell_names), names() if names is not None else ())
+    guard = guarded(lambda: here_and_text(t, cell_names), names() if names is not None else ())
     try:
         try:
             with guard as g:
@@ -268,59 +269,6 @@ def record(
     return result
 
 
-def _reachable(run: Callable[[], object], depth: int = 3) -> list[object]:
-    """What a function given to a dry run can reach besides its own locals: its closure's
-    cells, the globals its code names (and those of the functions they are), a bound
-    method's object, a ``partial``'s arguments. The run binds things in these, and they
-    are put back (``fake_keep``)."""
-    import functools
-    import types
-
-    out: list[object] = []
-    seen: set[int] = set()
-
-    def names(code: types.CodeType) -> Iterator[str]:
-        yield from code.co_names
-        for c in code.co_consts:
-            if isinstance(c, types.CodeType):
-                yield from names(c)
-
-    def visit(fn: object, level: int) -> None:
-        if id(fn) in seen or level > depth:
-            return
-        seen.add(id(fn))
-        if isinstance(fn, functools.partial):
-            out.extend((*fn.args, *fn.keywords.values()))
-            visit(fn.func, level + 1)
-            return
-        owner = getattr(fn, "__self__", None)
-        if owner is not None and not isinstance(owner, types.ModuleType):
-            out.append(owner)
-        func = getattr(fn, "__func__", fn)
-        if not isinstance(func, types.FunctionType):
-            if not isinstance(fn, (type, types.BuiltinFunctionType, types.ModuleType)):
-                out.append(fn)  # an object that is called: its attributes
-            return
-        for cell in func.__closure__ or ():
-            try:
-                value = cell.cell_contents
-            except ValueError:  # an empty cell
-                continue
-            out.append(value)
-            visit(value, level + 1)
-        g = func.__globals__
-        for name in set(names(func.__code__)):
-            if name in g:
-                value = g[name]
-                if isinstance(value, types.FunctionType):
-                    visit(value, level + 1)
-                elif not isinstance(value, (type, types.ModuleType)):
-                    out.append(value)
-
-    visit(run, 0)
-    return out
-
-
 def _workspaces_by_device(t: Any, device_type: str, workspaces: Workspaces | None) -> Any:
     """The workspaces the run adds: those given, else for CUDA each device's from
     :func:`cuda_workspaces`, looked up when the device first calls cuBLAS (a callable of
@@ -332,7 +280,7 @@ def _workspaces_by_device(t: Any, device_type: str, workspaces: Workspaces | Non
     def table(index: int) -> Workspaces:
         ws = found.get(index)
         if ws is None:
-            ws = found[index] = cuda_workspaces(_capability(t, index))
+            ws = found[index] = cuda_workspaces(capability(t, index))
         return ws
 
     return table
@@ -342,20 +290,20 @@ def _run_recorded(
     run: Callable[[], object],
     t: Any,
     device_type: str,
-    state: _State,
+    state: State,
     fake_mode: Any,
     recorder: Any,
-    watch: _Watch | None,
+    watch: Watch | None,
 ) -> None:
-    """``run()`` under the fake mode, the recorder, the patches of ``fake_patches`` and,
+    """``run()`` under the fake mode, the recorder, the patches of ``patches`` and,
     when given, the breakdown's watch; every one of them is undone when it returns or
     raises."""
-    from .fake_kernels import fake_kernels
-    from .fake_patches import data_on_cpu, patched
+    from .kernels import fake_kernels
+    from .patches import data_on_cpu, patched
 
     with (
         _no_warmup_tensor(),
-        patched(t, device_type, lambda i: _capability(t, i)),
+        patched(t, device_type, lambda i: capability(t, i)),
         fake_kernels(t, device_type, state.note),
         _storage_resizes(t, state),
         fake_mode,
@@ -373,29 +321,29 @@ def _run_recorded(
 
 
 def _stopped(
-    e: BaseException, state: _State, t: Any, cell_names: Callable[[str], int | None] | None
+    e: BaseException, state: State, t: Any, cell_names: Callable[[str], int | None] | None
 ) -> Stopped:
     """Why the run stopped, from what it raised: the op that failed when ``e`` came from it,
-    the kind and the plain line (``fake_where._describe``), the user's line."""
+    the kind and the plain line (``fake_where.describe``), the user's line."""
     if isinstance(e, Refused):
-        where = e.where or _locate(e.__traceback__, t, cell_names)[0]
+        where = e.where or locate(e.__traceback__, t, cell_names)[0]
         return Stopped("refused", None, e.message, where)
     if isinstance(e, TimeBudget):
-        where, inside = _locate(e.__traceback__, t, cell_names)
+        where, inside = locate(e.__traceback__, t, cell_names)
         return Stopped("time", None, e.message, where, inside)
     failed = state.failed
-    op = failed[0] if failed is not None and _caused(e, failed[1]) else None
-    kind, op_name, message = _describe(e, op, t)
-    where, inside = _locate(e.__traceback__, t, cell_names)
+    op = failed[0] if failed is not None and caused(e, failed[1]) else None
+    kind, op_name, message = describe(e, op, t)
+    where, inside = locate(e.__traceback__, t, cell_names)
     return Stopped(kind, op_name, message, where, inside)
 
 
 def _put_back(
     result: FakeRun,
-    state: _State,
-    watch: _Watch | None,
-    keeper: _Keep,
-    switches: _Switches,
+    state: State,
+    watch: Watch | None,
+    keeper: Keep,
+    switches: Switches,
     names: Callable[[], Iterable[tuple[str, Any]]] | None,
 ) -> None:
     """After the run: what the watch saw (read before the user's objects are put back), the
@@ -434,7 +382,7 @@ def _with_held(held: list[Alloc], events: list[Event], seen: Seen | None) -> Eve
     return Events([*held, *events] if held else events, seen)
 
 
-def _owners(state: _State, names: Callable[[], Iterable[tuple[str, Any]]] | None) -> dict[int, str]:
+def _owners(state: State, names: Callable[[], Iterable[tuple[str, Any]]] | None) -> dict[int, str]:
     """Who holds each storage the cell found on the device, in the user's words: held key
     -> ``gpt's parameters``, ``opt's state``, ``x`` (a name), or ``tensors`` when no name
     reaches it."""

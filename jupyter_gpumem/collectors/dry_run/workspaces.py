@@ -5,9 +5,9 @@ thread) meets a stream: :func:`cuda_workspaces` gives a card's sizes
 ``CUBLASLT_WORKSPACE_SIZE``). Scratch memory an op takes and returns inside its kernel
 (cuDNN's convolution workspace, sorts) is not seen; the notes say when such ops ran.
 :func:`op_kind` says which of these an op is (and which load cuDNN or NCCL); the per-run
-state (``collectors/fake_state.py``) adds the workspaces to the events and the notes. A new
+state (``collectors/dry_run/state.py``) adds the workspaces to the events and the notes. A new
 card generation, or a new op that calls cuBLAS, goes here. torch is not imported here:
-:func:`_capability` asks the torch it is given only when CUDA runs, else NVML."""
+:func:`capability` asks the torch it is given only when CUDA runs, else NVML."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..units import MiB
+from ...units import MiB
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,15 +110,15 @@ _CUBLASLT_OPS = frozenset(
     {"_addmm_activation", "_scaled_mm", "_scaled_mm_v2", "_int_mm", "_scaled_grouped_mm"}
 )
 # Ops whose kernels take scratch memory the fake kernels don't show (the RNN's: shown by
-# collectors/fake_rnn.py, at estimated sizes)
-_SCRATCH_OPS = {
+# collectors/dry_run/rnn.py, at estimated sizes)
+SCRATCH_OPS = {
     "convolution": "cuDNN's workspace for convolutions (it depends on the algorithm picked)",
     "convolution_backward": "cuDNN's workspace for convolutions (it depends on the algorithm)",
     "_cudnn_rnn": "the exact size of cuDNN's RNN workspace (an estimate is counted)",
     "_scaled_dot_product_cudnn_attention": "cuDNN attention's workspace",
 }
 # ops that load cuDNN (its handle and kernels sit beside PyTorch: core/dry_run.LIBRARIES)
-_CUDNN_OPS = frozenset(
+CUDNN_OPS = frozenset(
     {"convolution", "convolution_backward", "_cudnn_rnn", "_scaled_dot_product_cudnn_attention"}
 )
 # torch's own namespaces; an op from any other is a custom op or an extension's
@@ -128,7 +128,7 @@ _OWN_NAMESPACES = frozenset(
 _COLLECTIVES = frozenset({"c10d", "_c10d_functional", "_c10d_functional_autograd", "_dtensor"})
 
 
-def _addmm_uses_lt(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
+def addmm_uses_lt(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
     """PyTorch's ``isInputCompliesAddmmCudaLt`` (aten/src/ATen/native/cuda/Blas.cpp), in
     short: beta 1, a vector bias as long as the output's columns, no dimension of 1."""
     try:
@@ -163,7 +163,7 @@ def grouped_mm_uses_cublas(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> 
 
 def op_kind(func: Any) -> str:
     """What an op is beside its outputs: "cublas", "cublaslt", "addmm" (cuBLASLt when its
-    bias is a vector, :func:`_addmm_uses_lt`), "grouped_mm" (cuBLAS when
+    bias is a vector, :func:`addmm_uses_lt`), "grouped_mm" (cuBLAS when
     :func:`grouped_mm_uses_cublas`), "scratch" (scratch memory not seen), "collective",
     "custom" (a namespace not torch's own), or "" (nothing more)."""
     name = func._opname if hasattr(func, "_opname") else str(func)
@@ -180,12 +180,12 @@ def op_kind(func: Any) -> str:
         return "cublaslt"
     if name in _CUBLAS_OPS:
         return "cublas"
-    if name in _SCRATCH_OPS:
+    if name in SCRATCH_OPS:
         return "scratch"
     return ""
 
 
-def _capability(t: Any, index: int) -> tuple[int, int] | None:
+def capability(t: Any, index: int) -> tuple[int, int] | None:
     """A card's compute capability without starting CUDA: torch's when CUDA is running,
     else the driver's through NVML; None when neither can tell."""
     try:
@@ -195,7 +195,7 @@ def _capability(t: Any, index: int) -> tuple[int, int] | None:
     except Exception:
         return None
     try:
-        from .nvml import Nvml
+        from ..nvml import Nvml
 
         nvml = Nvml()
         n = nvml.nvml_index(index)
