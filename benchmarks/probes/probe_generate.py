@@ -1,8 +1,8 @@
 """Hugging Face ``model.generate()`` (greedy, KV cache) under the dry run: does it end,
 how long per new token, where the time goes, and what it predicts.
 
-    python benchmarks/probes/probe_generate.py                      # both fixes off/on, tiny + gpt2
-    python benchmarks/probes/probe_generate.py --config gpt2 --tokens 64 --fix values
+    python benchmarks/probes/probe_generate.py                      # tiny and gpt2, 1 and 8 tokens
+    python benchmarks/probes/probe_generate.py --config gpt2 --tokens 64
     python benchmarks/probes/probe_generate.py --config gpt2 --tokens 8 --profile
 
 The model is built from ``transformers.GPT2Config`` (no weights are downloaded): ``tiny``
@@ -12,16 +12,11 @@ default) or outside it as real CPU tensors (``--build outside``). ``DEVICE`` is 
 run's device type: ``cpu`` (a CPU build of torch models the CPU's storages as one GPU's)
 or ``cuda``.
 
-``--fix``:
-
-- ``none``: the dry run as it is. ``generate()``'s loop ends on
-  ``bool(unfinished_sequences.max() == 0)`` (``StopCheck``), which the dry run answers
-  False for ever: the loop never ends. The probe's own watchdog stops it (after
-  ``--watchdog`` seconds or 4 x max_new_tokens forward passes) and says so.
-- ``values``: the prototype of the fix, monkeypatched: small tensors whose values come from
-  constants are known (``KnownValues`` below, the proposed ``collectors/dry_run/values.py``),
-  so the read is answered from ``torch.full((batch,), True)`` of ``MaxLengthCriteria`` and
-  the loop ends at ``max_new_tokens``; plus a time budget (``--budget``).
+The loop ends on ``bool(unfinished_sequences.max() == 0)`` (``StopCheck``): the dry run
+knows the values of small tensors made of constants (``collectors/dry_run/values.py``), so
+it is answered from ``MaxLengthCriteria``'s ``torch.full((batch,), True)`` at the last
+token. The probe's own watchdog stops a run that does not end (after ``--watchdog``
+seconds or 4 x max_new_tokens forward passes) and says so.
 
 For each run, one block: forward passes (= tokens), seconds in all and per new token,
 ops dispatched, host reads (answered from known values / answered 0), the dry run's notes
@@ -34,14 +29,12 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import importlib.util
 import io
 import os
 import pstats
 import sys
 import time
 import types
-import weakref
 from collections import Counter
 from typing import Any
 
@@ -58,308 +51,11 @@ from jupyter_gpumem.collectors.dry_run import run as fake_run  # noqa: E402
 from jupyter_gpumem.collectors.dry_run import state as fake_state  # noqa: E402
 
 transformers.logging.set_verbosity_error()
-# the fix merged: collectors/dry_run/values.py exists and the recorder uses it
-BUILT_IN = importlib.util.find_spec("jupyter_gpumem.collectors.dry_run.values") is not None
 
 CONFIGS = {
     "tiny": {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 1000, "n_positions": 1024},
     "gpt2": {},  # GPT2Config()'s defaults: 124M
 }
-
-
-# -- the prototype of the fix: known small values ------------------------------------------
-LIMIT = 4096  # elements: a known tensor's largest size
-# factories whose first argument's values do not matter (only its shape and dtype)
-_LIKE = frozenset(
-    {"zeros_like", "ones_like", "full_like", "new_zeros", "new_ones", "new_full", "fill"}
-)
-# ops that overwrite their first argument whatever it held
-_OVERWRITES = frozenset({"copy_", "fill_", "zero_"})
-# factories without tensor inputs whose values their arguments determine
-_FACTORIES = frozenset({"full", "ones", "zeros", "arange", "scalar_tensor", "linspace", "eye"})
-_NEVER = frozenset(
-    {
-        "empty",
-        "empty_like",
-        "new_empty",
-        "new_empty_strided",
-        "empty_strided",
-        "empty_permuted",
-        "_local_scalar_dense",
-    }
-)
-_ZERO_ABSORBS = frozenset(
-    {"bitwise_and", "logical_and", "mul", "bitwise_and_", "logical_and_", "mul_"}
-)
-_TRUE_ABSORBS = frozenset({"bitwise_or", "logical_or", "bitwise_or_", "logical_or_"})
-
-
-class _Info:
-    """What the values need to know about an op, once per op."""
-
-    __slots__ = ("arguments", "inplace_view", "name", "skip", "written")
-
-    def __init__(self, t: Any, func: Any) -> None:
-        self.name = getattr(func, "_opname", str(func))
-        schema = getattr(func, "_schema", None)
-        tags = getattr(func, "tags", ())
-        self.inplace_view = t.Tag.inplace_view in tags
-        self.skip = (
-            getattr(func, "namespace", "") not in ("aten", "prims")
-            or t.Tag.nondeterministic_seeded in tags
-            or self.name in _NEVER
-        )
-        arguments = schema.arguments if schema is not None else []
-        self.arguments = [a.name for a in arguments]
-        self.written = [
-            i for i, a in enumerate(arguments) if a.alias_info is not None and a.alias_info.is_write
-        ]
-
-
-class KnownValues:
-    """Small values a dry run knows, beside their fake tensors (see the module's
-    docstring of the proposed ``collectors/dry_run/values.py`` in the report)."""
-
-    def __init__(self, t: Any, fake_type: type) -> None:
-        from torch.utils._mode_utils import no_dispatch
-
-        self.t = t
-        self.fake_type = fake_type
-        self.no_dispatch = no_dispatch
-        self.known: dict[int, tuple[Any, Any, int]] = {}  # id(x) -> (weakref, value, id(st))
-        self.by_storage: dict[int, set[int]] = {}
-        self.infos: dict[Any, _Info] = {}
-        self.computed = 0  # ops computed for real on known values
-        self.answered = 0  # host reads answered with a known value
-
-    def value(self, x: Any) -> Any:
-        """``x``'s values (a CPU tensor, read only), or None when not known."""
-        entry = self.known.get(id(x))
-        if entry is not None and entry[0]() is x:
-            return entry[1]
-        if isinstance(x, self.fake_type):
-            c = getattr(x, "constant", None)  # torch's own constants (torch.tensor(3))
-            if c is not None and c.device.type == "cpu" and c.numel() <= LIMIT:
-                return c
-            return None
-        if isinstance(x, self.t.Tensor) and x.device.type == "cpu" and not x.requires_grad:
-            try:  # a real CPU tensor of the user's, small: its own values
-                return x if x.layout == self.t.strided and x.numel() <= LIMIT else None
-            except Exception:
-                return None
-        return None
-
-    def _set(self, x: Any, v: Any) -> None:
-        try:
-            sid = id(x.untyped_storage())
-        except Exception:
-            return
-        key = id(x)
-        self._drop(key)
-        ref = weakref.ref(x, lambda r, key=key: self._dead(key, r))
-        self.known[key] = (ref, v, sid)
-        self.by_storage.setdefault(sid, set()).add(key)
-
-    def _dead(self, key: int, ref: Any) -> None:
-        entry = self.known.get(key)
-        if entry is not None and entry[0] is ref:
-            self._drop(key)
-
-    def _drop(self, key: int) -> None:
-        entry = self.known.pop(key, None)
-        if entry is not None:
-            keys = self.by_storage.get(entry[2])
-            if keys is not None:
-                keys.discard(key)
-                if not keys:
-                    del self.by_storage[entry[2]]
-
-    def _forget_storage(self, x: Any) -> None:
-        if isinstance(x, (list, tuple)):
-            for y in x:
-                self._forget_storage(y)
-            return
-        if not isinstance(x, self.t.Tensor):
-            return
-        try:
-            sid = id(x.untyped_storage())
-        except Exception:
-            return
-        for key in list(self.by_storage.get(sid, ())):
-            self._drop(key)
-
-    def after(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
-        """What ``func`` (run on the fake tensors, giving ``out``) makes known; what it
-        wrote is forgotten first."""
-        info = self.infos.get(func)
-        if info is None:
-            info = self.infos[func] = _Info(self.t, func)
-        written = []
-        for i in info.written:
-            if i < len(args):
-                written.append(args[i])
-            elif info.arguments[i] in kwargs:
-                written.append(kwargs[info.arguments[i]])
-        for w in written:
-            self._forget_storage(w)
-        if info.skip or info.inplace_view:
-            return
-        Tensor = self.t.Tensor
-        if isinstance(out, Tensor):
-            outs = [out]
-        elif isinstance(out, (tuple, list)) and out and all(isinstance(o, Tensor) for o in out):
-            outs = list(out)
-        else:
-            return
-        if any(o.numel() > LIMIT for o in outs):
-            return
-        real = self._compute(func, info, list(args), dict(kwargs), out, written)
-        if real is None:
-            return
-        reals = [real] if isinstance(real, Tensor) else list(real)
-        if len(reals) != len(outs):
-            return
-        for o, r in zip(outs, reals, strict=True):
-            if not isinstance(r, Tensor) or tuple(o.shape) != tuple(r.shape) or o.dtype != r.dtype:
-                return
-        for o, r in zip(outs, reals, strict=True):
-            self._set(o, r)
-
-    def _compute(
-        self, func: Any, info: _Info, args: list, kwargs: dict, out: Any, written: list
-    ) -> Any:
-        t = self.t
-        Tensor = t.Tensor
-        slots: list[tuple[Any, ...]] = []  # ("a", i) | ("a", i, j) in a list | ("k", name)
-        for i, a in enumerate(args):
-            if isinstance(a, Tensor):
-                slots.append(("a", i))
-            elif isinstance(a, (list, tuple)):
-                slots.extend(("a", i, j) for j, x in enumerate(a) if isinstance(x, Tensor))
-        for k, a in kwargs.items():
-            if isinstance(a, Tensor):
-                slots.append(("k", k))
-            elif isinstance(a, (list, tuple)) and any(isinstance(x, Tensor) for x in a):
-                return None
-        template = None
-        if slots and slots[0] == ("a", 0) and (info.name in _LIKE or info.name in _OVERWRITES):
-            template = args[0]  # its values don't matter: only its shape and dtype
-            slots = slots[1:]
-        if not slots and template is None and info.name not in _FACTORIES:
-            return None
-        values = []
-        for s in slots:
-            if s[0] == "k":
-                x = kwargs[s[1]]
-            elif len(s) == 2:
-                x = args[s[1]]
-            else:
-                x = args[s[1]][s[2]]
-            values.append(self.value(x))
-        if any(v is None for v in values):
-            return self._absorbed(info, args, values, out)
-        written_ids = {id(w) for w in written}
-        with self.no_dispatch():
-            if template is not None:
-                args[0] = t.zeros(tuple(template.shape), dtype=template.dtype, device="cpu")
-            for s, v in zip(slots, values, strict=True):
-                if s[0] == "k":
-                    kwargs[s[1]] = v.clone() if id(kwargs[s[1]]) in written_ids else v
-                elif len(s) == 2:
-                    args[s[1]] = v.clone() if id(args[s[1]]) in written_ids else v
-                else:
-                    seq = list(args[s[1]])
-                    seq[s[2]] = v
-                    args[s[1]] = seq
-        for i, a in enumerate(args):
-            if isinstance(a, t.device):
-                args[i] = t.device("cpu")
-        if "device" in kwargs:
-            kwargs["device"] = t.device("cpu")
-        if kwargs.get("pin_memory"):
-            kwargs["pin_memory"] = False
-        try:
-            with self.no_dispatch(), t.no_grad():
-                r = func(*args, **kwargs)
-        except Exception:
-            return None
-        self.computed += 1
-        return r
-
-    def _absorbed(self, info: _Info, args: list[Any], values: list[Any], out: Any) -> Any:
-        """``x & 0``, ``x * 0`` (integers), ``x | True``: known whatever ``x`` is."""
-        name, t = info.name, self.t
-        if not isinstance(out, t.Tensor):
-            return None
-        dtype = out.dtype
-        if name in _ZERO_ABSORBS:
-            if dtype.is_floating_point or dtype.is_complex:
-                return None  # nan * 0 is nan
-            absorbing = False
-        elif name in _TRUE_ABSORBS and dtype == t.bool:
-            absorbing = True
-        else:
-            return None
-        with self.no_dispatch():
-            known = [v for v in values if v is not None]
-            known += [t.tensor(a, device="cpu") for a in args[:2] if isinstance(a, (bool, int))]
-            for v in known:
-                if v.numel() and bool(v.all() if absorbing else not v.any()):
-                    make = t.ones if absorbing else t.zeros
-                    return make(tuple(out.shape), dtype=dtype, device="cpu")
-        return None
-
-
-class TimeBudget(BaseException):
-    """The prototype's time budget: a dry run that runs longer stops, with a line."""
-
-
-def install_fix(budget: float) -> Any:
-    """Monkeypatch the recorder (``fake_state``) with the prototype: known values after
-    each op, host reads answered from them, and a time budget. Returns an undo."""
-    Recorder = fake_state.recorder_class()
-    orig_dispatch = Recorder.__torch_dispatch__
-    orig_host_read = fake_state.State.host_read
-
-    def dispatch(self: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        state = self.state
-        values = state.__dict__.get("values")
-        if values is None:
-            values = state.values = KnownValues(state.t, state.fake_type)
-            state.deadline = time.perf_counter() + budget
-        if not state.ops & 255 and time.perf_counter() > state.deadline:
-            raise TimeBudget(
-                f"the dry run ran past its {budget:g} s budget ({state.ops:,} ops, "
-                f"{state.reads:,} values read): stopped"
-            )
-        out = orig_dispatch(self, func, types, args, kwargs)
-        if out is not NotImplemented and func is not state.scalar_read:
-            values.after(func, args, kwargs or {}, out)
-        return out
-
-    def host_read(self: Any, x: Any) -> Any:
-        values = self.__dict__.get("values")
-        v = values.value(x) if values is not None else None
-        if v is None:
-            return orig_host_read(self, x)
-        self.reads += 1  # known or not, a read counts: `while not done` loops on known too
-        if self.reads > fake_state.MAX_HOST_READS:
-            raise RuntimeError(
-                f"the run read {fake_state.MAX_HOST_READS:,} values to the host: a loop that "
-                "waits on a value never ends in a dry run"
-            )
-        values.answered += 1
-        with values.no_dispatch():
-            return v.item()
-
-    Recorder.__torch_dispatch__ = dispatch
-    fake_state.State.host_read = host_read
-
-    def undo() -> None:
-        Recorder.__torch_dispatch__ = orig_dispatch
-        fake_state.State.host_read = orig_host_read
-
-    return undo
 
 
 # -- the probe --------------------------------------------------------------------------------
@@ -442,7 +138,7 @@ class Probe:
         self.kv = (n, total, recorded)
 
 
-def run_one(args: argparse.Namespace, n_new: int, fix: str) -> dict[str, Any]:
+def run_one(args: argparse.Namespace, n_new: int) -> dict[str, Any]:
     cfg = transformers.GPT2Config(**CONFIGS[args.config])
     device = args.device
     torch.manual_seed(0)
@@ -484,11 +180,6 @@ def run_one(args: argparse.Namespace, n_new: int, fix: str) -> dict[str, Any]:
             for h in handles:
                 h.remove()
 
-    if BUILT_IN:  # the recorder has it: no monkeypatch, and "none" is not possible
-        fix = "built in"
-        undo_fix: Any = lambda: None  # noqa: E731
-    else:
-        undo_fix = install_fix(args.budget) if fix == "values" else (lambda: None)
     undo_probe = probe.install()  # outermost: sees every read
     profiler = cProfile.Profile() if args.profile else None
     try:
@@ -508,13 +199,11 @@ def run_one(args: argparse.Namespace, n_new: int, fix: str) -> dict[str, Any]:
         seconds = time.perf_counter() - t0
     finally:
         undo_probe()
-        undo_fix()
     st = probe.state
     fw = probe.forwards
     per_token = (fw[-1] - fw[1]) / (len(fw) - 2) if len(fw) > 2 else None
     values = getattr(st, "values", None)
     result.update(
-        fix=fix,
         config=args.config,
         build=args.build,
         batch=args.batch,
@@ -607,29 +296,24 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--config", choices=sorted(CONFIGS), action="append")
     p.add_argument("--tokens", type=int, action="append", help="max_new_tokens (repeatable)")
-    p.add_argument("--fix", choices=("none", "values"), action="append")
     p.add_argument("--build", choices=("inside", "outside"), default="inside")
     p.add_argument("--device", default="cpu")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--prompt", type=int, default=8)
     p.add_argument("--watchdog", type=float, default=30.0, help="seconds, per run")
-    p.add_argument("--budget", type=float, default=120.0, help="the fix's time budget, s")
     p.add_argument("--predict", action="store_true", help="through core.dry_run (peaks)")
     p.add_argument("--profile", type=int, default=0, help="cProfile: show this many rows")
     p.add_argument("--real", action="store_true", help="also run it for real (CUDA)")
     args = p.parse_args()
     configs = args.config or ["tiny", "gpt2"]
-    fixes = args.fix or (["values"] if BUILT_IN else ["none", "values"])
     tokens = args.tokens or [1, 8]
     print(
-        f"torch {torch.__version__}, transformers {transformers.__version__}, "
-        f"fix built in: {BUILT_IN}, {os.cpu_count()} CPUs"
+        f"torch {torch.__version__}, transformers {transformers.__version__}, {os.cpu_count()} CPUs"
     )
     for config in configs:
         args.config = config
-        for fix in fixes:
-            for n in tokens:
-                show(run_one(args, n, fix))
+        for n in tokens:
+            show(run_one(args, n))
 
 
 if __name__ == "__main__":
