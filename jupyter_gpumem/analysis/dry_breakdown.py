@@ -96,7 +96,7 @@ def _replay(device: int, events: Sequence[Any], config: AllocatorConfig | None) 
     requests = peak_request = 0
     for i, e in enumerate(events):
         if type(e) is Alloc:
-            if e.device != device:
+            if e.device != device or not e.nbytes:  # a workspace of 0 bytes: not asked for
                 continue
             requests += 1
             before = model.allocated

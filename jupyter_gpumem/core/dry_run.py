@@ -162,6 +162,9 @@ def card_key(target: Target | None) -> str | None:
     return None
 
 
+CONV_SIZED = "cuDNN's workspace for convolutions:"  # the dry run's note when it sized them
+
+
 def _name_key(name: str) -> str | None:
     low = name.lower()
     if "h200" in low:
@@ -226,9 +229,11 @@ def predict(
                 per_device[device].append(Alloc(-1 - device, nbytes, 0))
     for e in events:
         if isinstance(e, FakeAlloc):
+            if not e.nbytes:  # a cuDNN workspace of 0 bytes (or not sized): not asked for
+                continue
             where[e.key] = e.device
             per_device[e.device].append(Alloc(e.key, e.nbytes, e.stream))
-            if e.kind != "tensor":
+            if e.kind in ("cublas workspace", "cublaslt workspace"):
                 workspaces[e.device] += e.nbytes
             if e.op == HELD:
                 held[e.device] += e.nbytes
@@ -349,6 +354,14 @@ def dry_run(
         notes.append(f"PYTORCH_CUDA_ALLOC_CONF: {e}")
     if stopped is not None:
         fits = None
+    key = card_key(target)
+    if key is not None and (here is None or _name_key(here[1]) != key):
+        if any(n.startswith(CONV_SIZED) for n in notes):
+            notes.append(
+                f"the convolutions' workspaces are those cuDNN picks on this GPU; on the "
+                f"{target.label if target else key} it may pick other plans, with other "
+                "workspaces"
+            )
     if seen.cuda_initialized:
         notes.append(
             STARTED_CUDA

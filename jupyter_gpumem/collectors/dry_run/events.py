@@ -22,7 +22,7 @@ StopKind = Literal[
     "syntax",  # the cell does not compile
     "error",  # anything else the code raised
 ]
-AllocKind = Literal["tensor", "cublas workspace", "cublaslt workspace"]
+AllocKind = Literal["tensor", "cublas workspace", "cublaslt workspace", "cudnn workspace"]
 
 
 @dataclass(frozen=True, slots=True)

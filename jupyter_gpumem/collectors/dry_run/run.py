@@ -350,6 +350,7 @@ def _put_back(
     user's gradients, objects and torch's switches put back, the state's records and notes
     into ``result``."""
     state.recording = False
+    _size_convolutions(state)
     if watch is not None:  # before the user's objects are put back
         result.seen = watch.finish()
     result.held = list(state.held)
@@ -369,6 +370,19 @@ def _put_back(
             f"the run changed {changed} of the objects it was given "
             "(attributes, optimizer state, containers): they were put back"
         )
+
+
+def _size_convolutions(state: State) -> None:
+    """The cuDNN convolutions' workspaces sized (``conv.ConvWorkspaces``), and said so."""
+    if not state.convs.pending:
+        return
+    sized, unsized, how = state.convs.size(state.events)
+    what = "cuDNN's workspace for convolutions"
+    if sized:
+        state.note("conv:sized", f"{what}: {sized} calls sized, {how}")
+    if unsized:
+        state.note("conv:unsized", f"not seen: {what} of {unsized} calls ({how})")
+        state.unseen.add("cuDNN's workspace for convolutions")
 
 
 def _with_held(held: list[Alloc], events: list[Event], seen: Seen | None) -> Events:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
+from .conv import ConvWorkspaces
 from .events import Alloc, AllocKind, Event, Free
 from .values import KnownValues
 from .where import here
@@ -92,7 +93,14 @@ class State:
         self.module_now = -1  # the innermost module running in the run's thread (Watch)
         self.libraries: set[str] = set()  # "cudnn", "nccl": loaded by the ops that ran
         self.unseen: set[str] = set()  # scratch memory of ops the run saw, not sized
+        self.convs = ConvWorkspaces(t)  # cuDNN convolutions' workspaces, sized at the end
         self.scalar_read = t.ops.aten._local_scalar_dense.default
+        aten = t.ops.aten
+        self.dropouts = frozenset(
+            getattr(aten, name).default
+            for name in ("dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout")
+            if hasattr(aten, name)
+        )
         from torch.utils._python_dispatch import is_traceable_wrapper_subclass_type
 
         self.is_wrapper = is_traceable_wrapper_subclass_type
@@ -302,6 +310,10 @@ class State:
             name = func._opname
             if name in CUDNN_OPS:
                 self.libraries.add("cudnn")
+            if name in ("convolution", "convolution_backward") and self._convolution(
+                name, args, out
+            ):
+                return
             self.note(f"scratch:{name}", f"not seen: {SCRATCH_OPS[name]} ({func})")
             self.unseen.add(SCRATCH_OPS[name])
             return
@@ -334,6 +346,28 @@ class State:
                 f"{'cuBLASLt' if lib == 'cublaslt' else 'cuBLAS'} workspace of {nbytes:,} B "
                 f"added {when}, first at {op} ({ws.source})",
             )
+
+    @staticmethod
+    def dropout_is_identity(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Whether a dropout call (input, p, train) does nothing: ATen's ``_dropout_impl``
+        returns the input itself when not training, for p = 0, or for an empty input. The
+        fake mode's Python decomposition clones it instead: one more activation-sized
+        storage per dropout in eval mode (a Swin-T's inference: 8.7 % of peak reserved)."""
+        p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+        train = kwargs.get("train", args[2] if len(args) > 2 else True)
+        return not train or p == 0 or args[0].numel() == 0
+
+    def _convolution(self, name: str, args: Any, out: Any) -> bool:
+        """A convolution's cuDNN workspaces, recorded to be sized when the run ends
+        (``conv.ConvWorkspaces``); False when its backend cannot be told."""
+        calls = self.convs.calls(name, args, out)
+        if calls is None:
+            return False
+        for call in calls:  # taken and given back around each cuDNN call
+            key = self.alloc(0, call.device, f"aten.{name}.default", "cudnn workspace")
+            self.convs.pending.append((len(self.events) - 1, call))
+            self.events.append(Free(key))
+        return True
 
     def wrapped(self, types: Any) -> bool:
         """Whether an op's tensor types include a wrapper subclass other than FakeTensor."""
