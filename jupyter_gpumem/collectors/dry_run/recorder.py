@@ -1,8 +1,10 @@
 """The recorder: a ``TorchDispatchMode`` above the fake mode that sees each op of a dry run.
 Before the op, the user's real tensors among its arguments are replaced by their fake
 copies (``State.fake_inputs``); a value read to the host is answered (``State.host_read``);
-a size that depends on values is sized (``State.size_by_values``); after it, the op's new
-storages are recorded (``State.see_outputs``) and its small known values kept. Every
+a size that depends on values is sized (``State.size_by_values``); a dropout that does
+nothing returns its input, as ATen's does (the fake mode's decomposition clones it); after
+it, the op's new storages are recorded (``State.see_outputs``) and its small known values
+kept. Every
 :data:`~jupyter_gpumem.collectors.dry_run.state.CLOCK_EVERY` ops the state looks at the
 clock (progress, the time budget)."""
 
@@ -44,6 +46,8 @@ def recorder_class() -> Any:
                     state.clock()
                 if func not in state.lifts:  # torch.tensor(data)'s fresh tensor: not the user's
                     args, kwargs = state.fake_inputs(args, kwargs)
+                if func in state.dropouts and state.dropout_is_identity(args, kwargs):
+                    return args[0]  # ATen's dropout returns its input itself here
                 if func is state.scalar_read and args and isinstance(args[0], state.fake_type):
                     try:  # a constant the fake mode knows (AdamW's step count) it answers
                         return func(*args, **kwargs)

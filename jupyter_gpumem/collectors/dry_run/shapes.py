@@ -1,5 +1,6 @@
 """Outputs whose size depends on values: ``nonzero`` (``torch.where(mask)``), boolean-mask
-indexing (``x[mask]``) and ``masked_select``. PyTorch's fake mode cannot size them (it has
+indexing (``x[mask]``), ``masked_select`` and CTC loss (its ``log_alpha`` is as long as the
+longest target). PyTorch's fake mode cannot size them (it has
 no values) and raises; a dry run sizes them instead, and says how:
 
 - *exactly* when the mask's values are known (made of constants: ``values``);
@@ -66,4 +67,21 @@ def sized(
         n = selected(values) if values is not None else mask.numel()
         rest = tuple(x.shape[mask.dim() :])
         return x.new_empty((n, *rest)), EXACT if values is not None else WORST
+    if func is aten._ctc_loss.Tensor:
+        # (neg_log_likelihood (N,), log_alpha (N, T, 2 * longest target + 1)), as
+        # ctc_loss_gpu_template makes them; the longest target is read from the lengths
+        log_probs, targets, target_lengths = args[0], args[1], args[3]
+        values = known(target_lengths)
+        if values is not None:
+            with no_dispatch():
+                longest = int(values.max()) if values.numel() else 0
+        else:  # one target as long as the targets allow
+            longest = targets.shape[1] if targets.dim() == 2 else targets.numel()
+        batch = log_probs.shape[1] if log_probs.dim() == 3 else 1
+        nll = log_probs.new_empty((batch,))
+        alpha = log_probs.new_empty((batch, log_probs.shape[0], 2 * longest + 1))
+        how = EXACT if values is not None else "as the worst case: the longest target possible"
+        return (nll, alpha), how
+    if func is aten._ctc_loss_backward.Tensor:  # the gradient is log_probs' size
+        return args[1].new_empty(args[1].shape), EXACT
     return None
