@@ -15,13 +15,16 @@ Others import from this package only. Its modules, one part each:
 - ``keep``: the user's objects and torch's switches, put back after the run;
 - ``values``: the small values a run knows (a loop's flags and counters);
 - ``shapes``: outputs whose size depends on values, sized exactly or as the worst case;
-- ``workspaces``: cuBLAS's workspaces by card, ops with scratch memory;
+- ``workspaces``: cuBLAS's workspaces by card, ops with scratch memory; ``conv`` and
+  ``cudnn``: cuDNN convolutions' workspaces, asked of cuDNN's heuristics; ``attention``:
+  fused attention's temporaries; ``composite``: composite ops split into their parts;
 - ``kernels``, ``rnn``, ``rnn_sizes``: fake kernels for ops whose own fail or refuse what
   the real op runs (``_grouped_mm``, cuDNN RNNs);
 - ``patches``: what a run changes in torch while it runs so that it takes the real run's
   path (foreach optimizers, moving modules, tensors from data, a linear layer's bias);
-- ``watch``: the breakdown's hooks; ``where``: the user's line; ``group``: a fake process
-  group for a run of several ranks.
+- ``watch``: the breakdown's hooks (their phases and modules tracked by
+  ``collectors/phases.py``); ``where``: the user's line; ``group``: a fake process group
+  for a run of several ranks.
 """
 
 from .events import (

@@ -95,11 +95,10 @@ class State:
         self.unseen: set[str] = set()  # scratch memory of ops the run saw, not sized
         self.convs = ConvWorkspaces(t)  # cuDNN convolutions' workspaces, sized at the end
         self.scalar_read = t.ops.aten._local_scalar_dense.default
-        aten = t.ops.aten
-        self.dropouts = frozenset(
-            getattr(aten, name).default
-            for name in ("dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout")
-            if hasattr(aten, name)
+        # sized by ``shapes`` before the fake mode sees them: for CTC loss it has no fake
+        # kernel and falls back to running the op for real, which starts CUDA
+        self.presized = frozenset(
+            op.Tensor for op in (t.ops.aten._ctc_loss, t.ops.aten._ctc_loss_backward)
         )
         from torch.utils._python_dispatch import is_traceable_wrapper_subclass_type
 
@@ -317,6 +316,9 @@ class State:
             self.note(f"scratch:{name}", f"not seen: {SCRATCH_OPS[name]} ({func})")
             self.unseen.add(SCRATCH_OPS[name])
             return
+        if kind == "mha":  # its temporaries, then its projections' cuBLASLt workspaces
+            self._attention(func, args, kwargs, out)
+            kind = "cublaslt"
         if kind == "grouped_mm" and not grouped_mm_uses_cublas(args, kwargs):
             return  # bfloat16: CUTLASS, no cuBLAS workspace
         if self.workspaces is None:
@@ -347,15 +349,21 @@ class State:
                 f"added {when}, first at {op} ({ws.source})",
             )
 
-    @staticmethod
-    def dropout_is_identity(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-        """Whether a dropout call (input, p, train) does nothing: ATen's ``_dropout_impl``
-        returns the input itself when not training, for p = 0, or for an empty input. The
-        fake mode's Python decomposition clones it instead: one more activation-sized
-        storage per dropout in eval mode (a Swin-T's inference: 8.7 % of peak reserved)."""
-        p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
-        train = kwargs.get("train", args[2] if len(args) > 2 else True)
-        return not train or p == 0 or args[0].numel() == 0
+    def _attention(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
+        """``_native_multi_head_attention``'s temporaries (``attention.temporaries``), taken
+        with its output alive and given back as it returns."""
+        from .attention import UNFUSED, temporaries
+
+        sizes = temporaries(args, kwargs)
+        device = next((x.device for x in _tensors(out, self.t.Tensor)), None)
+        if device is None or device.type != self.device_type:
+            return
+        if sizes is None:
+            self.note(f"scratch:{func}", f"not seen: {UNFUSED} ({func})")
+            self.unseen.add(UNFUSED)
+            return
+        keys = [self.alloc(n, device.index or 0, str(func), "tensor") for n in sizes if n]
+        self.events.extend(Free(k) for k in keys)
 
     def _convolution(self, name: str, args: Any, out: Any) -> bool:
         """A convolution's cuDNN workspaces, recorded to be sized when the run ends
@@ -458,7 +466,7 @@ class State:
         )
 
     def size_by_values(
-        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], e: BaseException
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], e: BaseException | None
     ) -> Any:
         """An output whose size depends on values (``nonzero``, ``x[mask]``), sized by
         ``shapes``; the note says how and where. Other such ops stop the run."""
@@ -466,6 +474,7 @@ class State:
 
         made = sized(self.t, func, args, kwargs, self.values.value)
         if made is None:
+            e = e if e is not None else RuntimeError(f"{func} could not be sized")
             self.failed = (func, e)
             raise e
         out, how = made

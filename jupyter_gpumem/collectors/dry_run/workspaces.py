@@ -164,7 +164,8 @@ def grouped_mm_uses_cublas(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> 
 def op_kind(func: Any) -> str:
     """What an op is beside its outputs: "cublas", "cublaslt", "addmm" (cuBLASLt when its
     bias is a vector, :func:`addmm_uses_lt`), "grouped_mm" (cuBLAS when
-    :func:`grouped_mm_uses_cublas`), "scratch" (scratch memory not seen), "collective",
+    :func:`grouped_mm_uses_cublas`), "mha" (fused attention's temporaries and its
+    projections' cuBLASLt), "scratch" (scratch memory not seen), "collective",
     "custom" (a namespace not torch's own), or "" (nothing more)."""
     name = func._opname if hasattr(func, "_opname") else str(func)
     namespace = getattr(func, "namespace", "aten")
@@ -176,6 +177,8 @@ def op_kind(func: Any) -> str:
         return "addmm"
     if name == "_grouped_mm":
         return "grouped_mm"
+    if name == "_native_multi_head_attention":
+        return "mha"
     if name in _CUBLASLT_OPS:
         return "cublaslt"
     if name in _CUBLAS_OPS:

@@ -1,0 +1,50 @@
+"""Ops that reach the recorder whole where the real run splits them. Under
+``torch.inference_mode`` (no autograd key to split them first) a composite op such as
+``aten.linear``, ``aten.matmul`` or ``aten.layer_norm`` comes to the dispatch modes as it
+is; the fake mode would then run it inside itself and record its output only, hiding the
+parts' temporaries (a non-contiguous input's copy, ``native_layer_norm``'s mean and rstd)
+and the cuBLAS calls among them. :class:`Composites` says which ops have a C++ composite
+kernel, for the recorder to run that kernel with itself on, each part recorded.
+
+``aten.dropout`` is one, with a Python decomposition beside it that clones its input when
+it does nothing; ATen's ``_dropout_impl`` returns the input itself then (not training,
+p = 0, an empty input): :func:`dropout_is_identity`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_DROPOUTS = ("dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout")
+
+
+class Composites:
+    def __init__(self, t: Any) -> None:
+        self.key = t._C.DispatchKey.CompositeImplicitAutograd
+        self._has = t._C._dispatch_has_kernel_for_dispatch_key
+        self._known: dict[Any, bool] = {}
+        aten = t.ops.aten
+        self.dropouts = frozenset(
+            getattr(aten, name).default for name in _DROPOUTS if hasattr(aten, name)
+        )
+
+    def __call__(self, func: Any) -> bool:
+        """Whether ``func`` is an aten op with a C++ composite kernel."""
+        known = self._known.get(func)
+        if known is None:
+            try:
+                known = getattr(func, "namespace", "") == "aten" and bool(
+                    self._has(func.name(), self.key)
+                )
+            except Exception:  # an op the dispatcher does not know by name (prim::device)
+                known = False
+            self._known[func] = known
+        return known
+
+
+def dropout_is_identity(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a dropout call (input, p, train) returns its input: not training, p = 0, or
+    an empty input (one activation-sized clone per dropout otherwise, as the fake mode's
+    decomposition makes)."""
+    p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+    train = kwargs.get("train", args[2] if len(args) > 2 else True)
+    return not train or p == 0 or args[0].numel() == 0
