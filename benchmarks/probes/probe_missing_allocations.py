@@ -68,6 +68,15 @@ CASES = {
 }
 
 
+def _case(name: str):
+    """A case of this file, else of tests/gpu/dry_run_cases.py."""
+    if name in CASES:
+        return CASES[name]
+    from tests.gpu.dry_run_cases import CASES as MORE
+
+    return MORE[name]
+
+
 def _frame(frames: list[dict]) -> str:
     for f in frames:
         name = f.get("filename", "")
@@ -82,7 +91,7 @@ def real(name: str) -> dict:
 
     torch.cuda.init()
     torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python")
-    CASES[name]()
+    _case(name)()
     torch.cuda.synchronize()
     snapshot = torch.cuda.memory._snapshot()
     torch.cuda.memory._record_memory_history(enabled=None)
@@ -102,8 +111,8 @@ def dry(name: str) -> dict:
     from jupyter_gpumem.collectors.dry_run.run import Alloc, record
     from jupyter_gpumem.core.dry_run import dry_run
 
-    r = dry_run(CASES[name])
-    seen = record(CASES[name], breakdown=False)
+    r = dry_run(_case(name))
+    seen = record(_case(name), breakdown=False)
     d = max(r.devices, key=lambda d: d.peak_reserved) if r.devices else None
     return {
         "peak_allocated": d.peak_allocated if d else None,

@@ -306,6 +306,7 @@ CASES: dict[str, Callable[[], None]] = {
     "efficientnet_b0_fp16_gradscaler": lambda: _torchvision("efficientnet_b0", 64, amp=True),
     "deeplabv3_resnet50_512": lambda: _torchvision("segmentation.deeplabv3_resnet50", 4, 512),
     "swin_t_inference": lambda: _torchvision("swin_t", 64, train=False),
+    "vit_b16_adamw": lambda: _torchvision("vit_b_16", 32),
     "t5_small_adamw": lambda: _transformers("t5"),
     "whisper_tiny_adamw": lambda: _transformers("whisper"),
     "wav2vec2_base_ctc": lambda: _transformers("wav2vec2"),
