@@ -1,9 +1,10 @@
 """What a dry run adds beside the fake kernels, on the CPU: cuDNN convolutions' workspaces
 (the calls PyTorch's cuDNN path makes, as the descriptors cuDNN is asked with, and the
 0-byte placeholders sized when the run ends), CTC loss's ``log_alpha`` (sized by the
-longest target), and dropouts that return their input (as ATen's do, where the fake mode's
-decomposition clones it). The GPU side (cuDNN asked on an H200, whole models against real
-steps) is tests/gpu/test_dry_run_gpu.py."""
+longest target), dropouts that return their input (as ATen's do, where the fake mode's
+decomposition clones it), composite ops split into their recorded parts under inference
+mode, and fused attention's temporaries. The GPU side (cuDNN asked on an H200, whole models
+against real steps) is tests/gpu/test_dry_run_gpu.py."""
 
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ def cudnn_backend(monkeypatch):
     monkeypatch.setattr(conv_module, "backend", lambda t, args: "Cudnn")
 
 
+def _calls(name, args, out):
+    return conv_module.conv_calls(torch, name, args, out, (False, True))
+
+
 def _conv_args(x, w, stride=(1, 1), padding=(1, 1)):
     return (x, w, None, list(stride), list(padding), [1] * len(stride), False, [0] * len(stride), 1)
 
@@ -32,7 +37,7 @@ def _conv_args(x, w, stride=(1, 1), padding=(1, 1)):
 def test_a_forward_is_one_call_with_the_tensors_as_cudnn_sees_them(cudnn_backend):
     x, w = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
     y = torch.nn.functional.conv2d(x, w, padding=1)
-    (call,) = conv_module.conv_calls(torch, "convolution", _conv_args(x, w), y, (False, True))
+    (call,) = _calls("convolution", _conv_args(x, w), y)
     assert call.op == "forward"
     assert (call.x.dims, call.x.strides) == ((2, 3, 8, 8), (192, 64, 8, 1))
     assert (call.w.dims, call.y.dims) == ((4, 3, 3, 3), (2, 4, 8, 8))
@@ -44,7 +49,7 @@ def test_channels_last_gives_nhwc_strides_and_size_one_dims_follow_pytorch(cudnn
     x = torch.randn(2, 3, 1, 5).to(memory_format=torch.channels_last)
     w = torch.randn(4, 3, 1, 1).to(memory_format=torch.channels_last)
     y = torch.nn.functional.conv2d(x, w)
-    (call,) = conv_module.conv_calls(torch, "convolution", _conv_args(x, w, padding=(0, 0)), y, (False, True))  # fmt: skip
+    (call,) = _calls("convolution", _conv_args(x, w, padding=(0, 0)), y)
     # NHWC: C innermost; H (size 1) gets fixSizeOneDimStride's stride W * C
     assert call.x.strides == (15, 1, 15, 3)
     assert call.w.strides == (3, 1, 3, 3)
@@ -54,7 +59,7 @@ def test_a_1d_convolution_is_seen_as_2d_of_height_one(cudnn_backend):
     x, w = torch.randn(2, 3, 10), torch.randn(4, 3, 3)
     y = torch.nn.functional.conv1d(x, w, stride=2, padding=1)
     args = (x, w, None, [2], [1], [1], False, [0], 1)
-    (call,) = conv_module.conv_calls(torch, "convolution", args, y, (False, True))
+    (call,) = _calls("convolution", args, y)
     assert call.x.dims == (2, 3, 1, 10) and call.y.dims == (2, 4, 1, 5)
     assert (call.stride, call.padding, call.dilation) == ((1, 2), (0, 1), (1, 1))
 
@@ -63,10 +68,10 @@ def test_a_backward_runs_the_data_gradient_then_the_filter_gradient(cudnn_backen
     x, w = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
     dy = torch.randn(2, 4, 8, 8)
     args = (dy, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
-    both = conv_module.conv_calls(torch, "convolution_backward", (*args, [True, True, False]), None, (False, True))  # fmt: skip
+    both = _calls("convolution_backward", (*args, [True, True, False]), None)
     assert [c.op for c in both] == ["backward data", "backward filter"]
     assert both[0].x.dims == (2, 3, 8, 8) and both[0].y.dims == (2, 4, 8, 8)
-    only_w = conv_module.conv_calls(torch, "convolution_backward", (*args, [False, True, True]), None, (False, True))  # fmt: skip
+    only_w = _calls("convolution_backward", (*args, [False, True, True]), None)
     assert [c.op for c in only_w] == ["backward filter"]
 
 
@@ -75,7 +80,7 @@ def test_a_transposed_convolution_is_cudnns_backward_data(monkeypatch):
     x, w = torch.randn(2, 4, 5, 5), torch.randn(4, 3, 2, 2)
     y = torch.nn.functional.conv_transpose2d(x, w, stride=2)
     args = (x, w, None, [2, 2], [0, 0], [1, 1], True, [0, 0], 1)
-    (call,) = conv_module.conv_calls(torch, "convolution", args, y, (False, True))
+    (call,) = _calls("convolution", args, y)
     assert call.op == "backward data"
     assert call.x.dims == (2, 3, 10, 10) and call.y.dims == (2, 4, 5, 5)
 
@@ -85,14 +90,14 @@ def test_the_alignment_follows_the_storage_offset(cudnn_backend):
     x = base[1:].view(2, 3, 8, 8)  # 4 bytes past the block's start
     w = torch.randn(4, 3, 3, 3)
     y = torch.nn.functional.conv2d(x, w, padding=1)
-    (call,) = conv_module.conv_calls(torch, "convolution", _conv_args(x, w), y, (False, True))
+    (call,) = _calls("convolution", _conv_args(x, w), y)
     assert call.x.alignment == 4
 
 
 def test_another_backend_runs_no_cudnn_call():
     x, w = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
     y = torch.nn.functional.conv2d(x, w, padding=1)
-    assert conv_module.conv_calls(torch, "convolution", _conv_args(x, w), y, (False, True)) == []
+    assert _calls("convolution", _conv_args(x, w), y) == []
 
 
 def _step():
@@ -166,3 +171,36 @@ def test_a_dropout_that_does_nothing_returns_its_input():
 
     allocs = [e for e in record(run, device_type="cpu").events if isinstance(e, Alloc)]
     assert [e.op for e in allocs] == ["aten.randn.default"]
+
+
+def test_composite_ops_under_inference_mode_record_their_parts():
+    """Under inference mode aten.layer_norm reaches the recorder whole: its C++ kernel's
+    parts are recorded, native_layer_norm's mean and rstd with them."""
+    norm = torch.nn.LayerNorm(256)
+
+    def run():
+        x = torch.randn(8, 10, 256)
+        with torch.inference_mode():
+            norm(x)
+
+    allocs = [e for e in record(run, device_type="cpu").events if isinstance(e, Alloc)]
+    parts = [e.nbytes for e in allocs if e.op == "aten.native_layer_norm.default"]
+    assert parts == [8 * 10 * 256 * 4, 8 * 10 * 4, 8 * 10 * 4]
+
+
+def test_fused_attention_takes_its_projection_and_attention_output_inside():
+    mha = torch.nn.MultiheadAttention(64, 4, batch_first=True).eval()
+
+    def run(need_weights=False):
+        q = torch.randn(4, 10, 64)
+        with torch.inference_mode():
+            mha(q, q, q, need_weights=need_weights)
+
+    r = record(run, device_type="cpu")
+    inside = [e for e in r.events if isinstance(e, Alloc) and "multi_head" in e.op]
+    unit = 4 * 10 * 64 * 4
+    assert [e.nbytes for e in inside] == [unit, 3 * unit, unit]  # the output, then both
+    freed = {e.key for e in r.events if type(e).__name__ == "Free"}
+    assert {inside[1].key, inside[2].key} <= freed
+    unfused = record(lambda: run(need_weights=True), device_type="cpu")
+    assert any("unfused" in u for u in unfused.unseen), unfused.unseen
