@@ -317,7 +317,9 @@ class State:
             self.unseen.add(SCRATCH_OPS[name])
             return
         if kind == "mha":  # its temporaries, then its projections' cuBLASLt workspaces
-            self._attention(func, args, kwargs, out)
+            from .attention import record_temporaries
+
+            record_temporaries(self, func, args, kwargs, out)
             kind = "cublaslt"
         if kind == "grouped_mm" and not grouped_mm_uses_cublas(args, kwargs):
             return  # bfloat16: CUTLASS, no cuBLAS workspace
@@ -348,22 +350,6 @@ class State:
                 f"{'cuBLASLt' if lib == 'cublaslt' else 'cuBLAS'} workspace of {nbytes:,} B "
                 f"added {when}, first at {op} ({ws.source})",
             )
-
-    def _attention(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
-        """``_native_multi_head_attention``'s temporaries (``attention.temporaries``), taken
-        with its output alive and given back as it returns."""
-        from .attention import UNFUSED, temporaries
-
-        sizes = temporaries(args, kwargs)
-        device = next((x.device for x in _tensors(out, self.t.Tensor)), None)
-        if device is None or device.type != self.device_type:
-            return
-        if sizes is None:
-            self.note(f"scratch:{func}", f"not seen: {UNFUSED} ({func})")
-            self.unseen.add(UNFUSED)
-            return
-        keys = [self.alloc(n, device.index or 0, str(func), "tensor") for n in sizes if n]
-        self.events.extend(Free(k) for k in keys)
 
     def _convolution(self, name: str, args: Any, out: Any) -> bool:
         """A convolution's cuDNN workspaces, recorded to be sized when the run ends
