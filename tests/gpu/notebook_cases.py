@@ -9,9 +9,10 @@ fresh process of its own.
 What is compared: the dry run's need in a fresh process (its predicted peak reserved, with
 what the cell uses of the kernel's tensors held from the start, plus the memory beside
 PyTorch) against the real fresh process's peak reserved plus what it holds beside PyTorch
-(NVML's device used at the end, less what the device held before it started, less
-reserved). For the scan: the largest batch predicted to fit a card, checked with two real
-runs under the card's cap: the predicted batch runs, and one 3 % larger does not.
+(NVML's figure for the process at the end, else the device's used less what it held
+before the process started, less reserved). For the scan: the largest batch predicted to
+fit a card, checked with two real runs under the card's cap: the predicted batch runs, and
+one 3 % larger does not.
 """
 
 from __future__ import annotations
@@ -103,6 +104,20 @@ def _device_used() -> int:
     return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).used)
 
 
+def _process_used() -> int | None:
+    """What NVML says this process holds on GPU 0 (None where it does not list it: a PID
+    namespace of its own); unlike the device's used memory, other processes on the GPU do
+    not move it."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+        if p.pid == os.getpid() and p.usedGpuMemory:
+            return int(p.usedGpuMemory)
+    return None
+
+
 def real(name: str, batch: int, cap: int | None, before: int) -> dict:
     """The model built, then the step, for real, in this fresh process."""
     import torch
@@ -123,7 +138,9 @@ def real(name: str, batch: int, cap: int | None, before: int) -> dict:
         out["out_of_memory"] = True
     out["peak_allocated"] = torch.cuda.max_memory_allocated()
     out["peak_reserved"] = torch.cuda.max_memory_reserved()
-    out["beside"] = _device_used() - before - torch.cuda.memory_reserved()
+    own = _process_used()
+    used = own if own is not None else _device_used() - before
+    out["beside"] = used - torch.cuda.memory_reserved()
     out["need"] = out["peak_reserved"] + out["beside"]
     return out
 
@@ -150,7 +167,9 @@ def predicted(name: str, batch: int) -> dict:
     before = {k: v.detach().clone() for k, v in _state(shell).items()}
     shell.user_ns["batch"] = batch
     allocated = torch.cuda.memory_allocated()
+    used_before = _process_used()
     result = shell.run_cell(f"%%gpumem --dry-run -q -o plan\n{step}")
+    used_after = _process_used()
     assert result.success, result.error_in_exec
     plan = shell.user_ns["plan"]
     d = max(plan.devices, key=lambda d: d.peak_reserved)
@@ -171,6 +190,10 @@ def predicted(name: str, batch: int) -> dict:
         "unchanged": all(torch.equal(before[k], after[k]) for k in before)
         and set(before) == set(after),
         "allocated_unchanged": torch.cuda.memory_allocated() == allocated,
+        # what the process holds beside PyTorch grew by (cuDNN's handle, when asked)
+        "process_used_change": None
+        if used_before is None or used_after is None
+        else used_after - used_before,
     }
 
 
