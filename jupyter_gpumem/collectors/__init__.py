@@ -11,7 +11,8 @@ else in the package works from those records. Where each source is read:
   :mod:`.readings` the conversion of their raw figures into records, :mod:`.nvml` NVML,
   :mod:`.host` the host's memory and process names;
 - :mod:`.snapshot`, :mod:`.step`, :mod:`.phase_peaks`: torch's snapshots and traces, the
-  hooks of ``--breakdown`` and ``--scan``;
+  hooks of ``--breakdown`` and ``--scan``; :mod:`.phases`: the phases of a training step
+  and the modules running in it, tracked for those two and the dry run's breakdown;
 - :mod:`.namespace` (with :mod:`.namespace_kinds`, :mod:`.namespace_reach`,
   :mod:`.namespace_bulk`): who holds GPU tensors in the user's namespace;
 - :mod:`.workers` (forked and spawned workers), :mod:`.distributed` (ranks, through a

@@ -14,6 +14,11 @@ While the cell runs, and only then:
 - global optimizer step hooks mark each optimizer step and see the gradients and the
   optimizer state.
 
+The module and optimizer hooks, the stack of running calls, the phases and the thread
+tracked are ``phases.py``'s :class:`~jupyter_gpumem.collectors.phases.PhaseTracker`, shared
+with the dry run's breakdown and ``--scan``'s phase peaks; what is this recorder's own is
+here: the saved-tensor hooks, the positions, the names and what is observed.
+
 Records of persistent tensors and the phase marks are stamped with the device's
 *position*: how many allocations and frees its allocator has made since the cell began,
 from the allocator's own counters (one ``_cuda_memoryStats`` call, ~12 us on an H100 host,
@@ -27,13 +32,14 @@ passes the module the user imported.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable
+from threading import get_ident
 from time import time_ns
 from typing import Any
 
 from ..model import Mark, ModuleCall, Observed, StepRecord
 from .allocator import cuda_counters
+from .phases import Phase, PhaseTracker, qualified_names
 
 INPLACE_ERROR = (
     "one of the variables needed for gradient computation has been modified by an inplace "
@@ -76,18 +82,20 @@ class StepRecorder:
         self.active = False
         self._zero: dict[int, int] = {}
         self._devs: list[int] = []
-        self._thread = 0
-        self._stack: list[list[Any]] = []  # [name, start, end] of the running calls
+        # the phases and the running calls (their stack: [name, start, end, saved])
+        self._phases = PhaseTracker(t, self._phase, self._enter, self._exit, self._optimizer)
+        self._stack = self._phases.stack  # the tracker's, for the pack hook
         self._calls: list[list[Any]] = []  # every call, in order (ModuleCall at stop)
+        self._add_call = self._calls.append  # bound once: called at every module call
         # saved tensors: (device, address, nbytes, module, time_ns), Observed at stop
         self._saved: list[tuple[int, int, int, str, int]] = []
         self._names: dict[int, str] = {}  # id(module) -> qualified name
+        self._name_of = self._names.get  # the same
         self._roots: dict[int, Any] = {}  # modules whose parameters are watched
         self._optimizers: dict[int, Any] = {}
-        self._in_backward = False
         self._state_sizes: dict[int, int] = {}  # optimizer -> state tensors before its step
         self._first_param: dict[int, int] = {}  # module -> where its first parameter was
-        self._handles: list[Any] = []
+        self._reading: dict[int, int] | None = None  # positions read after an optimizer step
         self._hooks: Any = None
 
     # -- positions ------------------------------------------------------------------
@@ -102,6 +110,15 @@ class StepRecorder:
     def _mark(self, phase: str) -> None:
         self._devs = self._devices()
         self.record.marks.append(Mark(self._positions(), phase))
+
+    def _phase(self, phase: Phase) -> None:
+        """A phase begins: marked at the positions now (after an optimizer step, at those
+        its state was observed at)."""
+        positions, self._reading = self._reading, None
+        if positions is None:
+            self._mark(phase)
+        else:
+            self.record.marks.append(Mark(positions, phase))
 
     # -- observations ---------------------------------------------------------------
     def _observe(
@@ -187,62 +204,51 @@ class StepRecorder:
             self._first_param[id(module)] = first.data_ptr() if first is not None else 0
         except Exception:
             pass
-        try:
-            for sub, child in module.named_modules():
-                self._names.setdefault(id(child), f"{name}.{sub}" if sub else name)
-        except Exception:
-            self._names.setdefault(id(module), name)
+        for _, child, qualified in qualified_names(module, name):
+            self._names.setdefault(id(child), qualified)
 
-    # -- hooks ----------------------------------------------------------------------
-    def _pre(self, module: Any, args: Any) -> None:
-        if threading.get_ident() != self._thread:
-            return  # DataParallel replicas, recomputation in backward threads
-        if not self._stack:
-            if not self._in_backward:
-                self._mark("forward")
+    # -- the tracker's callbacks (module calls in the tracked thread) ---------------------
+    def _enter(self, module: Any, outermost: bool) -> list[Any]:
+        if outermost:
             if id(module) not in self._names:
                 self._add_root(module, type(module).__name__)
                 self._observe_module(module, self._positions(), set())
             elif self._moved(module):  # .to(), .half(): new storages since they were seen
                 self._observe_module(module, self._positions(), set())
-        name = self._names.get(id(module)) or type(module).__name__
-        # [name, start, end, the activations it saved (observed at its end)]
-        call: list[Any] = [name, time_ns(), None, []]
-        self._stack.append(call)
-        self._calls.append(call)
+        name = self._name_of(id(module)) or type(module).__name__
+        # [name, start, end, the activations it saved (observed at its end; None: none)]
+        call: list[Any] = [name, time_ns(), None, None]
+        self._add_call(call)
+        return call
 
-    def _post(self, module: Any, args: Any, output: Any) -> None:
-        if threading.get_ident() != self._thread or not self._stack:
-            return
-        call = self._stack.pop()
+    def _exit(self, call: list[Any]) -> None:
         end = call[2] = time_ns()
         # What this module saved for backward, stamped with its end: the saved tensors are
         # still alive then, so the block at each address is theirs.
-        if call[3]:
+        saved = call[3]
+        if saved:
             name = call[0]
-            self._saved.extend((d, a, n, name, end) for d, a, n in call[3])
-        if not self._stack and not self._in_backward:
-            self._mark("other")
+            self._saved += [(d, a, n, name, end) for d, a, n in saved]
 
-    def _opt_pre(self, opt: Any, args: Any, kwargs: Any) -> None:
-        self._mark("optimizer step")
-        positions = self.record.marks[-1].positions
-        self._state_sizes[id(opt)] = sum(len(v) for v in opt.state.values() if isinstance(v, dict))
-        if id(opt) not in self._optimizers:
-            self._optimizers[id(opt)] = opt
-            self._observe_optimizer(opt, dict(positions), set())
+    def _optimizer(self, opt: Any, before: bool) -> None:
+        if before:  # marked "optimizer step" just now
+            positions = self.record.marks[-1].positions
+            states = sum(len(v) for v in opt.state.values() if isinstance(v, dict))
+            self._state_sizes[id(opt)] = states
+            if id(opt) not in self._optimizers:
+                self._optimizers[id(opt)] = opt
+                self._observe_optimizer(opt, dict(positions), set())
+                return
+            seen: set[int] = set()
+            for group in opt.param_groups:  # gradients, made by the backward pass
+                for p in group["params"]:
+                    self._observe(p.grad, "gradients", dict(positions), seen)
             return
-        seen: set[int] = set()
-        for group in opt.param_groups:  # gradients, made by the backward pass
-            for p in group["params"]:
-                self._observe(p.grad, "gradients", dict(positions), seen)
-
-    def _opt_post(self, opt: Any, args: Any, kwargs: Any) -> None:
         positions = self._positions()
         states = sum(len(v) for v in opt.state.values() if isinstance(v, dict))
         if states != self._state_sizes.get(id(opt)):  # state made by this step (the first)
             self._observe_optimizer(opt, positions, set())
-        self.record.marks.append(Mark(positions, "other"))
+        self._reading = positions  # the "other" that follows is marked there
 
     def _pack(self, x: Any) -> Any:
         if self.active:
@@ -255,8 +261,13 @@ class StepRecorder:
                     else:  # a view: the block is its storage's
                         st = x.untyped_storage()
                         found = (device, st.data_ptr(), st.nbytes())
-                    if self._stack and threading.get_ident() == self._thread:
-                        self._stack[-1][3].append(found)
+                    stack = self._stack
+                    if stack and get_ident() == self._phases.thread:
+                        call = stack[-1]
+                        if call[3] is None:
+                            call[3] = [found]
+                        else:
+                            call[3].append(found)
                     else:  # outside any module: stamped now
                         self._saved.append((*found, "", time_ns()))
             except Exception:
@@ -267,38 +278,18 @@ class StepRecorder:
         alias, version = packed
         if alias._version != version:
             raise RuntimeError(INPLACE_ERROR.format(saved=version, now=alias._version))
-        if self.active and not self._in_backward:
-            self._in_backward = True
-            self._mark("backward")
-            try:
-                self.t.autograd.Variable._execution_engine.queue_callback(self._backward_done)
-            except Exception:  # not inside a backward pass after all
-                self._in_backward = False
+        if self.active and not self._phases.in_backward:
+            self._phases.backward_begins()  # the first unpack of a backward pass
         return alias
-
-    def _backward_done(self) -> None:
-        self._in_backward = False
-        if self.active:
-            self._mark("backward done")
 
     # -- start / stop ---------------------------------------------------------------
     def start(self) -> None:
-        import importlib
-
         t = self.t
-        self._thread = threading.get_ident()
         self._devs = self._devices()
         self._zero = {d: self._count(d) for d in self._devs}
         self.active = True
         self._see_roots(self._positions())
-        modules = importlib.import_module("torch.nn.modules.module")
-        optim = importlib.import_module("torch.optim.optimizer")
-        self._handles = [
-            modules.register_module_forward_pre_hook(self._pre),
-            modules.register_module_forward_hook(self._post, always_call=True),
-            optim.register_optimizer_step_pre_hook(self._opt_pre),
-            optim.register_optimizer_step_post_hook(self._opt_post),
-        ]
+        self._phases.start()
         self._hooks = t.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         self._hooks.__enter__()
 
@@ -322,8 +313,8 @@ class StepRecorder:
                         self._observe(p.grad, "gradients", end, seen)
             self.record.end_positions = end
             now = time_ns()
-            for call in self._stack:  # calls that never returned: their saved tensors now
-                self._saved.extend((d, a, n, call[0], now) for d, a, n in call[3])
+            for call in self._phases.stack:  # never returned: their saved tensors now
+                self._saved.extend((d, a, n, call[0], now) for d, a, n in call[3] or ())
             add = self.record.observations.append
             for device, address, nbytes, module, t in self._saved:
                 add(Observed(-1, device, address, nbytes, "activations", module, t))
@@ -333,15 +324,12 @@ class StepRecorder:
             if self._hooks is not None:
                 self._hooks.__exit__(None, None, None)
                 self._hooks = None
-            for h in self._handles:
-                h.remove()
-            self._handles = []
+            self._phases.stop()
             self.record.calls = [ModuleCall(c[0], c[1], c[2]) for c in self._calls]
-            self._calls = []
+            self._calls.clear()
             self._roots.clear()  # hold no user objects past the cell
             self._optimizers.clear()
             self._first_param.clear()
-            self._stack.clear()
         return self.record
 
 

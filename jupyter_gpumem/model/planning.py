@@ -149,7 +149,7 @@ RunKind = Literal["probe", "repeat", "verify"]
 class ScanPhase:
     """The allocator's peaks while a scanned run was in one phase of a step (forward,
     backward, optimizer step, other), read between the phase marks of
-    ``collectors/step.py``'s :class:`PhasePeaks`: each phase's peak is fitted on its own,
+    ``collectors/phase_peaks.py``'s :class:`PhasePeaks`: each phase's peak is fitted on its own,
     since the phase that makes a step's peak can change with the scanned value."""
 
     phase: str

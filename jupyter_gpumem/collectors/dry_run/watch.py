@@ -6,7 +6,10 @@ instead of the allocator's counters: global module forward hooks (the innermost 
 running at each allocation, ``Alloc.module``; where the forward pass begins and ends),
 optimizer step hooks (the parameters' gradients before each step, the optimizer state after
 it) and autograd's saved-tensor hooks (the storages saved for backward: activations; the
-first unpack marks the backward pass, a callback queued on the engine its end). Each claim
+first unpack marks the backward pass, a callback queued on the engine its end). The module
+and optimizer hooks, the stack of running modules, the phases and the thread watched are
+``collectors/phases.py``'s ``PhaseTracker``, shared with ``--breakdown``'s recorder and
+``--scan``'s phase peaks; the claims, the saved-tensor hooks and the names are here. Each claim
 names a storage by its allocation's key, so a storage is never confused with another. The
 pack hook keeps a saved output as a detached alias (the tensor itself would make a
 reference cycle, which would delay its free to the garbage collector and change the
@@ -23,12 +26,13 @@ What it sees is a :class:`~jupyter_gpumem.collectors.dry_run.events.Seen`, read 
 from __future__ import annotations
 
 import contextlib
-import importlib
-import threading
 import weakref
 from collections.abc import Callable, Iterable
+from functools import partial
+from threading import get_ident
 from typing import Any
 
+from ..phases import PhaseTracker, qualified_names
 from .events import CLAIMS, PhaseMark, PhaseName, Saved, Seen
 from .state import State
 
@@ -57,10 +61,12 @@ class Watch:
         self.t = t
         self.names = names
         self.seen = Seen()
-        self.thread = threading.get_ident()
         self.active = False
-        self.in_backward = False
-        self.stack: list[int] = []  # the running modules' indices, innermost last
+        # The phases and the running modules: each entry on the tracker's stack is the
+        # module that ran before the call (``state.module_now``, -1 for none), put back at
+        # its end (by setattr itself: no Python call in the hook).
+        back = partial(setattr, state, "module_now")
+        self.phases = PhaseTracker(t, self.mark, self._enter, back, self._optimizer)
         self.index: dict[int, tuple[int, Any]] = {}  # id(module) -> (index, weak ref)
         self.looked: set[int] = set()  # ids of the namespace's modules already named
         # roots named by their class: (weak ref, [(index, path below the root)])
@@ -68,7 +74,6 @@ class Watch:
         self.roots: dict[int, Any] = {}  # id -> weak ref: modules run at the top
         self.optimizers: dict[int, Any] = {}  # id -> weak ref
         self.disabled: list[str] = []  # messages of disable_saved_tensors_hooks in the run
-        self._handles: list[Any] = []
         self._hooks: Any = None
         self._disable: Any = None  # torch's _saved_tensors_hooks_disable, while wrapped
         self._sequence_nr: Callable[[], int] = getattr(
@@ -124,17 +129,13 @@ class Watch:
     def _register(self, module: Any, name: str) -> list[tuple[int, str]]:
         """Index ``module`` and its submodules not yet indexed, under ``name``."""
         added: list[tuple[int, str]] = []
-        try:
-            members = list(module.named_modules())
-        except Exception:
-            members = [("", module)]
         modules, index = self.seen.modules, self.index
-        for sub, child in members:
+        for sub, child, qualified in qualified_names(module, name):
             entry = index.get(id(child))
             if entry is not None and entry[1]() is child:
                 continue
             i = len(modules)
-            modules.append(f"{name}.{sub}" if sub else name)
+            modules.append(qualified)
             index[id(child)] = (i, weakref.ref(child))
             added.append((i, sub))
         return added
@@ -153,66 +154,53 @@ class Watch:
                 self.looked.add(id(obj))
                 self._register(obj, name)
 
-    def _new(self, module: Any) -> int:
+    def _new(self, module: Any, outermost: bool) -> int:
         self._from_namespace()
         entry = self.index.get(id(module))
         if entry is not None and entry[1]() is module:
             return entry[0]
         added = self._register(module, type(module).__name__)
-        if not self.stack and added:
+        if outermost and added:
             self.unnamed.append((weakref.ref(module), added))
         return self.index[id(module)][0]
 
-    # -- hooks ------------------------------------------------------------------------
-    def pre(self, module: Any, args: Any) -> None:
-        if threading.get_ident() != self.thread:
-            return  # DataParallel replicas, recomputation in backward threads
+    # -- the tracker's callbacks (module calls in the run's thread) -----------------------
+    def _enter(self, module: Any, outermost: bool) -> int:
         entry = self.index.get(id(module))
         if entry is not None and entry[1]() is module:
             i = entry[0]
         else:
             try:
-                i = self._new(module)
+                i = self._new(module, outermost)
             except Exception:  # a module that can't be named (no weak references): none
                 i = -1
-        if not self.stack:
-            if not self.in_backward:
-                self.mark("forward")
+        if outermost:
             ref = self.roots.get(id(module))
             if ref is None or ref() is not module:
                 with contextlib.suppress(TypeError):
                     self.roots[id(module)] = weakref.ref(module)
             self.claim_module(module)  # its parameters now (also after .to(), .half())
-        self.stack.append(i)
-        self.state.module_now = i
+        state = self.state
+        before, state.module_now = state.module_now, i
+        return before
 
-    def post(self, module: Any, args: Any, output: Any) -> None:
-        if threading.get_ident() != self.thread or not self.stack:
-            return
-        stack = self.stack
-        stack.pop()
-        self.state.module_now = stack[-1] if stack else -1
-        if not stack and not self.in_backward:
-            self.mark("other")
+    def _optimizer(self, opt: Any, before: bool) -> None:
+        if before:  # marked "optimizer step" just now
+            ref = self.optimizers.get(id(opt))
+            if ref is None or ref() is not opt:
+                with contextlib.suppress(TypeError):
+                    self.optimizers[id(opt)] = weakref.ref(opt)
+            self.claim_optimizer(opt, state=False)  # the gradients the backward pass made
+        else:  # "other" is marked next
+            self.claim_optimizer(opt)  # and the state the step made
 
-    def opt_pre(self, opt: Any, args: Any, kwargs: Any) -> None:
-        self.mark("optimizer step")
-        ref = self.optimizers.get(id(opt))
-        if ref is None or ref() is not opt:
-            with contextlib.suppress(TypeError):
-                self.optimizers[id(opt)] = weakref.ref(opt)
-        self.claim_optimizer(opt, state=False)  # the gradients the backward pass made
-
-    def opt_post(self, opt: Any, args: Any, kwargs: Any) -> None:
-        self.claim_optimizer(opt)  # and the state the step made
-        self.mark("other")
-
+    # -- saved-tensor hooks -----------------------------------------------------------
     def pack(self, x: Any) -> Any:
         if self.active:
             try:
                 entry = self.state.live.get(id(x.untyped_storage()))
                 if entry is not None and entry[0] is not None:
-                    here = threading.get_ident() == self.thread
+                    here = get_ident() == self.phases.thread
                     module = self.state.module_now if here else -1
                     self.seen.saved.append(Saved(entry[0], len(self.state.events), module))
             except Exception:
@@ -229,19 +217,9 @@ class Watch:
         alias, version = packed
         if alias._version != version:
             raise RuntimeError(INPLACE_ERROR.format(saved=version, now=alias._version))
-        if self.active and not self.in_backward:
-            try:
-                self.t.autograd.Variable._execution_engine.queue_callback(self._backward_done)
-            except Exception:  # not inside a backward pass after all
-                return alias
-            self.in_backward = True
-            self.mark("backward")
+        if self.active and not self.phases.in_backward:
+            self.phases.backward_begins()  # the first unpack of a backward pass
         return alias
-
-    def _backward_done(self) -> None:
-        self.in_backward = False
-        if self.active:
-            self.mark("backward done")
 
     def _disable_wrapper(self, message: Any, *args: Any, **kwargs: Any) -> Any:
         self.disabled.append(str(message))
@@ -255,16 +233,9 @@ class Watch:
     # -- start / stop -------------------------------------------------------------------
     def start(self) -> None:
         t = self.t
-        modules = importlib.import_module("torch.nn.modules.module")
-        optim = importlib.import_module("torch.optim.optimizer")
         self.active = True
         try:
-            self._handles = [
-                modules.register_module_forward_pre_hook(self.pre),
-                modules.register_module_forward_hook(self.post, always_call=True),
-                optim.register_optimizer_step_pre_hook(self.opt_pre),
-                optim.register_optimizer_step_post_hook(self.opt_post),
-            ]
+            self.phases.start()
             autograd_c = t._C._autograd
             self._disable = getattr(autograd_c, "_saved_tensors_hooks_disable", None)
             if self._disable is not None:
@@ -279,17 +250,13 @@ class Watch:
     def stop(self) -> None:
         """Remove every hook (safe to call twice)."""
         self.active = False
-        self.in_backward = False
         self.state.module_now = -1
-        self.stack.clear()
         try:
             if self._hooks is not None:
                 self._hooks.__exit__(None, None, None)
                 self._hooks = None
         finally:
-            for h in self._handles:
-                h.remove()
-            self._handles = []
+            self.phases.stop()
             if self._disable is not None:
                 self.t._C._autograd._saved_tensors_hooks_disable = self._disable
                 self._disable = None
