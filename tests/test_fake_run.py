@@ -462,14 +462,18 @@ def test_a_custom_op_with_a_fake_kernel_runs_with_a_note():
     assert any("gpumem_test.double.default (a custom op)" in n for n in r.notes)
 
 
-def test_ops_with_scratch_memory_of_their_own_are_noted():
+def test_ops_with_scratch_memory_of_their_own_are_noted(monkeypatch):
+    """A convolution on cuDNN (PyTorch's choice answered "Cudnn", as on a GPU) whose
+    workspace cannot be asked (no CUDA context) is named, with why."""
+    from jupyter_gpumem.collectors.dry_run import conv as conv_module
+    from jupyter_gpumem.collectors.dry_run import cudnn
+
+    monkeypatch.setattr(conv_module, "backend", lambda t, args: "Cudnn")
+    monkeypatch.setattr(cudnn, "sizer", lambda t, device: (None, "no CUDA context here"))
     conv = nn.Conv2d(3, 8, 3)
     r = cpu(lambda: conv(torch.randn(2, 3, 16, 16)))
     assert r.error is None
-    expected = (
-        "not seen: cuDNN's workspace for convolutions (it depends on the algorithm picked) "
-        "(aten.convolution.default)"
-    )
+    expected = "not seen: cuDNN's workspace for convolutions of 1 calls (no CUDA context here)"
     assert [n for n in r.notes if n.startswith("not seen:")] == [expected]
 
 
@@ -826,8 +830,19 @@ def test_torch_s_warnings_about_fake_tensors_are_not_shown_but_the_user_s_are():
     assert not any("data pointer of FakeTensor" in t for t in texts), texts
 
 
-def test_a_convolution_s_workspace_is_named_as_not_sized():
-    r = cpu(lambda: nn.Conv2d(3, 8, 3)(torch.randn(1, 3, 8, 8)))
+def test_a_convolution_s_workspace_is_named_as_not_sized(monkeypatch):
+    """Not sized where cuDNN runs it and cannot be asked; nothing unseen where another
+    backend runs it (the CPU's), nor for a matmul."""
+    from jupyter_gpumem.collectors.dry_run import conv as conv_module
+    from jupyter_gpumem.collectors.dry_run import cudnn
+
+    def step():
+        return nn.Conv2d(3, 8, 3)(torch.randn(1, 3, 8, 8))
+
+    assert not cpu(step).unseen  # the CPU's own convolution: no cuDNN workspace
+    monkeypatch.setattr(conv_module, "backend", lambda t, args: "Cudnn")
+    monkeypatch.setattr(cudnn, "sizer", lambda t, device: (None, "no CUDA context"))
+    r = cpu(step)
     assert r.error is None
     assert any("convolutions" in u for u in r.unseen)
     assert not cpu(lambda: torch.randn(4, 4) @ torch.randn(4, 4)).unseen
