@@ -410,6 +410,8 @@ def one(name: str, how: str, card: str | None = None, *, hide_gpus: bool = False
 
 
 def measure(name: str) -> dict:
+    """Case ``name`` predicted and run for real; with ``GPUMEM_CASES_OUT`` set, its JSON
+    line is also appended to that file (the tests' figures, for the docs)."""
     out: dict = {"case": name}
     if name not in NOT_RUN_WHOLE:
         out["real"] = one(name, "real")
@@ -419,6 +421,10 @@ def measure(name: str) -> dict:
         out["target"] = card
         out["predicted_for_target"] = one(name, "predicted", card)
         out["real_under_target"] = one(name, "real", card)
+    path = os.environ.get("GPUMEM_CASES_OUT")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps(out) + "\n")
     return out
 
 

@@ -262,14 +262,23 @@ def one(*args: str) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def _keep(out: dict) -> dict:
+    """With ``GPUMEM_CASES_OUT`` set, the result's JSON line appended to that file."""
+    path = os.environ.get("GPUMEM_CASES_OUT")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps(out) + "\n")
+    return out
+
+
 def measure(name: str) -> dict:
     batch = CASES[name][2]
     before = _device_used()
-    return {
+    return _keep({
         "case": name,
         "real": one("real", name, str(batch), "", str(before)),
         "predicted": one("predicted", name, str(batch)),
-    }
+    })  # fmt: skip
 
 
 def scan(name: str) -> dict:
@@ -286,7 +295,7 @@ def scan(name: str) -> dict:
     before = _device_used()
     out["real_at_largest"] = one("real", name, str(int(largest)), str(cap), str(before))
     out["real_above"] = one("real", name, str(above), str(cap), str(before))
-    return out
+    return _keep(out)
 
 
 if __name__ == "__main__":
