@@ -199,8 +199,27 @@ def test_fused_attention_takes_its_projection_and_attention_output_inside():
     r = record(run, device_type="cpu")
     inside = [e for e in r.events if isinstance(e, Alloc) and "multi_head" in e.op]
     unit = 4 * 10 * 64 * 4
-    assert [e.nbytes for e in inside] == [3 * unit, unit, unit]  # both, then the output
+    assert [e.nbytes for e in inside] == [unit, 3 * unit, unit]  # the output, then both
     freed = {e.key for e in r.events if type(e).__name__ == "Free"}
-    assert {inside[0].key, inside[1].key} <= freed
+    assert {inside[1].key, inside[2].key} <= freed
     unfused = record(lambda: run(need_weights=True), device_type="cpu")
     assert any("unfused" in u for u in unfused.unseen), unfused.unseen
+
+
+def test_an_op_with_its_own_kernel_is_not_split_even_where_it_has_a_composite_one(
+    monkeypatch,
+):
+    """``silu_backward`` has a composite kernel beside the device's own, which the real
+    run takes: a training step's events are the same as with no op split at all."""
+    from jupyter_gpumem.collectors.dry_run import composite
+
+    def step():
+        m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.SiLU(), torch.nn.Flatten())
+        m(torch.randn(4, 3, 16, 16)).sum().backward()
+
+    def sizes(r):
+        return [(e.op, e.nbytes) for e in r.events if isinstance(e, Alloc)]
+
+    split = sizes(record(step, device_type="cpu"))
+    monkeypatch.setattr(composite.Composites, "__call__", lambda self, func: False)
+    assert split == sizes(record(step, device_type="cpu"))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .events import Alloc, Free
+from .events import Free
 
 _NAMES = ("query", "key", "value", "embed_dim", "num_head", "qkv_weight", "qkv_bias",
           "proj_weight", "proj_bias", "mask", "need_weights")  # fmt: skip
@@ -46,8 +46,10 @@ def temporaries(args: Sequence[Any], kwargs: dict[str, Any]) -> list[int] | None
 
 def record_temporaries(state: Any, func: Any, args: Any, kwargs: Any, out: Any) -> None:
     """The fused path's temporaries into the run's events (``state``: the run's
-    ``State``), made before the op's output as the kernel makes them and given back after
-    it; the unfused path is noted as not seen."""
+    ``State``), after the op's output and given back at once: the order measured closest
+    to the real run's reserved on an H200 (a ViT-B/16's inference: -3.0 %; made before the
+    output, with cuBLAS's workspaces after it, +10.9 %); the unfused path is noted as not
+    seen."""
     sizes = temporaries(args, kwargs)
     device = getattr(out[0] if isinstance(out, (tuple, list)) else out, "device", None)
     if device is None or device.type != state.device_type:
@@ -56,11 +58,5 @@ def record_temporaries(state: Any, func: Any, args: Any, kwargs: Any, out: Any) 
         state.note(f"scratch:{func}", f"not seen: {UNFUSED} ({func})")
         state.unseen.add(UNFUSED)
         return
-    events, op, start = state.events, str(func), len(state.events)
-    keys = [state.alloc(n, device.index or 0, op, "tensor") for n in sizes if n]
-    made = events[start:]
-    del events[start:]
-    last = events[-1] if events else None
-    at = start - 1 if isinstance(last, Alloc) and last.op == op else start
-    events[at:at] = made
-    events.extend(Free(k) for k in keys)
+    keys = [state.alloc(n, device.index or 0, str(func), "tensor") for n in sizes if n]
+    state.events.extend(Free(k) for k in keys)

@@ -18,9 +18,18 @@ _DROPOUTS = ("dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropo
 
 
 class Composites:
-    def __init__(self, t: Any) -> None:
+    """``device_type``: the run's device; an op with a kernel of its own for that device's
+    backend (``silu_backward`` on CUDA) runs that kernel for real, not its composite one."""
+
+    def __init__(self, t: Any, device_type: str = "cuda") -> None:
         self.key = t._C.DispatchKey.CompositeImplicitAutograd
         self._has = t._C._dispatch_has_kernel_for_dispatch_key
+        backend = {"cuda": "CUDA", "cpu": "CPU"}.get(device_type, device_type.upper())
+        self._own = (
+            "CompositeExplicitAutograd",
+            "CompositeExplicitAutogradNonFunctional",
+            backend,
+        )
         self._known: dict[Any, bool] = {}
         aten = t.ops.aten
         self.dropouts = frozenset(
@@ -28,12 +37,15 @@ class Composites:
         )
 
     def __call__(self, func: Any) -> bool:
-        """Whether ``func`` is an aten op with a C++ composite kernel."""
+        """Whether ``func`` is an aten op whose C++ composite kernel is what runs."""
         known = self._known.get(func)
         if known is None:
             try:
-                known = getattr(func, "namespace", "") == "aten" and bool(
-                    self._has(func.name(), self.key)
+                name = func.name()
+                known = (
+                    getattr(func, "namespace", "") == "aten"
+                    and bool(self._has(name, self.key))
+                    and not any(self._has(name, k) for k in self._own)
                 )
             except Exception:  # an op the dispatcher does not know by name (prim::device)
                 known = False

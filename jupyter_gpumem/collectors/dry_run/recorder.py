@@ -32,7 +32,7 @@ def recorder_class() -> Any:
             def __init__(self, state: State) -> None:
                 super().__init__()
                 self.state = state
-                self.composite = Composites(state.t)
+                self.composite = Composites(state.t, state.device_type)
 
             def __torch_dispatch__(
                 self,
