@@ -31,6 +31,10 @@ class Composites:
             backend,
         )
         self._known: dict[Any, bool] = {}
+        # only under inference mode: elsewhere a composite reaches the recorder whole only
+        # inside autograd's backward formulas, where the fake mode's handling of it was
+        # measured exact on every training step (tests/gpu/dry_run_cases.py)
+        self.inference: Any = t.is_inference_mode_enabled
         aten = t.ops.aten
         self.dropouts = frozenset(
             getattr(aten, name).default for name in _DROPOUTS if hasattr(aten, name)

@@ -55,7 +55,7 @@ def recorder_class() -> Any:
                 composite = self.composite
                 if func in composite.dropouts and dropout_is_identity(args, kwargs):
                     return args[0]  # ATen's dropout returns its input itself here
-                if composite(func):
+                if composite.inference() and composite(func):
                     # a composite op reached here whole (inference mode skips autograd,
                     # where it is split): its C++ parts, each recorded, as the real run
                     # makes them (the fake mode would hide what they take and give back)
