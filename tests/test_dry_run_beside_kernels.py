@@ -223,3 +223,25 @@ def test_an_op_with_its_own_kernel_is_not_split_even_where_it_has_a_composite_on
     split = sizes(record(step, device_type="cpu"))
     monkeypatch.setattr(composite.Composites, "__call__", lambda self, func: False)
     assert split == sizes(record(step, device_type="cpu"))
+
+
+def test_memory_efficient_attention_s_backward_workspace_is_noted_without_a_lower_bound():
+    """Its workspace is not sized (and not always there: GPT-2's step replays exactly):
+    a note says so, and the figures are not marked a lower bound."""
+
+    def run():
+        q, out = torch.randn(2, 4, 16, 64), torch.randn(2, 4, 16, 64)
+        lse, seed, offset = torch.randn(2, 4, 32), torch.tensor(0), torch.tensor(0)
+        torch.ops.aten._scaled_dot_product_efficient_attention_backward(
+            out, q, q, q, None, out, lse, seed, offset, 0.0, [True, True, True, False]
+        )
+
+    r = record(run, device_type="cpu")
+    assert r.error is None
+    expected = (
+        "not sized: memory-efficient attention's backward workspace, which its kernel takes "
+        "and gives back (up to 132 MiB a layer measured on an H200): the reserved peak may be "
+        "higher (aten._scaled_dot_product_efficient_attention_backward.default)"
+    )
+    assert [n for n in r.notes if n.startswith("not sized:")] == [expected]
+    assert not r.unseen

@@ -29,6 +29,7 @@ from .values import KnownValues
 from .where import here
 from .workspaces import (
     CUDNN_OPS,
+    NOTED_OPS,
     SCRATCH_OPS,
     addmm_uses_lt,
     grouped_mm_uses_cublas,
@@ -315,6 +316,9 @@ class State:
                 return
             self.note(f"scratch:{name}", f"not seen: {SCRATCH_OPS[name]} ({func})")
             self.unseen.add(SCRATCH_OPS[name])
+            return
+        if kind == "noted":
+            self.note(f"noted:{func._opname}", f"not sized: {NOTED_OPS[func._opname]} ({func})")
             return
         if kind == "mha":  # its temporaries, then its projections' cuBLASLt workspaces
             from .attention import record_temporaries

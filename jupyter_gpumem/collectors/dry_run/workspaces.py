@@ -117,6 +117,20 @@ SCRATCH_OPS = {
     "_cudnn_rnn": "the exact size of cuDNN's RNN workspace (an estimate is counted)",
     "_scaled_dot_product_cudnn_attention": "cuDNN attention's workspace",
 }
+# Ops whose kernels take a workspace of their own that is not sized, and is not always
+# there: noted, without making the figures a lower bound (the memory-efficient attention
+# kernel's backward: 132 MiB a layer for a ViT-B/16 at batch 32, 95 MiB for wav2vec2 at
+# 8 x 499 tokens on an H200, where GPT-2's and BERT's steps at 512 tokens replay exactly)
+NOTED_OPS = {
+    "_scaled_dot_product_efficient_attention_backward": (
+        "memory-efficient attention's backward workspace, which its kernel takes and gives "
+        "back (up to 132 MiB a layer measured on an H200): the reserved peak may be higher"
+    ),
+    "_efficient_attention_backward": (
+        "memory-efficient attention's backward workspace, which its kernel takes and gives "
+        "back (up to 132 MiB a layer measured on an H200): the reserved peak may be higher"
+    ),
+}
 # ops that load cuDNN (its handle and kernels sit beside PyTorch: core/dry_run.LIBRARIES)
 CUDNN_OPS = frozenset(
     {"convolution", "convolution_backward", "_cudnn_rnn", "_scaled_dot_product_cudnn_attention"}
@@ -165,7 +179,8 @@ def op_kind(func: Any) -> str:
     """What an op is beside its outputs: "cublas", "cublaslt", "addmm" (cuBLASLt when its
     bias is a vector, :func:`addmm_uses_lt`), "grouped_mm" (cuBLAS when
     :func:`grouped_mm_uses_cublas`), "mha" (fused attention's temporaries and its
-    projections' cuBLASLt), "scratch" (scratch memory not seen), "collective",
+    projections' cuBLASLt), "scratch" (scratch memory not seen), "noted" (a workspace not
+    sized that is not always there: a note only), "collective",
     "custom" (a namespace not torch's own), or "" (nothing more)."""
     name = func._opname if hasattr(func, "_opname") else str(func)
     namespace = getattr(func, "namespace", "aten")
@@ -185,6 +200,8 @@ def op_kind(func: Any) -> str:
         return "cublas"
     if name in SCRATCH_OPS:
         return "scratch"
+    if name in NOTED_OPS:
+        return "noted"
     return ""
 
 
