@@ -245,3 +245,20 @@ def test_memory_efficient_attention_s_backward_workspace_is_noted_without_a_lowe
     )
     assert [n for n in r.notes if n.startswith("not sized:")] == [expected]
     assert not r.unseen
+
+
+def _torch_like(initialized: bool, current: int, contexts: set[int]):
+    from types import SimpleNamespace
+
+    cuda = SimpleNamespace(is_initialized=lambda: initialized, current_device=lambda: current)
+    c = SimpleNamespace(_cuda_hasPrimaryContext=lambda d: d in contexts)
+    return SimpleNamespace(cuda=cuda, _C=c)
+
+
+def test_cudnn_is_asked_only_where_a_context_is_there_on_the_current_device():
+    """No context on the device: not asked (a dry run makes none), and why; another device
+    than the current one: not asked either. Nothing here loads cuDNN."""
+    ask, why = cudnn_module.sizer(_torch_like(False, 0, set()), 0)
+    assert ask is None and "no CUDA context" in why
+    ask, why = cudnn_module.sizer(_torch_like(True, 0, {0, 1}), 1)
+    assert ask is None and "current device only (device 0)" in why
