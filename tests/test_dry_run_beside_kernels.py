@@ -262,3 +262,14 @@ def test_cudnn_is_asked_only_where_a_context_is_there_on_the_current_device():
     assert ask is None and "no CUDA context" in why
     ask, why = cudnn_module.sizer(_torch_like(True, 0, {0, 1}), 1)
     assert ask is None and "current device only (device 0)" in why
+
+
+def test_planning_for_another_card_says_cudnn_may_pick_other_plans_there(monkeypatch):
+    from jupyter_gpumem.collectors import dry_run as dry_run_package
+    from jupyter_gpumem.core import dry_run as core
+
+    assert core._same_card("h200", (500 << 20, "NVIDIA H200"), "cuda")
+    assert not core._same_card("t4", (500 << 20, "NVIDIA H200"), "cuda")
+    monkeypatch.setattr(dry_run_package, "capability", lambda t, i: (9, 0))
+    assert core._same_card("h100-80gb", None, "cuda")  # no measurement: by capability
+    assert not core._same_card("a100-40gb", None, "cuda")

@@ -165,6 +165,21 @@ def card_key(target: Target | None) -> str | None:
 CONV_SIZED = "cuDNN's workspace for convolutions:"  # the dry run's note when it sized them
 
 
+def _same_card(key: str, here: tuple[int, str] | None, device_type: str) -> bool:
+    """Whether the target card is this GPU's kind (by name where measured, else by compute
+    capability, read without starting CUDA): cuDNN's choices asked here hold there."""
+    if here is not None:
+        return _name_key(here[1]) == key
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None or device_type != "cuda":
+        return False
+    from ..collectors.dry_run import capability
+
+    return capability(torch, 0) == CAPABILITY.get(key)
+
+
 def _name_key(name: str) -> str | None:
     low = name.lower()
     if "h200" in low:
@@ -355,8 +370,8 @@ def dry_run(
     if stopped is not None:
         fits = None
     key = card_key(target)
-    if key is not None and (here is None or _name_key(here[1]) != key):
-        if any(n.startswith(CONV_SIZED) for n in notes):
+    if key is not None and any(n.startswith(CONV_SIZED) for n in notes):
+        if not _same_card(key, here, device_type):
             notes.append(
                 f"the convolutions' workspaces are those cuDNN picks on this GPU; on the "
                 f"{target.label if target else key} it may pick other plans, with other "

@@ -49,6 +49,7 @@ from .workspaces import (
     OTHER_CARDS,
     WORKSPACE_TABLE,
     Workspaces,
+    capability,
     cuda_workspaces,
     parse_workspace_config,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "StopKind",
     "Stopped",
     "Workspaces",
+    "capability",
     "check_world_size",
     "cuda_workspaces",
     "fake_job",
