@@ -29,6 +29,9 @@ makes the fake run take the path the real run takes, or keeps it from starting C
 - **bfloat16 autocast** asks ``torch.cuda.is_bf16_supported()``, which starts CUDA. While
   CUDA has not started, the answer comes from the card's compute capability read through
   NVML (8.0 and later: yes; earlier cards emulate it, as torch's own check then finds).
+- **a card's compute capability** (``torch.cuda.get_device_capability``, which libraries
+  ask before choosing a kernel: transformers' grouped matmuls for mixtures of experts)
+  starts CUDA too; while it has not started, the answer is NVML's for that card.
 
 Each is undone on exit, also when the run raises.
 """
@@ -128,10 +131,44 @@ def patched(t: Any, device_type: str, capability: Callable[[int], Any]) -> Itera
 
             cuda.is_bf16_supported = is_bf16_supported
             undo.append(lambda: setattr(cuda, "is_bf16_supported", original_bf16))
+            undo.append(_capability_from_nvml(t, capability))
         yield
     finally:
         for step in reversed(undo):
             step()
+
+
+def _capability_from_nvml(t: Any, capability: Callable[[int], Any]) -> Callable[[], None]:
+    cuda = t.cuda
+    original = cuda.get_device_capability
+
+    def get_device_capability(device: Any = None) -> tuple[int, int]:
+        if not cuda.is_initialized():
+            index = _index_of(t, device)
+            cap = None if index is None else capability(index)
+            if cap is not None:
+                return int(cap[0]), int(cap[1])
+        return original(device)
+
+    cuda.get_device_capability = get_device_capability
+    return lambda: setattr(cuda, "get_device_capability", original)
+
+
+def _index_of(t: Any, device: Any) -> int | None:
+    """The CUDA device index ``device`` names (None, an int, ``"cuda:1"``, a
+    ``torch.device``), or None for another kind; no index is device 0, where torch's current
+    device is while CUDA has not started."""
+    if device is None:
+        return 0
+    if isinstance(device, int):
+        return device
+    try:
+        d = t.device(device)
+    except (TypeError, RuntimeError):
+        return None
+    if d.type != "cuda":
+        return None
+    return 0 if d.index is None else int(d.index)
 
 
 # Writers that open their file in native code, where Python's audit hooks don't see it
@@ -277,7 +314,7 @@ _MODE: Any = None
 def fake_mode() -> Any:
     """A new ``FakeTensorMode`` that never runs an op on a device: ``avoid_device_init`` on,
     as torch sets it where no GPU is visible. Nothing else changes: the fake kernels are
-    the same, and so are the sizes they give."""
+    the same, and so are the sizes they give; only its cache's key is built faster."""
     global _MODE
     if _MODE is None:
         from torch._subclasses.fake_tensor import FakeTensorMode
@@ -288,4 +325,8 @@ def fake_mode() -> Any:
                 return True
 
         _MODE = NoDeviceFakeTensorMode
-    return _MODE(allow_non_fake_inputs=True)
+    from .cache_key import install
+
+    mode = _MODE(allow_non_fake_inputs=True)
+    install(mode)  # its cache keyed faster (cache_key.py)
+    return mode
