@@ -373,6 +373,29 @@ def test_the_patches_are_put_back_and_answer_bf16_without_cuda():
     assert not torch.cuda.is_initialized()
 
 
+def test_a_cards_compute_capability_is_answered_by_card_without_starting_cuda():
+    """transformers asks ``get_device_capability(weight.device)`` before its grouped
+    matmuls: answered from NVML's figure for that card, by index, while CUDA has not
+    started; put back afterwards."""
+    from jupyter_gpumem.collectors.dry_run.patches import patched
+
+    before = torch.cuda.get_device_capability
+    asked: list[int] = []
+
+    def capability(i: int) -> tuple[int, int]:
+        asked.append(i)
+        return (9, 0) if i == 0 else (7, 5)
+
+    with patched(torch, "cuda", capability=capability):
+        assert torch.cuda.get_device_capability() == (9, 0)
+        assert torch.cuda.get_device_capability(torch.device("cuda:1")) == (7, 5)
+        assert torch.cuda.get_device_capability("cuda") == (9, 0)
+        assert torch.cuda.get_device_capability(1) == (7, 5)
+    assert asked == [0, 1, 0, 1]
+    assert torch.cuda.get_device_capability is before
+    assert not torch.cuda.is_initialized()
+
+
 def test_tensors_from_data_are_built_on_the_cpu_and_moved_with_no_torch_function_mode():
     """A torch function mode would turn off fast paths the real run takes
     (``has_torch_function`` is true under any mode): the functions are replaced instead,
