@@ -43,7 +43,7 @@ CASES: dict[str, tuple[str, str, int, str, tuple[int, ...]]] = {
             "opt.zero_grad()\n"
         ),
         8,
-        "RTX4090",
+        "24564MiB",  # an RTX 4090's memory
         (2, 4, 8),
     ),
     "resnet50_adamw": (
@@ -59,7 +59,7 @@ CASES: dict[str, tuple[str, str, int, str, tuple[int, ...]]] = {
             "opt.zero_grad()\n"
         ),
         64,
-        "T4",
+        "15360MiB",  # a T4's memory
         (16, 32, 64),
     ),
     "vit_b16_adamw": (
@@ -75,7 +75,7 @@ CASES: dict[str, tuple[str, str, int, str, tuple[int, ...]]] = {
             "opt.zero_grad()\n"
         ),
         32,
-        "T4",
+        "15360MiB",
         (8, 16, 32),
     ),
     "bert_base_adamw": (
@@ -91,7 +91,7 @@ CASES: dict[str, tuple[str, str, int, str, tuple[int, ...]]] = {
             "opt.zero_grad()\n"
         ),
         16,
-        "RTX4090",
+        "24564MiB",
         (4, 8, 16),
     ),
 }
@@ -231,6 +231,7 @@ def predicted_scan(name: str) -> dict:
         "card": card,
         "target": s.target.label,
         "answer": scan_answer(s),
+        "outside": s.outside,
         "unseen": list(s.unseen),
         "largest": s.largest,
         "runs": len(s.points),
@@ -240,12 +241,16 @@ def predicted_scan(name: str) -> dict:
     }
 
 
-def cap_of(card: str) -> int:
+def cap_of(card: str, outside: int | None = None) -> int:
+    """What PyTorch may reserve on a card of that much memory: the card less what sits
+    beside PyTorch (the scan's own figure where given, else the table's)."""
     from jupyter_gpumem.analysis.targets import parse_target
     from jupyter_gpumem.core.dry_run import outside_for
 
     target = parse_target(card)
-    return target.bytes - outside_for(target, None)[0]
+    if outside is None:
+        outside = outside_for(target, None)[0]
+    return target.bytes - outside
 
 
 def one(*args: str) -> dict:
@@ -290,7 +295,7 @@ def scan(name: str) -> dict:
     largest = p.get("largest")
     if largest is None:
         return out
-    cap = cap_of(card)
+    cap = cap_of(card, p.get("outside"))
     above = math.floor(largest / 0.97) + 1
     before = _device_used()
     out["real_at_largest"] = one("real", name, str(int(largest)), str(cap), str(before))

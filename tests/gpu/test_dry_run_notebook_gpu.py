@@ -3,8 +3,10 @@ and optimizer built for real in one cell, the step planned in the next. The dry 
 in a fresh process within 3 % of a real fresh process's (peak reserved plus what it holds
 beside PyTorch); nothing real changes (every parameter, gradient and optimizer state equal
 by value, allocated unchanged); the scan without running within 3 % below the largest
-batch that really runs under the card's cap, never above it. Also hostile cells on a
-GPU: in-place writes to real CUDA weights, a CUDA counter, torch.save."""
+batch that really runs under the same cap, never above it (the target a card's memory as a
+size, so that the dry run counts this GPU's workspaces, as the capped real run has them).
+Also hostile cells on a GPU: in-place writes to real CUDA weights, a CUDA counter,
+torch.save."""
 
 from __future__ import annotations
 
