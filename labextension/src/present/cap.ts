@@ -92,7 +92,8 @@ export function parseCap(
       return {
         ok: false,
         error: trans.__(
-          'A fraction of the device must be above 0 and at most 1 (100%).'
+          'A fraction of the device must be above 0 and at most 1 (%1).',
+          '100%'
         )
       };
     }

@@ -10,15 +10,21 @@ export interface ITrans {
   _n(msgid: string, msgidPlural: string, n: number, ...args: unknown[]): string;
 }
 
+// As JupyterLab's Gettext.strfmt: `%%` in a message is a `%`; `%1`, `%2`… are
+// the arguments.
 function substitute(text: string, args: unknown[]): string {
-  return text.replace(/%(\d+)/g, (whole, index: string) => {
-    const i = Number(index) - 1;
-    return i >= 0 && i < args.length ? String(args[i]) : whole;
-  });
+  return text
+    .replace(/%%/g, '%% ')
+    .replace(/%(\d+)/g, (whole, index: string) => {
+      const i = Number(index) - 1;
+      return i >= 0 && i < args.length ? String(args[i]) : whole;
+    })
+    .replace(/%% /g, '%');
 }
 
 /**
- * English strings with JupyterLab's `%1` placeholders filled in.
+ * English strings with JupyterLab's `%1` placeholders filled in, read as
+ * JupyterLab's translator reads them.
  */
 export const plainTrans: ITrans = {
   __: (msgid, ...args) => substitute(msgid, args),

@@ -409,7 +409,9 @@ export function HistoryView(
           return (
             <p className="jp-GpuMem-whoHint">
               {trans.__(
-                'No measured cells yet: run a cell with %%gpumem, or switch on %gpumem auto to measure every cell.'
+                'No measured cells yet: run a cell with %1, or switch on %2 to measure every cell.',
+                '%%gpumem',
+                '%gpumem auto'
               )}
             </p>
           );
