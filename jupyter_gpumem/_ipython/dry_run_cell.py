@@ -26,12 +26,15 @@ def here(session: Session, device: int) -> tuple[int, str] | None:
 
 
 def why_not(opts: CellOptions) -> str | None:
+    from ..collectors.torch_build import gpu_build, not_installed, torch_installed
+
     torch = sys.modules.get("torch")
     if torch is None:
+        if not torch_installed():
+            return not_installed("--dry-run")
         return (
             "--dry-run needs torch: import torch before the cell (the tool never imports it itself)"
         )
-    from ..collectors.torch_build import gpu_build
 
     if not gpu_build(torch):
         return (

@@ -20,7 +20,7 @@ from typing import Any
 from ..model import BackendName, DeviceSample, Limit, Replay
 from .nvml import Nvml, NvmlDevice
 from .readings import Reading, make_device_sample, stats_from_flat, stats_from_nested
-from .torch_build import cuda_ready, gpu_backend, gpu_build
+from .torch_build import cuda_ready, gpu_backend, gpu_build, not_installed, torch_installed
 
 _NO_CACHING_ENV = "PYTORCH_NO_CUDA_MEMORY_CACHING"
 
@@ -426,14 +426,8 @@ def cuda_counters(t: Any) -> tuple[Callable[[], list[int]], Callable[[int], int]
 def no_torch_before(option: str, why: str) -> str:
     """One line for an option that needs torch imported before its cell (the tool never
     imports it itself: importing torch is the user's to do)."""
-    import importlib.util
-
-    try:
-        installed = importlib.util.find_spec("torch") is not None  # finds, does not import
-    except (ImportError, ValueError):
-        installed = False
-    if not installed:
-        return f"{option} needs torch and a CUDA GPU: torch is not installed in this kernel"
+    if not torch_installed():
+        return not_installed(option)
     return (
         f"{option}: import torch before the cell: it was not imported when the cell began, "
         f"and {why}"

@@ -45,3 +45,29 @@ def cuda_ready(t: Any) -> bool:
     """Whether ``t`` is a GPU build that has started CUDA in this process (asked without
     starting it): only then may the allocator be read without creating a context."""
     return gpu_build(t) and bool(t.cuda.is_initialized())
+
+
+def torch_installed() -> bool:
+    """Whether this Python could import torch: found, not imported."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def install_hint() -> str:
+    """How to install torch into this kernel's Python (the tool never installs it)."""
+    return (
+        "install it as PyTorch's instructions say for your CUDA version, "
+        f"e.g. {sys.executable} -m pip install torch"
+    )
+
+
+def not_installed(option: str) -> str:
+    """One line for an option that needs torch, in a kernel that cannot import it."""
+    return (
+        f"{option} needs torch and a CUDA GPU: torch is not installed in this kernel; "
+        f"{install_hint()}"
+    )
