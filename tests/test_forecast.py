@@ -13,6 +13,8 @@ import pytest
 
 from jupyter_gpumem._ipython import current
 from jupyter_gpumem.analysis.forecast import (
+    HORIZON_CELLS,
+    HORIZON_SECONDS,
     WINDOW,
     Point,
     forecast,
@@ -35,7 +37,7 @@ from jupyter_gpumem.model import (
 )
 from jupyter_gpumem.protocol import schema
 from jupyter_gpumem.protocol.convert import to_protocol
-from jupyter_gpumem.reporters._rows import compact_line, duration, forecast_text
+from jupyter_gpumem.reporters._rows import compact_line, duration, forecast_line, forecast_text
 from jupyter_gpumem.reporters.html import cell_report_html
 from jupyter_gpumem.reporters.text import cell_report_text
 from jupyter_gpumem.testing import counting
@@ -428,3 +430,54 @@ def test_a_workers_device_read_from_nvml_when_the_kernel_has_no_reading(ip):
         assert session._device_room(0, "Counting GPU") is None  # another device
     finally:
         session.collector.backend = backend
+
+
+# -- growth that accelerates; forecasts too far ahead to mean anything ------------------
+def test_memory_that_doubles_each_cell_gets_a_geometric_forecast():
+    pts = [Point(i, 30.0 * i, MiB << i) for i in range(10)]  # 1 MiB .. 512 MiB
+    f = forecast(pts, CAP, "cap")
+    assert f is not None
+    # 512 MiB -> 1, 2, 4, 8 GiB: four more cells fit under 8 GiB, the fifth does not
+    assert (f.cells_left, f.seconds_left, f.factor) == (4, 120.0, pytest.approx(2.0))
+    assert f.bytes_per_cell == 512 * MiB  # what the next cell would add
+    assert forecast_line(f) == (
+        "forecast cuda:0: at this rate, out of memory in about 4 cells (about 2 min): "
+        "×2.00 a cell over the last 10 cells (512.00 MiB allocated), against the cap of 8.00 GiB"
+    )
+
+
+def test_growth_of_twenty_percent_a_cell_forecasts_the_cells_the_series_reaches():
+    pts = [Point(i, 30.0 * i, round(GiB * 1.2**i)) for i in range(10)]
+    limit = 80 * GiB
+    truth = max(k for k in range(1000) if GiB * 1.2 ** (9 + k) <= limit)
+    f = forecast(pts, limit, "device")
+    assert f is not None and truth == 15
+    assert (f.cells_left, f.factor) == (truth, pytest.approx(1.2))
+
+
+def test_a_linear_leak_stays_linear():
+    # a line fits it exactly: no factor, the exact slope (a geometric fit is worse)
+    f = forecast(leak_points(10), CAP, "cap")
+    assert f is not None and (f.factor, f.bytes_per_cell) == (None, LEAK)
+
+
+def test_a_forecast_beyond_the_horizon_says_nothing():
+    # 1 MiB growing 0.1 MiB a cell against 80 GiB: 819,181 cells (284 days) away
+    tiny = [Point(i, 30.0 * i, MiB + i * MiB // 10) for i in range(10)]
+    assert forecast(tiny, 80 * GiB, "device") is None
+    # within the cells but cells a day apart: 125 days away
+    daily = leak_points(10, every=86400.0)
+    assert forecast(daily, CAP, "cap") is None
+    # just inside both: a forecast; one cell further: nothing
+    step = CAP // (HORIZON_CELLS + 10)
+    f = forecast(leak_points(10, start=0, step=step, every=1.0), CAP, "cap")
+    assert f is not None and f.cells_left == (CAP - 10 * step) // step == HORIZON_CELLS
+    slower = CAP // (HORIZON_CELLS + 11)
+    assert (CAP - 10 * slower) // slower == HORIZON_CELLS + 1
+    assert forecast(leak_points(10, start=0, step=slower, every=1.0), CAP, "cap") is None
+    assert (HORIZON_CELLS, HORIZON_SECONDS) == (10_000, 7 * 86400)
+    # 102 cells left: at 1/103 of the horizon a cell, a forecast; at 1/101, nothing
+    f = forecast(leak_points(10, every=HORIZON_SECONDS / 103), CAP, "cap")
+    assert f is not None and f.cells_left == 102
+    assert f.seconds_left == pytest.approx(HORIZON_SECONDS * 102 / 103)
+    assert forecast(leak_points(10, every=HORIZON_SECONDS / 101), CAP, "cap") is None

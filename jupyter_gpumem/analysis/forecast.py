@@ -18,10 +18,17 @@ worker gives no point for it. "Cells" are measured cells (``%%gpumem`` or auto m
 (a step down restarts it). There is a forecast only when
 
 - the window holds at least :data:`MIN_CELLS` (3) points, every step between them ≥ 0;
-- the least-squares slope of allocated over the cells of the window is > 0 and the line
-  fits well: R² ≥ :data:`MIN_R2` (0.9; a single jump among flat cells fits at most 0.75);
 - the window grew by more than :data:`MIN_GROWTH` (1 %) of allocated: a loop whose
-  allocated stays within 1 % gets nothing (noise, a counter, a small cache).
+  allocated stays within 1 % gets nothing (noise, a counter, a small cache);
+- a line or a geometric growth fits the window well: R² ≥ :data:`MIN_R2` (0.9; a single
+  jump among flat cells fits at most 0.75) of the least-squares line of allocated over
+  the cells (slope > 0), or of the line of log(allocated) (a constant factor > 1 a cell:
+  memory that doubles each cell, a buffer that grows by a fifth). When both fit, the
+  geometric one is taken only when its squared residuals (in bytes) are under
+  :data:`GEOMETRIC_BETTER` (half) of the line's: a steady leak stays a line;
+- the forecast is within :data:`HORIZON_CELLS` (10,000) cells and, when the cells'
+  times are known, :data:`HORIZON_SECONDS` (7 days): beyond, it says nothing (a growth
+  that slow is not worth a warning, and extrapolating that far means nothing).
 
 **Against what.** The limit is what allocated can grow into: the cap's bytes when a cap
 is set (``set_per_process_memory_fraction``, kind ``cap``), else what the device has
@@ -31,19 +38,22 @@ processes fill it) the device's figure binds, and the forecast says so. A worker
 not known to the kernel: its limit is its own reserved plus the free memory of its
 device as the kernel sees it.
 
-**The forecast.** ``cells_left = floor((limit - allocated now) / slope)``: how many more
+**The forecast.** ``cells_left = floor((limit - allocated now) / slope)``, or for a
+geometric growth ``floor(log(limit / allocated now) / log(factor))``: how many more
 cells of this growth still fit; ``seconds_left``: that many times the window's mean
 interval between cells. With allocation tracking on, ``who`` names the line that
 allocated most of what the last growing cell kept (what the history already holds: no
 new reading).
 
-**Cost.** The history's last 10 rows and a least-squares fit of at most 10 points, in
-integers (exact: a leak of exactly 64 MiB a cell gives exactly 64 MiB a cell): a few
-microseconds after a cell that grew, a check of the last row otherwise.
+**Cost.** The history's last 10 rows and two least-squares fits of at most 10 points, the
+line in integers (exact: a leak of exactly 64 MiB a cell gives exactly 64 MiB a cell), the
+geometric one in floats (10 logarithms and exponentials): about 20 microseconds after a
+cell that grew, a check of the last row otherwise.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -54,6 +64,9 @@ MIN_CELLS = 3  # points in the window, at least
 MIN_GROWTH = 0.01  # the window's growth, a share of allocated now, more than
 MIN_R2 = 0.9  # how well a line fits the window, at least
 MIN_R2_TENTHS = 9  # the same, for the test in integers
+GEOMETRIC_BETTER = 0.5  # a geometric fit is taken when its residuals are under this share
+HORIZON_CELLS = 10_000  # a forecast further than this many cells says nothing
+HORIZON_SECONDS = 7 * 86400.0  # nor one further than this (7 days)
 
 
 class Point(NamedTuple):
@@ -66,14 +79,19 @@ class Point(NamedTuple):
 
 
 class Growth(NamedTuple):
-    """The window of a steady growth: its points and the slope as an exact fraction."""
+    """The window of a steady growth: its points and the line's slope as an exact
+    fraction; ``factor`` when the growth is geometric (then the slope is not used)."""
 
     points: tuple[Point, ...]
     numerator: int  # slope = numerator / denominator bytes per cell
     denominator: int
+    factor: float | None = None  # allocated multiplies by this a cell
 
     @property
     def bytes_per_cell(self) -> int:
+        """The line's slope; a geometric growth: what the next cell would add."""
+        if self.factor is not None:
+            return round(self.points[-1].allocated * (self.factor - 1))
         return round(self.numerator / self.denominator)
 
 
@@ -105,9 +123,46 @@ def growth(points: Sequence[Point]) -> Growth | None:
     var_y = n * syy - sy * sy
     if cov <= 0 or var_y <= 0:
         return None
-    if cov * cov * 10 < MIN_R2_TENTHS * var_x * var_y:  # R² = cov² / (var_x · var_y)
+    # R² = cov² / (var_x · var_y)
+    line = cov * cov * 10 >= MIN_R2_TENTHS * var_x * var_y
+    line_residuals = (var_y * var_x - cov * cov) / (n * var_x) if line else None  # exact 0
+    factor = _geometric(window, sx, var_x, line_residuals)
+    if factor is None and not line:
         return None
-    return Growth(window, cov, var_x)
+    return Growth(window, cov, var_x, factor)
+
+
+def _geometric(
+    window: Sequence[Point], sx: int, var_x: int, line_residuals: float | None
+) -> float | None:
+    """The factor a cell of the geometric growth that fits ``window`` (least squares of
+    log(allocated) over the cells), when it fits (R² ≥ :data:`MIN_R2`, factor > 1) and
+    better than the line whose squared residuals are ``line_residuals`` (None: the line
+    does not fit); else None."""
+    first = window[0].allocated
+    if first <= 0 or line_residuals == 0:  # nothing to take the log of; a line fits exactly
+        return None
+    n = len(window)
+    log, exp = math.log, math.exp
+    logs = [log(p.allocated / first) for p in window]  # relative to the first: no cancelling
+    sy = sxy = syy = 0.0
+    for i, y in enumerate(logs):
+        sy += y
+        sxy += i * y
+        syy += y * y
+    cov = n * sxy - sx * sy
+    var_y = n * syy - sy * sy
+    if cov <= 0 or var_y <= 0 or cov * cov < MIN_R2 * var_x * var_y:
+        return None
+    slope = cov / var_x
+    if line_residuals is not None:
+        intercept = (sy - slope * sx) / n
+        residuals = 0.0
+        for i, p in enumerate(window):
+            residuals += (p.allocated - first * exp(intercept + slope * i)) ** 2
+        if residuals >= GEOMETRIC_BETTER * line_residuals:
+            return None
+    return exp(slope)
 
 
 def forecast(
@@ -124,14 +179,23 @@ def forecast(
 
 def project(
     g: Growth, limit: int, limit_kind: LimitKind, device: int, worker: str | None
-) -> Forecast:
-    """Where the growth ``g`` reaches ``limit``."""
+) -> Forecast | None:
+    """Where the growth ``g`` reaches ``limit``; None beyond the horizon."""
     window = g.points
     now = window[-1].allocated
     headroom = max(0, limit - now)
-    cells_left = headroom * g.denominator // g.numerator  # floor(headroom / slope), exact
+    if g.factor is not None:
+        # the most cells k with now · factor^k ≤ limit (a hair of slack for the floats)
+        cells_left = math.floor(math.log(limit / now) / math.log(g.factor) + 1e-9)
+        cells_left = max(0, cells_left) if headroom else 0
+    else:
+        cells_left = headroom * g.denominator // g.numerator  # floor(headroom / slope), exact
+    if cells_left > HORIZON_CELLS:
+        return None
     span = window[-1].time - window[0].time
     seconds = cells_left * span / (len(window) - 1) if span > 0 else None
+    if seconds is not None and seconds > HORIZON_SECONDS:
+        return None
     who = next((p.who for p in reversed(window) if p.who), None)
     return Forecast(
         device=device,
@@ -145,6 +209,7 @@ def project(
         cells=len(window),
         first_cell=window[0].cell,
         who=who,
+        factor=g.factor,
     )
 
 
@@ -215,8 +280,9 @@ def forecasts(
             limit = _kernel_limit(report, d)
         else:
             limit = _worker_limit(report, d, host, room)
-        if limit is not None:
-            out.append(project(g, limit[0], limit[1], d.device, d.worker))
+        f = None if limit is None else project(g, limit[0], limit[1], d.device, d.worker)
+        if f is not None:
+            out.append(f)
     return tuple(out)
 
 

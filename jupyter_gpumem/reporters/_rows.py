@@ -412,8 +412,12 @@ def forecast_line(f: Forecast) -> str:
         else f"{format_bytes(f.limit)}, reserved + the device's free memory"
     )
     who = f"; grows at {f.who}" if f.who else ""
+    if f.factor is not None:  # a geometric growth: the factor, 3 decimals when small
+        rate = f"×{f.factor:.2f}" if f.factor >= 1.1 else f"×{f.factor:.3f}"
+    else:
+        rate = fd(f.bytes_per_cell)
     return (
-        f"forecast {forecast_target(f)}: {forecast_text(f)}: {fd(f.bytes_per_cell)} a cell "
+        f"forecast {forecast_target(f)}: {forecast_text(f)}: {rate} a cell "
         f"over the last {f.cells} cells ({format_bytes(f.allocated)} allocated), against "
         f"{limit}{who}"
     )
