@@ -6,8 +6,11 @@ error), so the panel, ``%gpumem``, ``who``, the segment map and the post-mortem 
 themselves; every view says that it is a replay. The notebook walks through each feature
 with the outputs it gave on a GPU.
 
-The demo notebook is copied into a folder of its own (a new temporary one unless
-``--dir`` names one) and an existing file there is never overwritten.
+The demo notebook is copied into a folder of its own (a temporary one, removed when the
+server stops, unless ``--dir`` names one), fresh from the recording each time: a copy that
+was edited is moved aside (``demo-edited-1.ipynb``, ...), never overwritten, unless
+``--keep`` opens it as it is. The copy is signed with Jupyter's notary, so that it opens
+trusted and its recorded pictures are drawn, and the URL printed opens it directly.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import CliUsageError
@@ -64,8 +69,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dir",
         metavar="FOLDER",
-        help="put the demo notebook here (created if missing; an existing demo.ipynb is "
-        "kept as it is); default: a new temporary folder",
+        help="put the demo notebook here (created if missing); default: a temporary folder, "
+        "removed when the server stops",
+    )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="open the demo notebook already in --dir as it is (with your edits); by "
+        "default the recorded copy is opened and an edited one is moved aside",
     )
     parser.add_argument("--port", type=int, metavar="N", help="the server's port (default 8888)")
     parser.add_argument("--ip", metavar="ADDRESS", help="the address to listen on (localhost)")
@@ -80,8 +91,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def prepare(folder: str | None) -> Path:
-    """The folder with the demo notebook in it: created, the notebook copied once."""
+def prepare(folder: str | None, keep: bool = False) -> tuple[Path, str | None]:
+    """The folder with the recorded demo notebook in it, signed as trusted, and what was
+    done with an edited copy found there (moved aside; kept with ``keep``), if any. With
+    no folder: a new temporary one (see :func:`folder_for`)."""
     source = notebook_source()
     if folder is None:
         target = Path(tempfile.mkdtemp(prefix="gpumem-demo-"))
@@ -91,9 +104,52 @@ def prepare(folder: str | None) -> Path:
             raise CliUsageError(f"--dir {folder}: is a file, not a folder")
         target.mkdir(parents=True, exist_ok=True)
     dest = target / NOTEBOOK
+    said = None
+    if dest.exists() and dest.read_bytes() != source.read_bytes():
+        if keep:
+            said = f"opening your copy as it is (--keep): {dest}"
+        else:
+            aside = _free_name(target)
+            dest.rename(aside)
+            said = f"your edited copy was moved to {aside}; the demo opens the recorded one"
     if not dest.exists():
         shutil.copyfile(source, dest)
-    return target
+    sign(dest)
+    return target, said
+
+
+def _free_name(folder: Path) -> Path:
+    n = 1
+    while (folder / f"demo-edited-{n}.ipynb").exists():
+        n += 1
+    return folder / f"demo-edited-{n}.ipynb"
+
+
+def sign(path: Path) -> None:
+    """Trust the notebook (Jupyter's notary, in the user's Jupyter data folder), as *Trust
+    Notebook* does: its recorded pictures are then drawn, not sanitised to text."""
+    import nbformat
+    from nbformat.sign import NotebookNotary
+
+    nb = nbformat.read(str(path), as_version=4)
+    NotebookNotary().sign(nb)
+
+
+@contextmanager
+def folder_for(folder: str | None, keep: bool) -> Iterator[tuple[Path, str | None]]:
+    """:func:`prepare`, and a temporary folder removed afterwards (kernels write
+    checkpoints into it)."""
+    target, said = prepare(folder, keep)
+    try:
+        yield target, said
+    finally:
+        if folder is None:
+            shutil.rmtree(target, ignore_errors=True)
+
+
+def url_path() -> str:
+    """The path the server opens and prints: the notebook itself, not the launcher."""
+    return f"/lab/tree/{NOTEBOOK}"
 
 
 def lab_command(folder: Path, args: argparse.Namespace) -> list[str]:
@@ -104,8 +160,8 @@ def lab_command(folder: Path, args: argparse.Namespace) -> list[str]:
             "the demo opens JupyterLab, which is not installed in this Python: "
             f"{sys.executable} -m pip install 'jupyterlab>=4.4,<5'"
         ) from None
-    cmd = [sys.executable, "-m", "jupyterlab", str(folder / NOTEBOOK)]
-    cmd.append(f"--ServerApp.root_dir={folder}")
+    cmd = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={folder}"]
+    cmd.append(f"--LabApp.default_url={url_path()}")
     if args.port is not None:
         cmd.append(f"--port={args.port}")
     if args.ip is not None:
@@ -117,29 +173,45 @@ def lab_command(folder: Path, args: argparse.Namespace) -> list[str]:
     return cmd
 
 
+def _stop_on_sigterm() -> None:
+    """SIGTERM stops the demo as Ctrl+C does, so its temporary folder is removed too."""
+    import signal
+    import threading
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop)
+
+
 def run(args: argparse.Namespace, say: object = None) -> int:
     env = kernel_env()
     if args.print_env:
         for name, value in env.items():
             print(f"export {name}={value}")
         return 0
-    folder = prepare(args.dir)
-    cmd = lab_command(folder, args)
     tell = say if callable(say) else print
-    tell(f"demo: {folder / NOTEBOOK}")
-    tell(
-        f"demo: the kernel replays GPU memory readings recorded on {recorded_on()}; "
-        "every report and the panel say so. Ctrl+C stops the server."
-    )
-    if "--allow-root" in cmd:
-        tell("demo: running as root, so JupyterLab is started with --allow-root")
-    proc = subprocess.Popen(cmd, env={**os.environ, **env})
-    try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        proc.terminate()
+    _stop_on_sigterm()
+    with folder_for(args.dir, getattr(args, "keep", False)) as (folder, said):
+        cmd = lab_command(folder, args)
+        tell(f"demo: {folder / NOTEBOOK}")
+        if said:
+            tell(f"demo: {said}")
+        tell(
+            f"demo: the kernel replays GPU memory readings recorded on {recorded_on()}; "
+            "every report and the panel say so. Ctrl+C stops the server"
+            + (" and removes this folder." if args.dir is None else ".")
+        )
+        if "--allow-root" in cmd:
+            tell("demo: running as root, so JupyterLab is started with --allow-root")
+        proc = subprocess.Popen(cmd, env={**os.environ, **env})
         try:
-            return proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            return 130
+            return proc.wait()
+        except KeyboardInterrupt:
+            proc.terminate()
+            try:
+                return proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                return 130

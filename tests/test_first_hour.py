@@ -118,13 +118,40 @@ def test_demo_print_env_names_the_shipped_recording():
     assert meta["device"] in demo.recorded_on()
 
 
-def test_demo_copies_its_notebook_once_and_keeps_the_users_copy(tmp_path):
-    folder = demo.prepare(str(tmp_path / "d"))
+def _trusted(path: Path) -> bool:
+    import nbformat
+    from nbformat.sign import NotebookNotary
+
+    return bool(NotebookNotary().check_signature(nbformat.read(str(path), as_version=4)))
+
+
+def test_demo_opens_the_recorded_copy_signed_and_moves_an_edited_one_aside(tmp_path):
+    folder, said = demo.prepare(str(tmp_path / "d"))
     copy = folder / "demo.ipynb"
-    assert copy.read_bytes() == (ROOT / "examples" / "demo.ipynb").read_bytes()
-    copy.write_text("my edits")
-    demo.prepare(str(folder))
-    assert copy.read_text() == "my edits"
+    recorded = (ROOT / "examples" / "demo.ipynb").read_bytes()
+    assert copy.read_bytes() == recorded and said is None
+    assert _trusted(copy)  # opens trusted: its pictures are drawn
+    copy.write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
+    folder, said = demo.prepare(str(folder))
+    assert copy.read_bytes() == recorded  # fresh from the recording again
+    aside = folder / "demo-edited-1.ipynb"
+    assert said is not None and str(aside) in said
+    assert aside.read_text().startswith('{"cells": []')  # nothing of the user's is lost
+    copy.write_text('{"cells": [], "metadata": {"mine": 1}, "nbformat": 4, "nbformat_minor": 5}')
+    folder, said = demo.prepare(str(folder), keep=True)
+    assert '"mine": 1' in copy.read_text() and said is not None and "--keep" in said
+    assert _trusted(copy)
+    assert not (folder / "demo-edited-2.ipynb").exists()
+
+
+def test_demo_without_a_folder_leaves_no_temporary_folder(tmp_path):
+    with demo.folder_for(None, keep=False) as (folder, _):
+        assert (folder / "demo.ipynb").is_file()
+        (folder / ".ipynb_checkpoints").mkdir()  # what a kernel and the server write
+    assert not folder.exists()
+    with demo.folder_for(str(tmp_path / "mine"), keep=False) as (folder, _):
+        pass
+    assert (folder / "demo.ipynb").is_file()  # a folder the user named stays
 
 
 def test_demo_refuses_a_file_as_its_folder(tmp_path):
@@ -144,6 +171,7 @@ def test_demo_starts_jupyterlab_with_allow_root_only_as_root(tmp_path, monkeypat
     cmd = demo.lab_command(tmp_path, args)
     assert "--allow-root" in cmd and "--port=8899" in cmd and "--no-browser" in cmd
     assert cmd[1:3] == ["-m", "jupyterlab"]
+    assert "--LabApp.default_url=/lab/tree/demo.ipynb" in cmd  # opens the notebook
     monkeypatch.setattr(demo.os, "geteuid", lambda: 1000)
     assert "--allow-root" not in demo.lab_command(tmp_path, args)
 
@@ -163,3 +191,60 @@ def test_demo_notebook_walks_through_each_feature():
         assert feature in code, feature
     raising = [c for c in nb["cells"] if "raises-exception" in c["metadata"].get("tags", [])]
     assert len(raising) == 1 and "big = torch.empty" in "".join(raising[0]["source"])
+
+
+def test_the_demo_server_opens_the_trusted_notebook_by_its_url_and_cleans_up():
+    """`jupyter-gpumem demo` as a user starts it: the URL it prints names the notebook, the
+    server reads the copy as trusted (every code cell), and stopping it removes its
+    temporary folder."""
+    import re
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = [sys.executable, "-m", "jupyter_gpumem", "demo", "--no-browser", f"--port={port}"]
+    proc = subprocess.Popen(
+        args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    lines: list[str] = []
+    url = None
+    try:
+        deadline = time.monotonic() + 90
+        while url is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            found = re.search(r"(http://(?:localhost|127\.0\.0\.1):\d+/\S*\?token=\w+)", line)
+            if found:
+                url = found.group(1)
+        assert url is not None, "".join(lines)
+        assert "/lab/tree/demo.ipynb?token=" in url
+        shown = next(x for x in lines if re.match(r"jupyter-gpumem: demo: /", x))
+        folder = Path(shown.split()[2]).parent
+        assert folder.is_dir()
+        base, token = url.split("/lab/tree/", 1)[0], url.rsplit("token=", 1)[1]
+        api = f"{base}/api/contents/demo.ipynb?token={token}"
+        for attempt in range(20):  # the URL is printed as the server starts listening
+            try:
+                with urllib.request.urlopen(api, timeout=30) as r:
+                    nb = json.loads(r.read())["content"]
+                break
+            except OSError:
+                if attempt == 19 or proc.poll() is not None:
+                    raise
+                time.sleep(0.5)
+        code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+        assert code and all(c["metadata"].get("trusted") is True for c in code)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    assert not folder.exists()  # no temporary folder left behind
