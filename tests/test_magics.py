@@ -214,8 +214,9 @@ def test_breakdown_and_scan_cells_that_import_torch_themselves_say_to_import_it_
         ip.run_line_magic("load_ext", "jupyter_gpumem")
         out = {"torch_at_start": "torch" in sys.modules}
         with capture_output() as cap:
-            ip.run_cell("%%gpumem --scan batch=16,32\\nimport torch\\nran = batch")
-        out["scan"] = cap.stdout
+            done = ip.run_cell("%%gpumem --scan batch=16,32\\nimport torch\\nran = batch")
+        out["scan"] = cap.stderr
+        out["scan_failed"] = type(done.error_in_exec).__name__
         out["scan_ran"] = "ran" in ip.user_ns
         out["torch_after_scan"] = "torch" in sys.modules
         with capture_output() as cap:
@@ -232,9 +233,10 @@ def test_breakdown_and_scan_cells_that_import_torch_themselves_say_to_import_it_
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["torch_at_start"] is False
     assert out["scan"] == (
-        "gpumem: --scan: import torch before the cell: it was not imported when the cell "
+        "UsageError: --scan: import torch before the cell: it was not imported when the cell "
         "began, and the scan measures the GPU before each run of it; the cell did not run\n"
     )
+    assert out["scan_failed"] == "UsageError"
     assert not out["scan_ran"] and not out["torch_after_scan"]  # nothing imported torch
     assert out["breakdown_ran"]  # the cell ran as usual and imported torch itself
     (report,) = out["breakdown"]

@@ -301,6 +301,27 @@ def test_a_cell_that_raises_stops_the_run(tmp_path):
     assert "warning: cell 3 [2] `1 / 0` raised ZeroDivisionError" in p.stderr
 
 
+def test_a_refused_scan_stops_the_run(tmp_path):
+    """A scan that cannot run here (a CPU-only torch) checks nothing: the run fails and
+    says which cell and why, as for any cell that raised."""
+    torch = pytest.importorskip("torch")
+    if torch.version.cuda or torch.version.hip:
+        pytest.skip("this torch has a GPU allocator")
+    nb = notebook(
+        tmp_path / "s.ipynb", "import torch", "%%gpumem --scan batch=16,32\nran = batch", "z = 1"
+    )
+    js = tmp_path / "s.json"
+    p = run("run", nb, "--json", js, replay=False)
+    assert p.returncode == 2, p.stderr
+    assert (
+        "ERROR (exit 2): the notebook failed to run: cell 3 [2] `%%gpumem --scan batch=16,32` "
+        f"raised UsageError: --scan needs a CUDA GPU: torch {torch.__version__} is a CPU-only "
+        "build; the cell did not run"
+    ) in p.stderr
+    doc = json.loads(js.read_text())
+    assert [c["status"] for c in doc["cells"]] == ["ok", "error", "not_run"]
+
+
 def test_raises_exception_and_skip_execution_tags(tmp_path):
     nb = notebook(
         tmp_path / "x.ipynb",

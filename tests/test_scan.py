@@ -439,9 +439,11 @@ def test_scan_function_refuses_a_target_within_what_the_process_holds(ip, simula
 def test_without_a_gpu_the_scan_says_so_in_one_line(ip):
     ip.user_ns.pop("ran", None)
     ip.run_cell("import torch")
-    _, _, cap = run(ip, "%%gpumem --scan batch=16,32\nran = True\n")
-    lines = cap.stdout.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("gpumem: --scan needs a CUDA GPU")
+    res, _, cap = run(ip, "%%gpumem --scan batch=16,32\nran = True\n")
+    lines = cap.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("UsageError: --scan needs a CUDA GPU")
+    assert lines[0].endswith("; the cell did not run") and cap.stdout == ""
+    assert type(res.error_in_exec).__name__ == "UsageError"  # the cell failed: nothing checked
     assert "ran" not in ip.user_ns
 
 

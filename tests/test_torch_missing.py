@@ -36,8 +36,8 @@ def test_dry_run_says_torch_is_not_installed(no_torch):
 
 def test_scan_says_the_same(no_torch):
     _, _, cap = run(no_torch, "%%gpumem --scan batch=16,32\nnever_bound = batch")
-    assert cap.stdout == (
-        "gpumem: --scan needs torch and a CUDA GPU: torch is not installed in this "
+    assert cap.stderr == (
+        "UsageError: --scan needs torch and a CUDA GPU: torch is not installed in this "
         f"kernel; {pip_hint()}; the cell did not run\n"
     )
     assert "never_bound" not in no_torch.user_ns

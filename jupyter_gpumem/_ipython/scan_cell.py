@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 def run(session: Session, shell: Any, opts: CellOptions, body: str) -> ScanResult | None:
     """The scan's result, kept in the session (what a failed cell needs); None when it
-    could not start or stopped (the reason printed, the run's error raised)."""
+    stopped (the reason printed, the run's error raised). A scan that cannot start here
+    raises :class:`UsageError`."""
     from ..core.scanner import Scanner, target_refusal
     from ..errors import ScanStopped
     from ..reporters.scan import stopped_text
@@ -28,8 +29,9 @@ def run(session: Session, shell: Any, opts: CellOptions, body: str) -> ScanResul
     name, values, integer = opts.scan
     why = _no_gpu_for_scan()
     if why is not None:
-        print(f"gpumem: {why}; the cell did not run")
-        return None
+        # a usage error, as the other refusals below: the cell fails (Run All and
+        # `jupyter-gpumem run` stop there) with this one line, no traceback
+        raise UsageError(f"{why}; the cell did not run")
     refused = target_refusal(session.collector, opts.fit_in, opts.device)
     if refused is not None:
         raise UsageError(refused)
