@@ -24,18 +24,26 @@
   to the control thread's loop, which alone sends on the control socket. If the shell
   thread does not pick the task up quickly (a cell started first), the reply is ``busy``
   and the task, when it finally runs, does nothing.
+- Requests that wait for a worker process (``segments`` with ``rank`` or ``pid``: up to
+  2 s for its answer) must not hold the control thread either: a ``sample``, or an
+  interrupt (Ctrl-C), would wait behind them. They run on one daemon thread of their own,
+  one at a time (a worker is asked once at a time), at most :data:`WORKER_PENDING`
+  waiting; the reply goes back through the control thread's loop. More waiting than
+  that: ``busy`` at once.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .errors import ProtocolError
+from .log import logger
 from .protocol import BUSY, COMM_TARGET, REPLY, REQUEST, check_request, error_reply
-from .protocol.handler import READS_NAMESPACE, Handler
+from .protocol.handler import READS_NAMESPACE, WAITS_FOR_A_WORKER, Handler
 from .protocol.stream import SampleStream
 
 if TYPE_CHECKING:
@@ -64,6 +72,50 @@ class _IopubChannel:
         )
 
 
+WORKER_PENDING = 4  # requests waiting for a worker, at most (more: busy at once)
+WORKER_BUSY = "busy: earlier requests for a worker's segments are still waiting for it"
+
+
+class _WorkerWaits:
+    """One daemon thread that runs, in turn, the requests that wait for a worker process;
+    at most :data:`WORKER_PENDING` queued."""
+
+    def __init__(self) -> None:
+        self.tasks: queue.Queue[Callable[[], None] | None] = queue.Queue(WORKER_PENDING)
+        self.thread: threading.Thread | None = None
+        self.lock = threading.Lock()
+
+    def submit(self, task: Callable[[], None]) -> bool:
+        """Queue ``task``; False when too many wait already."""
+        try:
+            self.tasks.put_nowait(task)
+        except queue.Full:
+            return False
+        with self.lock:
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(
+                    target=self._run, name="jupyter-gpumem-worker-requests", daemon=True
+                )
+                self.thread.start()
+        return True
+
+    def stop(self) -> None:
+        try:
+            self.tasks.put_nowait(None)  # the thread ends after what is queued
+        except queue.Full:
+            pass  # a daemon thread: it ends with the process
+
+    def _run(self) -> None:
+        while True:
+            task = self.tasks.get()
+            if task is None:
+                return
+            try:
+                task()
+            except Exception:  # the reply is the handler's; this thread must go on
+                logger.debug("a worker request failed", exc_info=True)
+
+
 class KernelBridge:
     """Registers the control handler and owns the stream for one session."""
 
@@ -76,6 +128,8 @@ class KernelBridge:
         self.handler = Handler(session, self.stream, self.run_on_shell)
         # On the shell thread, between cells (namespace actions, replied to later)
         self.shell_handler = Handler(session, self.stream)
+        # Off the control thread: requests that wait for a worker process
+        self.worker_waits = _WorkerWaits()
 
     # How long the control thread waits for the shell thread to start a task, and to end it.
     START_S = 0.5
@@ -123,17 +177,33 @@ class KernelBridge:
         content = msg.get("content")
         control_loop = getattr(stream, "io_loop", None)
         shell_loop = getattr(self.kernel, "io_loop", None)
+        where = _runs_where(content)
         if (
-            _reads_namespace(content)
+            where == "shell"
             and hasattr(control_loop, "call_later")
             and hasattr(shell_loop, "add_callback")
         ):
             self._later(stream, idents, msg, control_loop, shell_loop)
             return
+        if where == "worker" and hasattr(control_loop, "add_callback"):
+            self._off_thread(stream, idents, msg, control_loop)
+            return
         self._send(stream, idents, msg, self.handler.handle(content))
 
     def _send(self, stream: Any, idents: Any, msg: dict[str, Any], reply: dict[str, Any]) -> None:
         self.kernel.session.send(stream, REPLY, reply, parent=msg, ident=idents)
+
+    def _off_thread(self, stream: Any, idents: Any, msg: dict[str, Any], control_loop: Any) -> None:
+        """Answer a request that waits for a worker on the worker-waits thread and reply
+        from the control thread's loop when it ends; ``busy`` at once when too many wait."""
+        content = msg.get("content")
+
+        def task() -> None:
+            control_loop.add_callback(self._send, stream, idents, msg, self.handler.handle(content))
+
+        if not self.worker_waits.submit(task):
+            action = content.get("action") if isinstance(content, dict) else None
+            self._send(stream, idents, msg, error_reply(action, "busy", WORKER_BUSY))
 
     def _later(
         self, stream: Any, idents: Any, msg: dict[str, Any], control_loop: Any, shell_loop: Any
@@ -182,14 +252,22 @@ class KernelBridge:
         if self.stream.push_cell in self.session.report_listeners:
             self.session.report_listeners.remove(self.stream.push_cell)
         self.stream.stop()
+        self.worker_waits.stop()
 
 
-def _reads_namespace(content: Any) -> bool:
+def _runs_where(content: Any) -> str | None:
+    """``shell``: the request reads the namespace; ``worker``: it waits for a worker
+    process; None: the control thread answers it at once."""
     try:
-        action, _ = check_request(content)
+        action, args = check_request(content)
     except ProtocolError:
-        return False  # the handler answers the bad request at once
-    return action in READS_NAMESPACE
+        return None  # the handler answers the bad request at once
+    if action in READS_NAMESPACE:
+        return "shell"
+    asks_a_worker = args.get("rank") is not None or args.get("pid") is not None
+    if action in WAITS_FOR_A_WORKER and asks_a_worker:
+        return "worker"
+    return None
 
 
 _BRIDGES: dict[int, KernelBridge] = {}

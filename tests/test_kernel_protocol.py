@@ -271,3 +271,59 @@ def test_a_slow_namespace_walk_does_not_hold_samples(kernel):
         assert 2.0 <= rtt_who < 10 and t_sample < t_who  # answered when the walk ended
     finally:
         assert wait_execute(kc, "_a.read = _orig_read")["content"]["status"] == "ok"
+
+
+# A process that reported as rank 5 (one datagram, like a worker's first report) but has
+# no reporter thread: it never answers a request for its segments.
+SILENT_RANK = """\
+import json as _j, socket as _so, subprocess as _sp, time as _t
+from jupyter_gpumem.collectors import workers as _w
+_sleeper = _sp.Popen(["sleep", "60"])
+_G = 1 << 30
+_r = {"v": 1, "pid": _sleeper.pid, "host": _so.gethostname(), "rank": 5, "world_size": 8,
+      "started": _t.time(), "time": _t.time(), "final": False, "via": "fork",
+      "devices": [{"index": 0, "name": "Counting GPU", "allocated": _G, "reserved": _G,
+                   "peak_allocated": _G, "peak_reserved": _G, "ooms": 0,
+                   "device_allocs": 1}], "ooms": []}
+_s = _so.socket(_so.AF_UNIX, _so.SOCK_DGRAM)
+_s.sendto(_j.dumps(_r).encode(), _w.channel().address)
+_d = _t.monotonic() + 10
+while not any(w.pid == _sleeper.pid for w in _w.live()) and _t.monotonic() < _d:
+    _t.sleep(0.01)
+assert any(w.pid == _sleeper.pid for w in _w.live())
+"""
+
+
+def test_a_segments_request_to_a_silent_worker_does_not_hold_samples(kernel):
+    """A worker's segments wait up to 2 s for its answer: off the control thread, so a
+    `sample` sent behind three such requests is answered at once, and each request is
+    answered when its wait ends (one at a time: the worker is asked once at a time)."""
+    kc, listener = kernel
+    assert wait_execute(kc, "%load_ext jupyter_gpumem")["content"]["status"] == "ok"
+    assert wait_execute(kc, "%%gpumem -q\npass")["content"]["status"] == "ok"  # the channel
+    assert wait_execute(kc, SILENT_RANK)["content"]["status"] == "ok"
+    try:
+        pid = _user_value(kc, "_sleeper.pid")
+        asked = [listener.send("segments", rank=5) for _ in range(3)]
+        time.sleep(0.2)
+        kind, content, rtt, t_sample = listener.request("sample", timeout=10)
+        assert kind == "gpumem_reply" and content["status"] == "ok"
+        assert rtt < 0.5, f"the sample waited {rtt:.2f} s behind the segments requests"
+        for i, (msg_id, t0) in enumerate(asked, start=1):
+            kind, content, waited, t_answer = listener.wait(msg_id, t0, timeout=15)
+            assert kind == "gpumem_reply", i
+            assert content["error"] == {
+                "code": "refused",
+                "message": f"rank 5 (pid {pid}) did not answer within 2 s",
+            }
+            assert 2.0 * i - 0.2 < waited < 2.0 * i + 1.5 and t_sample < t_answer
+    finally:
+        assert wait_execute(kc, "_sleeper.kill(); _sleeper.wait()")["content"]["status"] == "ok"
+
+
+def _user_value(kc, expression: str):
+    msg_id = kc.execute("", user_expressions={"v": expression})
+    while True:
+        reply = kc.get_shell_msg(timeout=10)
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return int(reply["content"]["user_expressions"]["v"]["data"]["text/plain"])

@@ -197,8 +197,9 @@ class Handler:
     def _worker_segments(
         self, device: int | None, max_segments: int, rank: int | None, pid: int | None
     ) -> dict[str, Any]:
-        """A worker's map: asked through the channel's directory, waiting at most 2 s on
-        this thread (a worker that does not answer is refused with that sentence)."""
+        """A worker's map: asked through the channel's directory, waiting at most 2 s (the
+        kernel front end runs it off the control thread: :data:`WAITS_FOR_A_WORKER`; a
+        worker that does not answer is refused with that sentence)."""
         from ..core.worker_segments import worker_segment_maps
 
         found, maps = worker_segment_maps(rank, pid, device, max_segments)
@@ -243,6 +244,9 @@ class Handler:
 # Actions that read the user's namespace: the kernel runs them on the shell thread, between
 # cells, and replies when they end (the control thread stays free for samples).
 READS_NAMESPACE = frozenset({"who", "release_traceback"})
+# Actions that wait for a worker process when given ``rank`` or ``pid``: the kernel runs
+# them off its control thread and replies when they end.
+WAITS_FOR_A_WORKER = frozenset({"segments"})
 
 ACTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "hello": Handler.hello,
