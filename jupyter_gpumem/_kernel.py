@@ -26,15 +26,14 @@
   and the task, when it finally runs, does nothing.
 - Requests that wait for a worker process (``segments`` with ``rank`` or ``pid``: up to
   2 s for its answer) must not hold the control thread either: a ``sample``, or an
-  interrupt (Ctrl-C), would wait behind them. They run on one daemon thread of their own,
-  one at a time (a worker is asked once at a time), at most :data:`WORKER_PENDING`
-  waiting; the reply goes back through the control thread's loop. More waiting than
-  that: ``busy`` at once.
+  interrupt (Ctrl-C), would wait behind them. Each runs on a daemon thread of its own, at
+  most :data:`WORKER_PENDING` at a time (requests to the same worker share its answer);
+  the reply goes back through the control thread's loop. More waiting than that: ``busy``
+  at once.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 import uuid
 from collections.abc import Callable
@@ -77,43 +76,28 @@ WORKER_BUSY = "busy: earlier requests for a worker's segments are still waiting 
 
 
 class _WorkerWaits:
-    """One daemon thread that runs, in turn, the requests that wait for a worker process;
-    at most :data:`WORKER_PENDING` queued."""
+    """Runs each request that waits for a worker process on a daemon thread of its own,
+    at most :data:`WORKER_PENDING` at a time (requests to the same worker share one ask:
+    ``WorkerChannel.segments_of``)."""
 
     def __init__(self) -> None:
-        self.tasks: queue.Queue[Callable[[], None] | None] = queue.Queue(WORKER_PENDING)
-        self.thread: threading.Thread | None = None
-        self.lock = threading.Lock()
+        self.slots = threading.BoundedSemaphore(WORKER_PENDING)
 
     def submit(self, task: Callable[[], None]) -> bool:
-        """Queue ``task``; False when too many wait already."""
-        try:
-            self.tasks.put_nowait(task)
-        except queue.Full:
+        """Start ``task``; False when too many wait already."""
+        if not self.slots.acquire(blocking=False):
             return False
-        with self.lock:
-            if self.thread is None or not self.thread.is_alive():
-                self.thread = threading.Thread(
-                    target=self._run, name="jupyter-gpumem-worker-requests", daemon=True
-                )
-                self.thread.start()
-        return True
 
-    def stop(self) -> None:
-        try:
-            self.tasks.put_nowait(None)  # the thread ends after what is queued
-        except queue.Full:
-            pass  # a daemon thread: it ends with the process
-
-    def _run(self) -> None:
-        while True:
-            task = self.tasks.get()
-            if task is None:
-                return
+        def run() -> None:
             try:
                 task()
-            except Exception:  # the reply is the handler's; this thread must go on
-                logger.debug("a worker request failed", exc_info=True)
+            except Exception:  # the reply is the handler's; nothing else to do here
+                logger.debug("a request that waits for a worker failed", exc_info=True)
+            finally:
+                self.slots.release()
+
+        threading.Thread(target=run, name="jupyter-gpumem-worker-request", daemon=True).start()
+        return True
 
 
 class KernelBridge:
@@ -252,7 +236,6 @@ class KernelBridge:
         if self.stream.push_cell in self.session.report_listeners:
             self.session.report_listeners.remove(self.stream.push_cell)
         self.stream.stop()
-        self.worker_waits.stop()
 
 
 def _runs_where(content: Any) -> str | None:

@@ -297,7 +297,7 @@ assert any(w.pid == _sleeper.pid for w in _w.live())
 def test_a_segments_request_to_a_silent_worker_does_not_hold_samples(kernel):
     """A worker's segments wait up to 2 s for its answer: off the control thread, so a
     `sample` sent behind three such requests is answered at once, and each request is
-    answered when its wait ends (one at a time: the worker is asked once at a time)."""
+    answered when the wait ends (the three share one ask of the worker)."""
     kc, listener = kernel
     assert wait_execute(kc, "%load_ext jupyter_gpumem")["content"]["status"] == "ok"
     assert wait_execute(kc, "%%gpumem -q\npass")["content"]["status"] == "ok"  # the channel
@@ -309,14 +309,14 @@ def test_a_segments_request_to_a_silent_worker_does_not_hold_samples(kernel):
         kind, content, rtt, t_sample = listener.request("sample", timeout=10)
         assert kind == "gpumem_reply" and content["status"] == "ok"
         assert rtt < 0.5, f"the sample waited {rtt:.2f} s behind the segments requests"
-        for i, (msg_id, t0) in enumerate(asked, start=1):
+        for i, (msg_id, t0) in enumerate(asked):
             kind, content, waited, t_answer = listener.wait(msg_id, t0, timeout=15)
             assert kind == "gpumem_reply", i
             assert content["error"] == {
                 "code": "refused",
                 "message": f"rank 5 (pid {pid}) did not answer within 2 s",
             }
-            assert 2.0 * i - 0.2 < waited < 2.0 * i + 1.5 and t_sample < t_answer
+            assert 1.9 < waited < 3.5 and t_sample < t_answer
     finally:
         assert wait_execute(kc, "_sleeper.kill(); _sleeper.wait()")["content"]["status"] == "ok"
 

@@ -16,8 +16,7 @@ channel's private directory (mode 0700), with the writer, reader and checks of
   adjacent live blocks becomes one block (*trimmed*); still too large, or no CUDA yet,
   the answer says so in a word.
 - **The kernel** waits for that one name at most :data:`ANSWER_WAIT` seconds (looking
-  every 10 ms; off ipykernel's control thread for the panel's requests, ``_kernel.py``;
-  one request at a time), reads it once, deletes it and checks it field by field: the nonce it
+  every 10 ms), reads it once, deletes it and checks it field by field: the nonce it
   sent, the pid, each segment and block (``oom.parse_segments``). A file that
   fails is dropped (and deleted) and the kernel goes on waiting for the real answer
   until the deadline. Answers of earlier requests (another nonce) are deleted unread
@@ -34,7 +33,6 @@ import json
 import os
 import re
 import secrets
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -154,17 +152,7 @@ class Answer:
 
 def ask_segments(directory: str, pid: int, wait: float = ANSWER_WAIT) -> Answer | None:
     """Ask the worker ``pid`` for its segments and wait at most ``wait`` seconds; None
-    when no valid answer came in time. May raise OSError (the request not written).
-    One ask at a time (the magic on the shell thread, the panel's off the control
-    thread): a second ask of the same worker would delete the first one's answer."""
-    with _ASKING:
-        return _ask(directory, pid, wait)
-
-
-_ASKING = threading.Lock()
-
-
-def _ask(directory: str, pid: int, wait: float) -> Answer | None:
+    when no valid answer came in time. May raise OSError (the request not written)."""
     deadline = time.monotonic() + wait
     drop_answers(directory, pid)  # of earlier requests: never shown for this one
     with contextlib.suppress(OSError):  # a request's temporary file left by a crash
