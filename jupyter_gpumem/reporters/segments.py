@@ -10,6 +10,8 @@ from html import escape
 from ..model import BlockView, SegmentMap, SegmentView
 from ..units import format_bytes
 
+# One colour per kind of block, as the panel's Segments tab has them
+# (labextension/style/segments.css; tests on both sides pin them).
 COLORS = {
     "allocated": "var(--jp-brand-color1,#1976d2)",
     "pending": "var(--jp-brand-color3,#90caf9)",
