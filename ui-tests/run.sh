@@ -205,6 +205,7 @@ curl -fsS -o /dev/null "${BASE}api/status?token=$TOKEN"
 echo "run.sh: JupyterLab at $BASE (root $WORK/notebooks)"
 
 export JUPYTER_BASE_URL="$BASE" JUPYTER_TOKEN="$TOKEN" JUPYTER_ROOT_DIR="$WORK/notebooks"
+export GPUMEM_UI_PYTHON="$PYTHON"  # the Python whose jupyter-gpumem the demo test starts
 export GPUMEM_UI_SCREENSHOTS="${GPUMEM_UI_SCREENSHOTS:-$HERE/screenshots}"
 cd "$HERE"
 npx --no-install playwright test "$@"
