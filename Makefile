@@ -26,10 +26,28 @@ DEMO_ARGS ?=
 
 .PHONY: lab demo test install test-install labext wheel wheel-test lint pytest ts-test \
         ui-test ui-deps gpu-test plan-cases bench clean screenshots architecture bench-readme
+# a prerequisite that is never up to date
+FORCE:
 
 # -- the main job ------------------------------------------------------------------------
-$(VENV)/bin/python:
-	$(PY) -m venv --system-site-packages $(VENV)
+# .venv keeps a note of the Python that made it (.venv/.python). A PY given to make
+# (`make PY=python3.12 lab`, or PY in the environment) that is another Python makes .venv
+# again with it, and says so; without PY, the .venv there is kept.
+PY_GIVEN := $(filter command environment,$(firstword $(origin PY)))
+PY_ID = import os, sys; print(os.path.realpath(sys.executable), sys.prefix)
+
+$(VENV)/bin/python: $(if $(PY_GIVEN),FORCE)
+	@want="$$($(PY) -c '$(PY_ID)')" || { echo "make: PY=$(PY) does not run" >&2; exit 1; }; \
+	if [ -x $@ ]; then \
+	  had="$$(cat $(VENV)/.python 2>/dev/null)"; \
+	  if [ "$$had" = "$$want" ]; then exit 0; fi; \
+	  echo "make: PY=$(PY) is $$want, but .venv was made by $${had:-another Python (it has no note of which)}: making .venv again with PY"; \
+	  rm -rf $(VENV); \
+	fi; \
+	set -e; \
+	echo "$(PY) -m venv --system-site-packages $(VENV)"; \
+	$(PY) -m venv --system-site-packages $(VENV); \
+	echo "$$want" > $(VENV)/.python; \
 	$(VENV)/bin/python -m pip install -q --upgrade pip
 
 $(VENV)/.tools: $(VENV)/bin/python
