@@ -69,6 +69,7 @@ lab: install
 	  $(VENV)/bin/jupyter-gpumem demo --dir examples/.demo $(DEMO_ARGS); \
 	else \
 	  if [ "$$(id -u)" = 0 ]; then echo "make lab: running as root, so JupyterLab starts with --allow-root"; fi; \
+	  $(VENV)/bin/jupyter trust examples/*.ipynb; \
 	  $(VENV)/bin/jupyter lab $(ROOT_FLAG) examples/; \
 	fi
 
@@ -154,7 +155,7 @@ README_SHOTS := tab-overview tab-overview-dark tab-history tab-history-dark tab-
 screenshots: ui-test
 	mkdir -p docs/panel
 	for s in $(README_SHOTS); do cp ui-tests/screenshots/$$s.png docs/panel/$$s.png; done
-	cp ui-tests/screenshots/replay-allocated.png docs/panel.png
+	cp ui-tests/screenshots/demo-tour.png docs/panel.png
 
 test: lint ts-test pytest ui-test wheel-test
 

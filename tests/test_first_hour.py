@@ -248,3 +248,13 @@ def test_the_demo_server_opens_the_trusted_notebook_by_its_url_and_cleans_up():
             proc.kill()
             proc.wait()
     assert not folder.exists()  # no temporary folder left behind
+
+
+def test_make_lab_on_a_gpu_trusts_the_shipped_notebooks_before_opening_them():
+    """On a GPU machine `make lab` opens examples/: its notebooks are signed first, so their
+    recorded pictures are drawn (an untrusted notebook's are sanitised to text)."""
+    out = subprocess.run(
+        ["make", "-n", "lab", "HAS_GPU=1"], capture_output=True, text=True, cwd=ROOT, check=True
+    ).stdout
+    trust = out.index("/bin/jupyter trust examples/*.ipynb")
+    assert trust < out.index("/bin/jupyter lab ")
