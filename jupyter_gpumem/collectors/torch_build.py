@@ -57,11 +57,39 @@ def torch_installed() -> bool:
         return False
 
 
-def install_hint() -> str:
-    """How to install torch into this kernel's Python (the tool never installs it)."""
+def externally_managed(stdlib: str | None = None, in_venv: bool | None = None) -> bool:
+    """Whether pip refuses to install into this Python (PEP 668): its standard library
+    holds an ``EXTERNALLY-MANAGED`` file (the system Python of Debian and Ubuntu) and it
+    is not a virtual environment, where pip ignores that file."""
+    import os
+    import sysconfig
+
+    if in_venv is None:
+        in_venv = sys.prefix != sys.base_prefix
+    if in_venv:
+        return False
+    if stdlib is None:
+        stdlib = sysconfig.get_paths()["stdlib"]
+    return os.path.isfile(os.path.join(stdlib, "EXTERNALLY-MANAGED"))
+
+
+def install_hint(executable: str | None = None, managed: bool | None = None) -> str:
+    """How to install torch for this kernel (the tool never installs it): with this
+    Python's pip, or, where the system manages this Python, into a virtual environment
+    that the notebook then runs on as its kernel."""
+    if managed is None:
+        managed = externally_managed()
+    if managed:
+        return (
+            "this Python is the system's (externally managed, PEP 668), so pip will not "
+            "install into it: make a virtual environment (python3 -m venv ENV), install "
+            "torch into it as PyTorch's instructions say for your CUDA version, with "
+            "ipykernel and jupyter-gpumem, and run the notebook on its kernel "
+            "(ENV/bin/python -m ipykernel install --user --name ENV)"
+        )
     return (
         "install it as PyTorch's instructions say for your CUDA version, "
-        f"e.g. {sys.executable} -m pip install torch"
+        f"e.g. {executable or sys.executable} -m pip install torch"
     )
 
 
