@@ -642,3 +642,67 @@ def test_a_worker_collector_answers_from_its_reporter(tmp_path, monkeypatch):
     mine = [(s["address"], s["total_size"]) for s in counting.snapshot()["segments"]]
     assert [(s["address"], s["total_size"]) for s in answer.snapshot.segments] == mine
     assert [s["device"] for s in answer.snapshot.segments] == [3]
+
+
+def _forged(size: int, blocks: list[tuple[int, int]]) -> dict:
+    """A raw snapshot of one segment at 2**44 of ``size`` bytes with free blocks at
+    (offset, size)."""
+    base = 1 << 44
+    return {
+        "segments": [
+            {
+                "device": 0,
+                "address": base,
+                "total_size": size,
+                "segment_type": "large",
+                "blocks": [
+                    {"address": base + at, "size": n, "requested_size": 0, "state": "inactive"}
+                    for at, n in blocks
+                ],
+            }
+        ]
+    }
+
+
+@pytest.mark.parametrize(
+    ("size", "blocks", "why"),
+    [
+        # a segment of 1 TiB with one block of 1 B: drawn once as "free 1.00 TiB, largest
+        # free block 1 B"
+        (1 << 40, [(0, 1)], "its blocks cover 1 B of a segment of 1.00 TiB"),
+        (3 * MiB, [(0, MiB), (2 * MiB, MiB)], "its blocks cover 2.00 MiB of a segment of 3.00 MiB"),
+        (MiB, [(0, MiB), (MiB, 0)], "a block of 0 B"),
+        (0, [], "a segment of 0 B"),
+    ],
+)
+def test_a_snapshot_whose_blocks_do_not_cover_its_segment_is_refused_in_words(size, blocks, why):
+    segs = oom.reduce_segments(_forged(size, blocks), 0, detail=True)
+    with pytest.raises(oom.BadFile) as bad:
+        oom.parse_segments(segs, 0, [0])
+    assert str(bad.value) == why
+    # the worker answers with it: the kernel refuses it and says why, in one sentence
+    ch = workers.WorkerChannel()
+    ch.open()
+    assert ch.address is not None
+    pid = os.getpid()
+    watch = segment_requests.RequestWatch(
+        os.path.dirname(ch.address), pid, FakeBackend(_forged(size, blocks))
+    )
+    stop = threading.Event()
+
+    def answer():
+        while not stop.is_set():
+            watch.poll()
+            time.sleep(0.01)
+
+    th = threading.Thread(target=answer)
+    th.start()
+    try:
+        ch.take(_report(pid, 1))
+        with pytest.raises(ActionRefused) as refused:
+            ch.segments_of(1, wait=0.5)
+        assert str(refused.value) == f"rank 1 (pid {pid})'s answer was refused: {why}"
+    finally:
+        stop.set()
+        th.join()
+        ch.close()

@@ -288,6 +288,8 @@ class WorkerChannel:
         answer = self._ask(directory, worker, wait)
         if answer is None:
             raise ActionRefused(f"{worker.label} did not answer within {wait:g} s")
+        if answer.refused is not None:  # only answers that failed the checks came
+            raise ActionRefused(f"{worker.label}'s answer was refused: {answer.refused}")
         if answer.error == "no_cuda":
             raise ActionRefused(
                 f"{worker.label} has not initialised CUDA: its allocator holds no segment"

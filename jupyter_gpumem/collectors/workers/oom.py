@@ -15,7 +15,8 @@ The kernel reads the file once, size-capped (:data:`SNAPSHOT_LIMIT`), and delete
 whatever it held; like a datagram it is read, never trusted: a name that is not a plain
 ``oom-<pid>-<n>.json`` of the reporting pid, a symlink, a file of another user or too
 large, JSON that fails any check (types, ranges, a block outside its segment, blocks that
-overlap) is dropped with a debug line on the ``jupyter_gpumem`` logger.
+overlap or do not cover their segment) is dropped with a debug line on the
+``jupyter_gpumem`` logger.
 
 The same files carry a rank's segment map on request (:mod:`.segment_requests`): the
 writer (:func:`write_file`), the reader (:func:`take_file`) and the checks of segments
@@ -35,6 +36,7 @@ from typing import Any
 from ...log import logger
 from ...model import Segment, WorkerOomSnapshot
 from ...model.snapshot import Block, BlockState
+from ...units import format_bytes
 
 SNAPSHOT_LIMIT = 4 << 20  # bytes of one snapshot file
 MAX_SEGMENTS = 1 << 17
@@ -315,9 +317,11 @@ def parse_snapshot(data: bytes) -> WorkerOomSnapshot:
 
 def parse_segments(segs: Any, device: int, n_blocks: list[int]) -> list[Segment]:
     """One device's compact segments (:func:`reduce_segments`' shape), checked: sizes
-    and addresses in range, each block inside its segment, blocks sorted without overlap,
-    at most MAX_SEGMENTS segments and MAX_BLOCKS blocks (``n_blocks[0]`` counts the blocks
-    of every device of one file). Raises BadFile."""
+    and addresses in range, each block inside its segment, blocks sorted without overlap
+    that cover their segment exactly (as PyTorch's do: a segment is split into its
+    blocks), no empty segment or block, at most MAX_SEGMENTS segments and MAX_BLOCKS
+    blocks (``n_blocks[0]`` counts the blocks of every device of one file). Raises
+    BadFile, whose message says what is wrong in words."""
     if not isinstance(segs, list) or len(segs) > MAX_SEGMENTS:
         raise BadFile("bad segments")
     segments: list[Segment] = []
@@ -325,6 +329,8 @@ def parse_segments(segs: Any, device: int, n_blocks: list[int]) -> list[Segment]
         if not (isinstance(s, list) and len(s) in (5, 6) and isinstance(s[4], list)):
             raise BadFile("bad segment")
         address, size = _int(s[0], BYTES_LIMIT, "address"), _int(s[1], BYTES_LIMIT, "size")
+        if size == 0:
+            raise BadFile("a segment of 0 B")
         if not isinstance(s[2], bool) or s[3] not in ("s", "l"):
             raise BadFile("bad segment")
         stream = _int(s[5], BYTES_LIMIT, "stream") if len(s) == 6 else 0
@@ -332,13 +338,16 @@ def parse_segments(segs: Any, device: int, n_blocks: list[int]) -> list[Segment]
         if n_blocks[0] > MAX_BLOCKS:
             raise BadFile("too many blocks")
         blocks: list[Block] = []
-        at, allocated, requested = address, 0, 0
+        at, allocated, requested, covered = address, 0, 0, 0
         for b in s[4]:
             if not (isinstance(b, list) and len(b) in (3, 4) and b[2] in _STATE_NAMES):
                 raise BadFile("bad block")
             ba, bs = _int(b[0], BYTES_LIMIT, "address"), _int(b[1], BYTES_LIMIT, "size")
+            if bs == 0:
+                raise BadFile("a block of 0 B")
             if ba < at or ba + bs > address + size:  # sorted, no overlap, inside
                 raise BadFile("block outside its segment")
+            covered += bs
             asked = _int(b[3], bs + 1, "requested size") if len(b) == 4 else bs
             at = ba + bs
             state: BlockState = _STATE_NAMES[b[2]]
@@ -346,6 +355,10 @@ def parse_segments(segs: Any, device: int, n_blocks: list[int]) -> list[Segment]
                 allocated += bs
                 requested += asked
             blocks.append(Block(address=ba, size=bs, requested_size=asked, state=state, frames=[]))
+        if covered != size:  # inside and without overlap: a gap, or a segment left short
+            raise BadFile(
+                f"its blocks cover {format_bytes(covered)} of a segment of {format_bytes(size)}"
+            )
         segments.append(
             {
                 "device": device,

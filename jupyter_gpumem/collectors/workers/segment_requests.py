@@ -19,7 +19,9 @@ channel's private directory (mode 0700), with the writer, reader and checks of
   every 10 ms), reads it once, deletes it and checks it field by field: the nonce it
   sent, the pid, each segment and block (``oom.parse_segments``). A file that
   fails is dropped (and deleted) and the kernel goes on waiting for the real answer
-  until the deadline. Answers of earlier requests (another nonce) are deleted unread
+  until the deadline; with none by then, the refusal's reason is the answer
+  (``Answer.refused``: ``rank 1 (pid 4242)'s answer was refused: its blocks cover 1 B of
+  a segment of 1.00 TiB``). Answers of earlier requests (another nonce) are deleted unread
   when the next request is made; the request is deleted when nobody took it in time.
 
 Both sides read, never trust: a name bound to the pid (and nonce), ``O_NOFOLLOW`` (no
@@ -143,16 +145,19 @@ def segments_answer(raw: dict[str, Any] | None, nonce: str, pid: int) -> bytes:
 # -- the kernel's side -------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """What a worker answered: its snapshot, or a word (:data:`ERRORS`) instead."""
+    """What a worker answered: its snapshot, or a word (:data:`ERRORS`) instead; or,
+    when only answers that failed the checks came, why the last one was refused."""
 
     snapshot: AllocatorSnapshot | None
     trimmed: bool = False
     error: str | None = None
+    refused: str | None = None
 
 
 def ask_segments(directory: str, pid: int, wait: float = ANSWER_WAIT) -> Answer | None:
     """Ask the worker ``pid`` for its segments and wait at most ``wait`` seconds; None
-    when no valid answer came in time. May raise OSError (the request not written)."""
+    when no answer came in time (an answer with ``refused`` when only answers that
+    failed the checks came). May raise OSError (the request not written)."""
     deadline = time.monotonic() + wait
     drop_answers(directory, pid)  # of earlier requests: never shown for this one
     with contextlib.suppress(OSError):  # a request's temporary file left by a crash
@@ -161,16 +166,18 @@ def ask_segments(directory: str, pid: int, wait: float = ANSWER_WAIT) -> Answer 
     write_file(directory, request_name(pid), _dumps({"v": VERSION, "nonce": nonce}))
     name = answer_name(pid, nonce)
     path = os.path.join(directory, name)
+    refused: str | None = None
     try:
         while True:
             if os.path.lexists(path):  # a symlink too: take_file refuses and deletes it
                 data = take_file(directory, name, SNAPSHOT_LIMIT, "segments answer")
-                answer = parse_answer(data, nonce, pid) if data is not None else None
-                if answer is not None:
+                answer = checked_answer(data, nonce, pid) if data is not None else None
+                if isinstance(answer, Answer):
                     return answer
+                refused = answer or refused
             left = deadline - time.monotonic()
             if left <= 0:
-                return None
+                return None if refused is None else Answer(None, refused=refused)
             time.sleep(min(LOOK_EVERY, left))
     finally:
         with contextlib.suppress(OSError):
@@ -193,13 +200,21 @@ def drop_answers(directory: str, pid: int) -> None:
 
 def parse_answer(data: bytes, nonce: str, pid: int) -> Answer | None:
     """The answer, checked field by field; None (and a debug line) for anything else."""
+    answer = checked_answer(data, nonce, pid)
+    return answer if isinstance(answer, Answer) else None
+
+
+def checked_answer(data: bytes, nonce: str, pid: int) -> Answer | str:
+    """The answer, checked field by field; else why it was refused, in words (and a
+    debug line)."""
     try:
         return _checked(data, nonce, pid)
     except BadFile as e:
         logger.debug("segments answer of pid %d dropped: %s", pid, e)
+        return str(e)
     except Exception:
         logger.debug("segments answer of pid %d dropped", pid, exc_info=True)
-    return None
+        return "not an answer the kernel can read"
 
 
 def _checked(data: bytes, nonce: str, pid: int) -> Answer:
