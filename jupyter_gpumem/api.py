@@ -150,7 +150,7 @@ def breakdown() -> Any:
 def dry_run(
     fn: Any,
     *args: Any,
-    fit_in: str | None = None,
+    fit_in: str | int | None = None,
     world_size: int = 1,
     count_untouched: bool = False,
     **kwargs: Any,
@@ -188,7 +188,7 @@ def dry_run(
     why = refusal(world_size)
     if why is not None:
         raise GpuMemError(why)
-    target = parse_target(fit_in) if fit_in is not None else None
+    target = parse_target(fit_in, "fit_in") if fit_in is not None else None
     session = None
     if "IPython" in sys.modules:  # a loaded extension: it measures this GPU's context
         from ._ipython import current
@@ -211,7 +211,7 @@ def dry_run(
 def scan(
     fn: Any,
     values: Any,
-    fit_in: str | None = None,
+    fit_in: str | int | None = None,
     verify: bool = True,
     device: int | None = None,
     name: str = "value",
@@ -232,7 +232,7 @@ def scan(
     from .reporters import bundles  # noqa: F401  (the result shows itself: its views)
 
     vals, integer = scan_values(values)  # the rule of %%gpumem --scan: ValueError
-    target = parse_target(fit_in) if fit_in is not None else None
+    target = parse_target(fit_in, "fit_in") if fit_in is not None else None
     from ._ipython import current
 
     session = current()

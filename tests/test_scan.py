@@ -493,3 +493,51 @@ def test_breakdown_function_before_any_breakdown(ip):
     # where no breakdown can be made, it says why (a CPU-only torch here, or none)
     with pytest.raises(jupyter_gpumem.NoGpuError, match=r"^breakdown\(\) needs "):
         jupyter_gpumem.breakdown()
+
+
+@pytest.mark.parametrize(
+    "fit_in,message",
+    [
+        # a number without a unit is bytes, as "--fit-in 5" is: no card has 5 bytes
+        (
+            5,
+            (
+                "fit_in: 5 is 5 B (a number without a unit is bytes); a target is a card's "
+                "memory, at least 1 MiB: give a unit or a card, e.g. 24GiB, 24GB or T4"
+            ),
+        ),
+        (
+            24.5,
+            (
+                "fit_in: 24.5 is a float: give a size such as '24GiB', a card such as 'T4', "
+                "or a whole number of bytes"
+            ),
+        ),
+        (
+            True,
+            (
+                "fit_in: True is a bool: give a size such as '24GiB', a card such as 'T4', "
+                "or a whole number of bytes"
+            ),
+        ),
+    ],
+)
+def test_scan_function_fit_in_not_a_string_says_what_to_pass(fit_in, message):
+    import jupyter_gpumem
+
+    with pytest.raises(ValueError) as e:
+        jupyter_gpumem.scan(lambda v: None, [16, 32], fit_in=fit_in)
+    assert str(e.value) == message
+
+
+def test_fit_in_a_whole_number_is_bytes():
+    from jupyter_gpumem.analysis.targets import parse_target
+
+    t = parse_target(24 * GiB, "fit_in")
+    assert (t.bytes, t.label, t.source, t.whole_card) == (
+        24 * GiB,
+        "24.00 GiB",
+        "--fit-in 25769803776",
+        True,
+    )
+    assert parse_target(" 24GiB ", "fit_in").source == "--fit-in 24GiB"  # as before

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from ..model import Target
-from ..units import MiB, parse_size
+from ..units import MiB, parse_size, shown
 
 MIN_TARGET = MiB  # smaller is no card's memory: a size typed without its unit
 
@@ -60,9 +60,18 @@ def known_names() -> list[str]:
     return sorted(GPUS)
 
 
-def parse_target(text: str) -> Target:
-    """A :class:`~jupyter_gpumem.model.Target` from ``--fit-in``; ``ValueError`` with the
-    accepted forms otherwise."""
+def parse_target(text: str | int, option: str = "--fit-in") -> Target:
+    """A :class:`~jupyter_gpumem.model.Target` from ``--fit-in`` (a whole number, from
+    the functions' ``fit_in``: bytes, as a number typed without a unit is); ``ValueError``
+    with the accepted forms otherwise, its message starting with ``option``."""
+    number = isinstance(text, int) and not isinstance(text, bool)
+    if number:
+        text = str(text)  # a number without a unit: bytes, checked as typed
+    elif not isinstance(text, str):
+        raise ValueError(
+            f"{option}: {shown(text)} is a {type(text).__name__}: give a size such as "
+            "'24GiB', a card such as 'T4', or a whole number of bytes"
+        )
     key = _key(text)
     key = ALIASES.get(key, key)
     if key in GPUS:
@@ -72,10 +81,10 @@ def parse_target(text: str) -> Target:
         size = parse_size(text)
     except ValueError as e:
         if text.strip()[:1].isdigit() or text.strip()[:1] == ".":
-            raise ValueError(f"--fit-in: {e}") from None
-        shown = repr(text[:40]) + ("…" if len(text) > 40 else "")
+            raise ValueError(f"{option}: {e}") from None
+        typed = repr(text[:40]) + ("…" if len(text) > 40 else "")
         raise ValueError(
-            f"--fit-in: {shown} is neither a size (24GiB, 16GB, 8000MiB) nor a known GPU "
+            f"{option}: {typed} is neither a size (24GiB, 16GB, 8000MiB) nor a known GPU "
             f"({', '.join(known_names())})"
         ) from None
     from ..units import format_bytes
@@ -83,9 +92,9 @@ def parse_target(text: str) -> Target:
     if size < MIN_TARGET:
         # parse_size takes a bare number as bytes (as %gpumem limit does); as a card's
         # memory, "--fit-in 24" is surely not 24 bytes
-        shown = repr(text.strip()[:40])
+        typed = text if number else repr(text.strip()[:40])
         raise ValueError(
-            f"--fit-in: {shown} is {format_bytes(size)} (a number without a unit is bytes); "
+            f"{option}: {typed} is {format_bytes(size)} (a number without a unit is bytes); "
             "a target is a card's memory, at least 1 MiB: give a unit or a card, e.g. "
             "24GiB, 24GB or T4"
         )
