@@ -352,3 +352,45 @@ def test_a_dropped_report_leaves_a_debug_line(caplog):
         assert workers.parse_message(b"[" * 4000 + b"]" * 4000) is None
     said = [r.getMessage() for r in caplog.records]
     assert said == ["worker report dropped: bad pid", "worker report dropped: 4000 brackets"]
+
+
+# -- numbers typed too long, sizes typed negative --------------------------------------------
+def test_a_world_size_of_thousands_of_digits_is_one_short_line(ip):
+    for digits in (5001, 400):  # beyond int's digit limit; within it
+        said = usage_error(ip, "%%gpumem --dry-run --world-size " + "9" * digits)
+        assert said.rstrip().endswith(
+            "UsageError: --world-size: world size must be a whole number from 1 to 65536 "
+            f"(the processes of the job), got '{'9' * 58}…"
+        ), said
+    import jupyter_gpumem
+    from jupyter_gpumem.collectors.dry_run import check_world_size
+
+    with pytest.raises(jupyter_gpumem.GpuMemError) as e:
+        check_world_size("9" * 5001)
+    assert str(e.value).endswith(f"got '{'9' * 58}…")
+    with pytest.raises(jupyter_gpumem.GpuMemError) as e:
+        check_world_size(10**5000)  # an int whose repr Python refuses
+    assert str(e.value).endswith("got an integer of 16610 bits")
+
+
+def test_ranks_of_hundreds_of_digits_are_one_short_line(ip):
+    with pytest.raises(UsageError) as e:
+        ip.run_line_magic("gpumem", "workers watch --ranks " + "1" * 400)
+    assert str(e.value) == (
+        "--ranks: expected ranks like 1,2,3 (each 0 to 65535), got " + f"'{'1' * 58}…"
+    )
+    with pytest.raises(UsageError) as e:
+        ip.run_line_magic("gpumem", "workers watch --ranks 1,70000")
+    assert str(e.value) == "--ranks: expected ranks like 1,2,3 (each 0 to 65535), got '1,70000'"
+
+
+@pytest.mark.parametrize("line", ["--dry-run --fit-in -1GiB", "--scan b=1,2 --fit-in -1GiB"])
+def test_a_negative_fit_in_says_a_size_cant_be_negative(ip, line):
+    for typed in (line, line.replace(" -1GiB", "=-1GiB"), line.replace("-1GiB", "'-1GiB'")):
+        said = usage_error(ip, f"%%gpumem {typed}")
+        assert said.rstrip().endswith("UsageError: --fit-in: a size can't be negative: '-1GiB'")
+    from jupyter_gpumem.analysis.targets import parse_target
+
+    with pytest.raises(ValueError) as e:
+        parse_target(-5, "fit_in")
+    assert str(e.value) == "fit_in: a size can't be negative: -5"

@@ -17,10 +17,15 @@ from .parsers import CELL_PARSER, HelpFormat, new_parser, nonneg_int, positive_i
 SEGMENTS_DRAWN = 200
 
 
+MAX_RANK = 65535  # of a job of at most 65536 processes (as --world-size)
+
+
 def _ranks(text: str) -> list[int]:
     parts = [p.strip() for p in text.split(",")]
-    if not all(p.isdigit() for p in parts):
-        raise UsageError(f"--ranks: expected ranks like 1,2,3, got {shown(text)}")
+    if not all(p.isdigit() and len(p) <= 5 and int(p) <= MAX_RANK for p in parts):
+        raise UsageError(
+            f"--ranks: expected ranks like 1,2,3 (each 0 to {MAX_RANK}), got {shown(text)}"
+        )
     return [int(p) for p in parts]
 
 

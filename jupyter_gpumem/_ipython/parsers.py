@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -292,11 +293,20 @@ def check_device(collector: Collector, device: int | None) -> None:
         raise UsageError(str(e)) from None
 
 
+# "--fit-in -1GiB": argparse takes "-1GiB" for an option ("expected one argument");
+# joined as "--fit-in=-1GiB" it is the value, which parse_target refuses in words.
+_NEGATIVE_SIZE = re.compile(r"--fit-in\s+(['\"]?)(-[0-9.][^\s'\"]*)\1(?=\s|$)")
+
+
+def _negative_sizes_joined(line: str) -> str:
+    return _NEGATIVE_SIZE.sub(r"--fit-in=\2", line)
+
+
 def parse_cell_line(line: str, collector: Collector) -> CellOptions:
     """The options of a ``%%gpumem`` line (without ``%%gpumem``); a UsageError with the
     reason for a bad one, before the cell runs."""
     check_words(line)
-    args = CELL_PARSER.parse_argstring(line)
+    args = CELL_PARSER.parse_argstring(_negative_sizes_joined(line))
     check_device(collector, args.device)
     save = None
     if args.save:

@@ -72,6 +72,9 @@ def parse_target(text: str | int, option: str = "--fit-in") -> Target:
             f"{option}: {shown(text)} is a {type(text).__name__}: give a size such as "
             "'24GiB', a card such as 'T4', or a whole number of bytes"
         )
+    if text.strip().startswith("-"):
+        typed = text if number else shown(text.strip())
+        raise ValueError(f"{option}: a size can't be negative: {typed}")
     key = _key(text)
     key = ALIASES.get(key, key)
     if key in GPUS:

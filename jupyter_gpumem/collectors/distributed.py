@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..log import logger
+from ..units import shown
 from .workers.kernel_channel import WorkerChannel
 from .workers.message import INTERVAL, parse_message
 from .workers.process import channel
@@ -160,7 +161,7 @@ def watch_store(
             raise RuntimeError("the process group has one rank: pass ranks=[...] to watch")
         ranks = [r for r in range(world) if r != me]
     if not ranks or any(not isinstance(r, int) or r < 0 for r in ranks):
-        raise ValueError(f"ranks must be non-negative integers, got {list(ranks)!r}")
+        raise ValueError(f"ranks must be non-negative integers, got {shown(list(ranks))}")
     if _watcher is not None:
         _watcher.stop()
     ch = channel()

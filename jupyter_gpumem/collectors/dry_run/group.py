@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import GpuMemError
+from ...units import shown
 
 MAX_WORLD_SIZE = 65536
 ENVIRONMENT = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
@@ -78,7 +79,7 @@ def check_world_size(value: object) -> int:
     n: int | None = None
     if isinstance(value, str):
         text = value.strip()
-        if text.isdigit():
+        if text.isdigit() and len(text) <= len(str(MAX_WORLD_SIZE)):  # int() has a limit
             n = int(text)
     elif not isinstance(value, bool):
         try:
@@ -88,7 +89,7 @@ def check_world_size(value: object) -> int:
     if n is None or not 1 <= n <= MAX_WORLD_SIZE:
         raise GpuMemError(
             f"world size must be a whole number from 1 to {MAX_WORLD_SIZE} (the processes "
-            f"of the job), got {value!r}"
+            f"of the job), got {shown(value)}"
         )
     return n
 
