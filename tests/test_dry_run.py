@@ -19,7 +19,7 @@ from jupyter_gpumem.collectors.dry_run.run import Alloc, Free
 from jupyter_gpumem.collectors.dry_run.state import HELD
 from jupyter_gpumem.core.dry_run import OUTSIDE, outside_for, predict
 from jupyter_gpumem.model import DryRun, DryRunCheck, DryRunDevice
-from jupyter_gpumem.reporters.dry_run import dry_run_html, dry_run_text
+from jupyter_gpumem.reporters.dry_run import dry_run_html, dry_run_text, dry_scan_html
 
 MiB = 1 << 20
 
@@ -298,6 +298,29 @@ def test_a_scan_without_running_binds_the_name_in_a_copy_and_finds_the_largest(s
     assert shell.user_ns["n"] == "mine" and "x" not in shell.user_ns
 
 
+def test_a_scan_whose_every_value_fits_says_at_least(shell):
+    """Every value tried fits, up to 12 doublings past the largest given: the answer is a
+    floor, not the largest that fits."""
+    pytest.importorskip("torch")
+    from jupyter_gpumem.core.dry_scan import dry_scan
+    from jupyter_gpumem.reporters.dry_run import dry_scan_text
+
+    shell.run_cell("import torch")
+    body = "x = torch.empty(n, dtype=torch.uint8)\n"  # n bytes: a 2 MiB segment at most
+    s = dry_scan(
+        CellSource(shell, body), "n", (4, 8), True, parse_target("1GiB"), device_type="cpu"
+    )
+    assert (s.largest, s.smallest_failing) == (8 << 12, None)
+    assert s.notes == ("everything up to 32768 fits; not looked further",)
+    text = dry_scan_text(s)
+    assert (
+        "largest n that fits in 1.00 GiB: at least 32768 (predicted by 14 dry runs, nothing ran "
+        "on the GPU)"
+    ) in text.splitlines(), text
+    assert "that fits in 1.00 GiB: at least 32768" in dry_scan_html(s)
+    shell.user_ns.pop("x", None)
+
+
 # -- what libraries hold beside PyTorch --------------------------------------------------------
 def test_cudnn_and_nccl_are_added_beside_pytorch_from_the_measured_table():
     from jupyter_gpumem.core.dry_run import LIBRARIES, with_libraries
@@ -427,7 +450,7 @@ def test_what_the_run_could_not_size_makes_the_need_a_lower_bound_and_a_scan_an_
     assert f"a lower bound: not seen: {ws}" in text.splitlines()[-1]
     assert "lower bound" not in dry_run_text(result())
     point = DryScanPoint(8, MiB, MiB, 2 * MiB, True)
-    scan = DryScan("batch", parse_target("T4"), 0, "", (point,), 8, None, True, 1.0)
+    scan = DryScan("batch", parse_target("T4"), 0, "", (point,), 8, 9, True, 1.0)
     assert "largest batch that fits in Tesla T4 (16 GB): 15360 MiB: 8 (" in dry_scan_text(scan)
     from dataclasses import replace
 

@@ -297,9 +297,11 @@ def scan_answer(s: DryScan) -> str:
             f"; at most: not seen: {', '.join(s.unseen)}, which a value this close to the "
             "card may not have room for"
         )
+    # unseen ops: the largest may not fit (an upper bound); no value failed: larger ones
+    # may fit too (everything tried fit, or the search stopped): a floor
+    bound = "at most " if s.unseen else "at least " if s.smallest_failing is None else ""
     return (
-        f"largest {s.name} that fits in {where}: {'at most ' if s.unseen else ''}"
-        f"{_v(s.largest, s.integer)} "
+        f"largest {s.name} that fits in {where}: {bound}{_v(s.largest, s.integer)} "
         f"(predicted by {len(s.points)} dry runs, nothing ran on the GPU{tail})"
     )
 
