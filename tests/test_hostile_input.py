@@ -394,3 +394,42 @@ def test_a_negative_fit_in_says_a_size_cant_be_negative(ip, line):
     with pytest.raises(ValueError) as e:
         parse_target(-5, "fit_in")
     assert str(e.value) == "fit_in: a size can't be negative: -5"
+
+
+BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"  # overrides and isolates
+
+
+@pytest.mark.parametrize("where", ["host", "name"])
+def test_bidi_overrides_in_a_name_are_replaced(ip, channel, where):
+    """U+202E in a host name shows "gpu0\u202eevil" as "gpu0live": replaced, as control
+    characters are, so that what is shown is what was sent."""
+    if where == "host":
+        report = alive_report(host="gpu\u202enode" + BIDI)
+    else:
+        report = alive_report(devices=[bad_device(name="H100\u2066x\u2069" + BIDI)])
+    send(channel.address, report)
+    wait_listed(channel, os.getpid())
+    (w,) = channel.live()
+    if where == "host":
+        assert w.host == "gpu\ufffdnode" + "\ufffd" * len(BIDI)
+    else:
+        assert w.devices[0].name == "H100\ufffdx\ufffd" + "\ufffd" * len(BIDI)
+    everything_renders(ip, os.getpid())
+
+
+def test_bidi_overrides_in_a_workers_oom_site_are_replaced():
+    from jupyter_gpumem.collectors.workers import oom
+
+    doc = {
+        "v": 1,
+        "device": 0,
+        "requested": 1,
+        "allowed": 1,
+        "free": 0,
+        "segments": [],
+        "lines": [["train.py:12 \u202estep", 1, 1]],
+        "tracking": True,
+        "trimmed": False,
+    }
+    snap = oom.parse_snapshot(encoded(doc))
+    assert snap.lines == (("train.py:12 \ufffdstep", 1, 1),)

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import sys
 import threading
 from typing import Any
 
 from ...log import logger
-from .oom import valid_name
+from .oom import UNSHOWABLE, valid_name
 
 WORKERS_ENV = "JUPYTER_GPUMEM_WORKERS"
 INTERVAL = 0.25  # a worker sends at most this often while its figures change (seconds)
@@ -144,9 +143,6 @@ def spawn_index() -> int | None:
 
 # -- the kernel's check ----------------------------------------------------------------
 _INT_FIELDS = ("allocated", "reserved", "peak_allocated", "peak_reserved", "ooms", "device_allocs")
-# Lone surrogates (JSON's "\ud800": no reply carrying one could be encoded) and control
-# characters (they would break a report's lines).
-_UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 class _Invalid(Exception):
@@ -245,7 +241,8 @@ def _text(m: dict[str, Any], key: str) -> str:
     v = _get(m, key)
     if not isinstance(v, str) or len(v) > TEXT_LIMIT:
         raise _Invalid(f"bad {key}")
-    return v if v.isascii() and v.isprintable() else _UNSHOWABLE.sub("\ufffd", v)
+    # control characters, lone surrogates, bidi overrides: U+FFFD (oom.UNSHOWABLE)
+    return v if v.isascii() and v.isprintable() else UNSHOWABLE.sub("\ufffd", v)
 
 
 def _device(d: Any) -> dict[str, Any]:

@@ -53,7 +53,11 @@ _STATE_NAMES: dict[str, BlockState] = {
     "p": "active_pending_free",
     "i": "inactive",
 }
-_UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+# What a worker's text may not show as is (replaced by U+FFFD): control characters (they
+# would break a report's lines), lone surrogates (JSON's "\ud800": no reply carrying one
+# could be encoded) and the bidirectional overrides and isolates, U+202A-U+202E and
+# U+2066-U+2069 (they reorder what follows them: "gpu0\u202eevil" shows as "gpu0live").
+UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\u202a-\u202e\u2066-\u2069]")
 
 
 # -- the worker's side -------------------------------------------------------------------
@@ -291,7 +295,7 @@ def parse_snapshot(data: bytes) -> WorkerOomSnapshot:
             raise BadFile("bad line")
         if len(r[0]) > SITE_LIMIT:
             raise BadFile("bad line")
-        site = r[0] if r[0].isprintable() else _UNSHOWABLE.sub("\ufffd", r[0])
+        site = r[0] if r[0].isprintable() else UNSHOWABLE.sub("\ufffd", r[0])
         rows.append((site, _int(r[1], BYTES_LIMIT, "bytes"), _int(r[2], BYTES_LIMIT, "blocks")))
     for key in ("tracking", "trimmed"):
         if not isinstance(m.get(key), bool):
