@@ -9,6 +9,7 @@ import { expect, test } from '@playwright/test';
 import { ChildProcess, spawn } from 'child_process';
 import * as fs from 'fs';
 import * as net from 'net';
+import * as os from 'os';
 import * as path from 'path';
 import { PANEL, SCREENSHOTS, checkEnvironment } from './lab';
 
@@ -69,11 +70,20 @@ test('the demo opens trusted by the URL it prints, its recorded pictures drawn',
 }) => {
   checkEnvironment();
   const port = await freePort();
+  // its own workspace: the layout it saves (the panel open) must not reach the other tests
+  const workspaces = fs.mkdtempSync(path.join(os.tmpdir(), 'gpumem-demo-ws-'));
   const proc = spawn(
     PYTHON,
     ['-m', 'jupyter_gpumem', 'demo', '--no-browser', `--port=${port}`],
-    // as a user starts it: no token of the test server's in its environment
-    { env: { ...process.env, JUPYTER_TOKEN: '' }, stdio: ['ignore', 'pipe', 'pipe'] }
+    {
+      // as a user starts it: no token of the test server's in its environment
+      env: {
+        ...process.env,
+        JUPYTER_TOKEN: '',
+        JUPYTERLAB_WORKSPACES_DIR: workspaces
+      },
+      stdio: ['ignore', 'pipe', 'pipe']
+    }
   );
   let folder = '';
   try {
@@ -114,6 +124,7 @@ test('the demo opens trusted by the URL it prints, its recorded pictures drawn',
     await page.close();
   } finally {
     await stopped(proc);
+    fs.rmSync(workspaces, { recursive: true, force: true });
   }
   expect(fs.existsSync(folder)).toBe(false); // no temporary folder left behind
 });
