@@ -124,7 +124,8 @@ def main() -> None:
         )
         from jupyter_gpumem.demo import prepare
 
-        check((prepare(str(folder)) / "demo.ipynb").is_file(), "the demo notebook ships too")
+        demo_folder, _ = prepare(str(folder))
+        check((demo_folder / "demo.ipynb").is_file(), "the demo notebook ships too")
     print("smoke test of the installed wheel: all passed")
 
 
