@@ -1,10 +1,11 @@
-"""``jupyter-gpumem demo``: JupyterLab on readings recorded on an NVIDIA H200, replayed.
+"""``jupyter-gpumem demo``: JupyterLab on a notebook recorded on an NVIDIA H200, played back.
 
-For a machine without a GPU (a laptop, CI): the kernel's GPU figures come from a recording
-(``testing/recorded/``: allocator readings, snapshots, who held what, an out-of-memory
-error), so the panel, ``%gpumem``, ``who``, the segment map and the post-mortem show
-themselves; every view says that it is a replay. The notebook walks through each feature
-with the outputs it gave on a GPU.
+For a machine without a GPU (a laptop, CI): the demo's kernel is started with a player
+(``testing/player.py``, loaded by the kernel spec :func:`write_kernel_spec` writes) that
+plays back a recording of the demo notebook made on a GPU (``testing/recorded/
+demo_cells.json``). Running a recorded cell shows the outputs it gave there and moves the
+panel, the status bar and the history through the readings recorded while it ran; every
+output says that it is a replay. A cell the user edits or adds runs for real.
 
 The demo notebook is copied into a folder of its own (a temporary one, removed when the
 server stops, unless ``--dir`` names one), fresh from the recording each time: a copy that
@@ -32,8 +33,8 @@ _HERE = Path(__file__).resolve().parent
 
 
 def recording() -> Path:
-    """The recorded readings the demo replays (shipped inside the package)."""
-    return _HERE / "testing" / "recorded" / "gpu_readings.json"
+    """The recording the demo's kernel plays (shipped inside the package)."""
+    return _HERE / "testing" / "recorded" / "demo_cells.json"
 
 
 def notebook_source() -> Path:
@@ -54,15 +55,36 @@ def recorded_on() -> str:
     return f"an {gpu}" + (f" (torch {torch})" if torch else "")
 
 
+PLAYER = "jupyter_gpumem.testing.player"  # the IPython extension that plays the recording
+
+
 def kernel_env() -> dict[str, str]:
-    """The variables that make a kernel replay the recording (inherited by every kernel
-    the demo's server starts)."""
-    path = str(recording())
+    """The variables that make a kernel play the recording (with the player loaded:
+    :func:`write_kernel_spec`); the player's ``env()``."""
     return {
-        "JUPYTER_GPUMEM_BACKEND": "jupyter_gpumem.testing.replay:from_env",
-        "JUPYTER_GPUMEM_ATTRIBUTION": "jupyter_gpumem.testing.replay:attribution_from_env",
-        "JUPYTER_GPUMEM_REPLAY": path,
+        "JUPYTER_GPUMEM_BACKEND": f"{PLAYER}:backend",
+        "JUPYTER_GPUMEM_ATTRIBUTION": f"{PLAYER}:attribution",
+        "JUPYTER_GPUMEM_DEMO_RECORDING": str(recording()),
     }
+
+
+def write_kernel_spec(folder: Path) -> Path:
+    """A ``python3`` kernel spec in ``folder/kernels/python3`` that loads the player: with
+    ``folder`` first on ``JUPYTER_PATH`` the demo's server starts it for the notebook."""
+    import json
+
+    spec = folder / "kernels" / "python3"
+    spec.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    kernel = {
+        "argv": [*argv, f"--ext={PLAYER}"],
+        "display_name": "Python 3 (replay of a GPU recording)",
+        "language": "python",
+        "env": kernel_env(),
+        "metadata": {"debugger": False},
+    }
+    (spec / "kernel.json").write_text(json.dumps(kernel, indent=1))
+    return spec
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -86,8 +108,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--print-env",
         action="store_true",
-        help="only print the environment that makes a kernel replay the recording (for a "
-        "server you start yourself) and exit",
+        help="only print the environment and the kernel option that make a kernel play the "
+        "recording (for a server you start yourself) and exit",
     )
 
 
@@ -190,17 +212,24 @@ def run(args: argparse.Namespace, say: object = None) -> int:
     if args.print_env:
         for name, value in env.items():
             print(f"export {name}={value}")
+        print(f"# and start the kernel with the player loaded: --ext={PLAYER}")
         return 0
     tell = say if callable(say) else print
     _stop_on_sigterm()
-    with folder_for(args.dir, getattr(args, "keep", False)) as (folder, said):
+    with (
+        folder_for(args.dir, getattr(args, "keep", False)) as (folder, said),
+        tempfile.TemporaryDirectory(prefix="gpumem-demo-kernel-") as kernels,
+    ):
+        write_kernel_spec(Path(kernels))
+        paths = [kernels, *filter(None, [os.environ.get("JUPYTER_PATH")])]
+        env["JUPYTER_PATH"] = os.pathsep.join(paths)
         cmd = lab_command(folder, args)
         tell(f"demo: {folder / NOTEBOOK}")
         if said:
             tell(f"demo: {said}")
         tell(
-            f"demo: the kernel replays GPU memory readings recorded on {recorded_on()}; "
-            "every report and the panel say so. Ctrl+C stops the server"
+            f"demo: the kernel plays back the notebook as recorded on {recorded_on()}; "
+            "every output and the panel say so. Ctrl+C stops the server"
             + (" and removes this folder." if args.dir is None else ".")
         )
         if "--allow-root" in cmd:

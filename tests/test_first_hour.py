@@ -111,11 +111,44 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_demo_print_env_names_the_shipped_recording():
     out = run_cli("demo", "--print-env")
     assert out.returncode == 0, out.stderr
-    exports = dict(line.removeprefix("export ").split("=", 1) for line in out.stdout.splitlines())
+    lines = out.stdout.splitlines()
+    exports = dict(
+        x.removeprefix("export ").split("=", 1) for x in lines if x.startswith("export ")
+    )
     assert exports == demo.kernel_env()
-    assert Path(exports["JUPYTER_GPUMEM_REPLAY"]).is_file()
-    meta = json.loads(Path(exports["JUPYTER_GPUMEM_REPLAY"]).read_text())["meta"]
-    assert meta["device"] in demo.recorded_on()
+    recording = Path(exports["JUPYTER_GPUMEM_DEMO_RECORDING"])
+    assert recording.is_file()
+    assert json.loads(recording.read_text())["meta"]["device"] in demo.recorded_on()
+    assert lines[-1].endswith("--ext=jupyter_gpumem.testing.player")
+
+
+def test_the_demo_kernel_spec_loads_the_player_and_its_recording(tmp_path):
+    spec = json.loads((demo.write_kernel_spec(tmp_path) / "kernel.json").read_text())
+    assert spec["argv"][0] == sys.executable
+    assert spec["argv"][-1] == "--ext=jupyter_gpumem.testing.player"
+    assert spec["env"] == demo.kernel_env()
+    assert "replay" in spec["display_name"]
+
+
+def test_the_recording_is_of_the_shipped_notebook_as_it_is():
+    """Each code cell of the demo has its recording, in order (else Run All would run a
+    changed cell for real): re-record after changing the notebook."""
+    from jupyter_gpumem.testing.player import DemoRecording, key
+
+    nb = json.loads((ROOT / "examples" / "demo.ipynb").read_text())
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    cells = DemoRecording.load(str(demo.recording())).cells
+    assert [key("".join(c["source"])) for c in code] == [key(c.source) for c in cells]
+    assert [joined(c["outputs"]) for c in code] == [joined(list(c.outputs)) for c in cells]
+
+
+def joined(value):
+    """nbformat's multi-line strings (lists of lines) as one string each."""
+    if isinstance(value, dict):
+        return {k: joined(v) for k, v in value.items()}
+    if isinstance(value, list) and value and all(isinstance(x, str) for x in value):
+        return "".join(value)
+    return [joined(v) for v in value] if isinstance(value, list) else value
 
 
 def _trusted(path: Path) -> bool:
@@ -258,3 +291,10 @@ def test_make_lab_on_a_gpu_trusts_the_shipped_notebooks_before_opening_them():
     ).stdout
     trust = out.index("/bin/jupyter trust examples/*.ipynb")
     assert trust < out.index("/bin/jupyter lab ")
+
+
+def test_the_demo_names_the_player_as_the_player_names_itself():
+    from jupyter_gpumem.testing import player
+
+    assert demo.PLAYER == player.EXTENSION
+    assert demo.kernel_env() == player.env(str(demo.recording()))

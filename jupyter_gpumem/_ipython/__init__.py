@@ -64,6 +64,10 @@ def load(shell: Any) -> Session:
     shell.events.register("pre_run_cell", session.pre_run_cell)
     shell.events.register("post_run_cell", session.post_run_cell)
     _SESSIONS[id(shell)] = session
+    # A plugged backend that plays cells back (the demo's kernel) is handed the session.
+    bind = getattr(session.collector.backend, "bind_session", None)
+    if callable(bind):
+        bind(session)
     from .. import _kernel
 
     _kernel.attach(session, getattr(shell, "kernel", None))

@@ -93,6 +93,8 @@ class Session:
         self._step: StepRecorder | str | None = None  # a running --breakdown's hooks
         self.scans: list[ScanResult] = []  # this session's scans, newest last
         self.nested = False  # a cell run by the %%gpumem magic itself (fallback path)
+        # a recorded cell played back (the demo's kernel, testing/player.py): not measured
+        self.playing = False
         self.busy = False  # a cell is running (heartbeats tell the panel)
         self._parsed: dict[str, CellOptions] = {}
         self.report_listeners: list[Callable[[CellReport], None]] = []
@@ -143,7 +145,7 @@ class Session:
     # -- events --------------------------------------------------------------------
     def pre_run_cell(self, info: Any) -> None:
         self.busy = True
-        if self.nested:
+        if self.nested or self.playing:
             return
         rec = self.who.recording
         if rec.wanted and not rec.ours:
@@ -195,7 +197,7 @@ class Session:
     def post_run_cell(self, result: Any) -> None:
         if not self.nested:
             self.busy = False
-        if self.nested or self._pending is None or not self.tracker.active:
+        if self.nested or self.playing or self._pending is None or not self.tracker.active:
             return
         opts, self._pending = self._pending, None
         raw = getattr(getattr(result, "info", None), "raw_cell", "") or ""

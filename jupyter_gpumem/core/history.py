@@ -106,6 +106,10 @@ class History:
         self._rows.append(row)
         return row
 
+    def add_row(self, row: HistoryRow) -> None:
+        """A row made elsewhere (a recorded cell that the demo's kernel plays back)."""
+        self._rows.append(row)
+
     def clear(self) -> None:
         self._rows.clear()
 

@@ -109,9 +109,15 @@ def env(path: str) -> dict[str, str]:
 
 
 class ReplayBackend:
-    def __init__(self, path: str, clock: Callable[[], float] = time.monotonic) -> None:
-        with open(path) as f:
-            data = json.load(f)
+    def __init__(
+        self, path: str | Mapping[str, Any], clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        """``path``: the fixture, or its data (``timeline``, ``period_s``, ``meta``)."""
+        if isinstance(path, Mapping):
+            data = path
+        else:
+            with open(path) as f:
+                data = json.load(f)
         self.timeline: list[dict[str, Any]] = data["timeline"]
         self.period = float(data.get("period_s", 0.1))
         self._replay = recording_of(data)
@@ -153,7 +159,7 @@ class ReplayBackend:
                     peak_reserved=max(pr, a.reserved - freed),
                 )
                 f = self._fraction.get(d.index)
-                limit = None
+                limit = d.limit  # as recorded, unless a cap is simulated
                 if f is not None and d.total:
                     from ..model import Limit
 
@@ -286,7 +292,7 @@ class RecordedAttribution:
     ) -> dict[int, DeviceHoldings]:
         """The recorded snapshot matched with the recorded references (the namespace was
         walked when it was recorded)."""
-        tracking = recording.wanted
+        tracking = self.tracking(recording)
         rec = self.record("cells")
         snap = snapshot_from_dict(rec, tracking=tracking)
         if not tracking:  # as if recorded without sites
@@ -301,23 +307,34 @@ class RecordedAttribution:
         return {d: holdings(snap, d, refs, resolver, before) for d in devices or [0]}
 
     def segment_maps(self, device: int | None, max_segments: int | None) -> list[SegmentMap]:
-        rec = self.record("oom_fragmentation")
-        snap = snapshot_from_dict(rec, tracking=True)
-        resolver = SiteResolver(RecordedCells(rec), rec["library_dirs"])
-        devices = sorted({seg.get("device", 0) for seg in snap.segments})
-        if device is not None:
-            devices = [device]
-        return [segment_map(snap, d, resolver, max_segments) for d in devices]
+        return recorded_segment_maps(self.record("oom_fragmentation"), device, max_segments)
 
     def known_postmortems(self) -> tuple[PostMortem, ...]:
         """The recorded OOM's post-mortem."""
-        rec = self.record("oom_fragmentation")
-        snap = snapshot_from_dict(rec, tracking=True)
-        resolver = SiteResolver(RecordedCells(rec), rec["library_dirs"])
-        held = holdings(snap, 0, [Reference(*r) for r in rec["refs"]], resolver)
-        after = recorded_device_after(rec)
-        event = OomEvent(*rec["oom"])
-        return (explain_oom(event, after, snap.segments, held, (), snap.settings),)
+        return (recorded_postmortem(self.record("oom_fragmentation")),)
+
+
+def recorded_segment_maps(
+    rec: Mapping[str, Any], device: int | None, max_segments: int | None
+) -> list[SegmentMap]:
+    """The segment maps of a recorded snapshot (``record_attribution.py``'s format)."""
+    snap = snapshot_from_dict(rec, tracking=True)
+    resolver = SiteResolver(RecordedCells(rec), rec["library_dirs"])
+    devices = sorted({seg.get("device", 0) for seg in snap.segments})
+    if device is not None:
+        devices = [device]
+    return [segment_map(snap, d, resolver, max_segments) for d in devices]
+
+
+def recorded_postmortem(rec: Mapping[str, Any]) -> PostMortem:
+    """The post-mortem of a recorded OOM: its event (``oom``), the snapshot after it and
+    the device's figures (``device``)."""
+    snap = snapshot_from_dict(rec, tracking=True)
+    resolver = SiteResolver(RecordedCells(rec), rec["library_dirs"])
+    held = holdings(snap, 0, [Reference(*r) for r in rec["refs"]], resolver)
+    after = recorded_device_after(rec)
+    event = OomEvent(*rec["oom"])
+    return explain_oom(event, after, snap.segments, held, (), snap.settings)
 
 
 def recorded_device_after(record: Mapping[str, Any]) -> DeviceSample:
