@@ -11,6 +11,7 @@ import * as fs from 'fs';
 import * as net from 'net';
 import * as os from 'os';
 import * as path from 'path';
+import { formatBytes } from './eightGpus';
 import { PANEL, SCREENSHOTS, checkEnvironment } from './lab';
 
 const PYTHON = process.env.GPUMEM_UI_PYTHON ?? 'python3';
@@ -45,7 +46,9 @@ function printedUrl(proc: ChildProcess, timeoutMs: number): Promise<string> {
     proc.stderr?.on('data', read);
     proc.once('exit', code => {
       clearTimeout(timer);
-      reject(new Error(`the demo exited (${code}) before printing a URL:\n${out}`));
+      reject(
+        new Error(`the demo exited (${code}) before printing a URL:\n${out}`)
+      );
     });
   });
 }
@@ -117,7 +120,9 @@ test('the demo opens trusted by the URL it prints, its recorded pictures drawn',
     await first.scrollIntoViewIfNeeded();
     await first.locator('.jp-InputArea-editor').click();
     await page.keyboard.press('Shift+Enter');
-    await expect(page.locator(PANEL)).toContainText(/replay/i, { timeout: 90_000 });
+    await expect(page.locator(PANEL)).toContainText(/replay/i, {
+      timeout: 90_000
+    });
     await notebook.locator('.jp-Cell').first().scrollIntoViewIfNeeded();
     fs.mkdirSync(SCREENSHOTS, { recursive: true });
     await page.screenshot({ path: path.join(SCREENSHOTS, 'demo-tour.png') });
@@ -127,4 +132,155 @@ test('the demo opens trusted by the URL it prints, its recorded pictures drawn',
     fs.rmSync(workspaces, { recursive: true, force: true });
   }
   expect(fs.existsSync(folder)).toBe(false); // no temporary folder left behind
+});
+
+/** Bytes as the cell report writes them ("256.00 MiB"). */
+function reportBytes(bytes: number): string {
+  const names = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1024 && unit < names.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  return unit === 0 ? `${bytes} B` : `${value.toFixed(2)} ${names[unit]}`;
+}
+
+/** The recording the demo's kernel plays (jupyter_gpumem/testing/recorded/demo_cells.json). */
+function demoRecording(): {
+  cells: {
+    execution_count: number;
+    frames: [
+      number,
+      { devices: { memory_stats?: Record<string, number> }[] }
+    ][];
+    history: unknown[][];
+  }[];
+} {
+  const file = path.join(
+    __dirname,
+    '..',
+    '..',
+    'jupyter_gpumem',
+    'testing',
+    'recorded',
+    'demo_cells.json'
+  );
+  return JSON.parse(fs.readFileSync(file, 'utf8'));
+}
+
+test('Run All plays the tour: the reports, the panel and the history agree, and the outputs stay', async ({
+  browser
+}) => {
+  checkEnvironment();
+  const rec = demoRecording();
+  const port = await freePort();
+  const workspaces = fs.mkdtempSync(path.join(os.tmpdir(), 'gpumem-demo-ws-'));
+  const proc = spawn(
+    PYTHON,
+    ['-m', 'jupyter_gpumem', 'demo', '--no-browser', `--port=${port}`],
+    {
+      env: {
+        ...process.env,
+        JUPYTER_TOKEN: '',
+        JUPYTERLAB_WORKSPACES_DIR: workspaces
+      },
+      stdio: ['ignore', 'pipe', 'pipe']
+    }
+  );
+  try {
+    const out = await printedUrl(proc, 150_000);
+    const log = fs.createWriteStream(
+      path.join(workspaces, '..', 'gpumem-demo-run-all.log')
+    );
+    proc.stdout?.pipe(log);
+    proc.stderr?.pipe(log);
+    const url = /(https?:\/\/\S+\?token=\w+)/.exec(out)![1];
+    const page = await browser.newPage();
+    await page.goto(url);
+    const notebook = page.locator('.jp-NotebookPanel:visible .jp-Notebook');
+    await expect(notebook).toBeVisible({ timeout: 120_000 });
+    await page.locator('.jp-SideBar li[data-id="jp-GpuMem-panel"]').click();
+    await expect(page.locator(PANEL)).toBeVisible();
+
+    // once the kernel has started: Run > Run All Cells, as a user does
+    await expect(page.locator('#jp-main-statusbar')).toContainText(/\| Idle/, {
+      timeout: 120_000
+    });
+    // > Run All Cells, as a user does
+    await page.locator('.lm-MenuBar-itemLabel', { hasText: /^Run$/ }).click();
+    await page
+      .locator('.lm-Menu-itemLabel', { hasText: /^Run All Cells$/ })
+      .click();
+    const last = rec.cells[rec.cells.length - 1];
+    const prompts = notebook.locator('.jp-CodeCell .jp-InputPrompt');
+    await expect(prompts.last()).toHaveText(`[${last.execution_count}]:`, {
+      timeout: 150_000
+    });
+    // every code cell ran, in order, with the recorded execution counts
+    const counts = await prompts.allTextContents();
+    expect(counts).toEqual(rec.cells.map(c => `[${c.execution_count}]:`));
+    // the recorded out-of-memory error is raised again, and every HTML output says replay
+    await expect(
+      notebook.locator(
+        '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'
+      )
+    ).toContainText('OutOfMemoryError');
+    const labels = notebook.locator('.gpumem-replay-label');
+    expect(await labels.count()).toBeGreaterThanOrEqual(10);
+    await expect(labels.first()).toContainText(
+      'replay · recorded on an NVIDIA'
+    );
+
+    // the panel and the status bar stand where the recording stood after the last cell
+    const after =
+      last.frames[last.frames.length - 1][1].devices[0].memory_stats!;
+    const allocated = formatBytes(after['allocated_bytes.all.current']);
+    const reserved = formatBytes(after['reserved_bytes.all.current']);
+    await expect(
+      page.locator(`${PANEL} [data-figure="allocated"]`).first()
+    ).toHaveText(allocated, { timeout: 20_000 });
+    await expect(
+      page.locator('#jp-main-statusbar .jp-GpuMem-statusItem')
+    ).toContainText(`${allocated} / ${reserved}`);
+    // the History tab holds each measured cell's row, with the figure its report gave
+    await page.locator(PANEL).getByRole('tab', { name: 'History' }).click();
+    const measured = rec.cells.filter(c => c.history.length > 0);
+    expect(measured.length).toBeGreaterThanOrEqual(2);
+    for (const cell of measured) {
+      const row = page.locator(
+        `${PANEL} .jp-GpuMem-historyRow[data-cell="${cell.execution_count}"]`
+      );
+      await expect(row.first()).toContainText(String(cell.history[0][2])); // its first line
+      const devices = cell.history[0][cell.history[0].length - 1] as number[][];
+      const report = notebook
+        .locator('.jp-CodeCell')
+        .nth(rec.cells.indexOf(cell))
+        .locator('.jp-GpuMem-report');
+      // the report's "allocated" after the cell is the history row's
+      await expect(report).toContainText(reportBytes(devices[0][1]));
+    }
+
+    fs.mkdirSync(SCREENSHOTS, { recursive: true });
+    await page.screenshot({ path: path.join(SCREENSHOTS, 'demo-run-all.png') });
+    // saved and opened again: the outputs are still there, pictures drawn
+    await page.keyboard.press('Control+s');
+    await page.reload();
+    await expect(notebook).toBeVisible({ timeout: 120_000 });
+    await expect
+      .poll(
+        () => notebook.locator('.jp-OutputArea-output svg[viewBox]').count(),
+        {
+          timeout: 60_000
+        }
+      )
+      .toBeGreaterThanOrEqual(3);
+    await expect(
+      notebook.locator('.gpumem-replay-label').first()
+    ).toBeVisible();
+    await page.close();
+  } finally {
+    await stopped(proc);
+    fs.rmSync(workspaces, { recursive: true, force: true });
+  }
 });
