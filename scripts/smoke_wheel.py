@@ -6,8 +6,8 @@ environment with the built wheel): what a user gets from `pip install`.
    own output is there and so is a report for that cell.
 3. `jupyter labextension list` lists jupyter-gpumem as enabled and OK, and `jupyter server
    extension list` lists jupyter_gpumem as enabled.
-4. The demo's recording ships in the wheel: a kernel with `jupyter-gpumem demo`'s
-   environment answers `%gpumem` with the replayed H200 readings, marked as a replay.
+4. The demo's recording ships in the wheel: a kernel of `jupyter-gpumem demo`'s kernel
+   spec plays the demo notebook's first cells, each output marked as a replay.
 5. `jupyter-gpumem demo --dir D --print-env` and the demo notebook's copy work.
 
 Exits non-zero with the reason on the first failure.
@@ -34,11 +34,13 @@ def check(ok: bool, what: str) -> None:
         sys.exit(1)
 
 
-def run_cells(cells: list[str], env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+def run_cells(
+    cells: list[str], env: dict[str, str] | None = None, kernel: str = "python3"
+) -> list[dict[str, Any]]:
     """Run ``cells`` in a fresh kernel; the outputs of each, as (msg_type, content)."""
     from jupyter_client.manager import start_new_kernel
 
-    km, kc = start_new_kernel(kernel_name="python3", env={**os.environ, **(env or {})})
+    km, kc = start_new_kernel(kernel_name=kernel, env={**os.environ, **(env or {})})
     try:
         results = []
         for source in cells:
@@ -100,14 +102,24 @@ def main() -> None:
         "jupyter server extension list: jupyter_gpumem enabled",
     )
 
-    # 4. the demo's recording, replayed in a real kernel
-    from jupyter_gpumem.demo import kernel_env, recording
+    # 4. the demo's recording, played by a kernel of the demo's kernel spec
+    from jupyter_gpumem.demo import notebook_source, recording, write_kernel_spec
 
     check(installed in recording().resolve().parents, "the recording ships in the wheel")
-    demo = run_cells(["%load_ext gpumem", "%gpumem"], env=kernel_env())
-    text = text_of(demo[1]["outputs"])
-    check("NVIDIA H200" in text, "%gpumem replays the H200 readings")
-    check("replay" in text.lower(), "%gpumem says that it is a replay")
+    import json
+
+    nb = json.loads(notebook_source().read_text())
+    code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    with tempfile.TemporaryDirectory() as kernels:
+        write_kernel_spec(Path(kernels))
+        os.environ["JUPYTER_PATH"] = kernels  # as the demo's server has it
+        try:
+            played = run_cells(code[:3])
+        finally:
+            del os.environ["JUPYTER_PATH"]
+    text = text_of(played[2]["outputs"])
+    check("NVIDIA H200" in text, "the demo's kernel plays its third cell (%gpumem) as recorded")
+    check("replay" in text.lower(), "the played output says that it is a replay")
 
     # 5. the demo's folder and notebook
     with tempfile.TemporaryDirectory() as tmp:
@@ -119,7 +131,7 @@ def main() -> None:
             check=False,
         )
         check(
-            out.returncode == 0 and "JUPYTER_GPUMEM_REPLAY=" in out.stdout,
+            out.returncode == 0 and "JUPYTER_GPUMEM_DEMO_RECORDING=" in out.stdout,
             "jupyter-gpumem demo --print-env",
         )
         from jupyter_gpumem.demo import prepare
