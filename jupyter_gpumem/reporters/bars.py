@@ -119,7 +119,7 @@ def device_bar_html(d: dict[str, Any], scale: BarScale = "fit") -> str:
         f'<div data-segment="{s.key}" data-bytes="{s.bytes}" '
         f'title="{_html(_LABELS[s.key])}: {_html(format_bytes(s.bytes))}'
         f'{" (beyond the scale)" if s.clipped else ""}" style="position:absolute;left:0;'
-        f'top:0;bottom:0;width:{100 * s.fraction:.3f}%;background:{_COLORS[s.key]}"></div>'
+        f'top:0;bottom:0;width:{100 * s.fraction:.3f}%;background-color:{_COLORS[s.key]}"></div>'
         for s in g.segments
     )
     peak = d.get("peak_allocated")

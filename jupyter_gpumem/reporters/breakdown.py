@@ -110,7 +110,7 @@ def _bar(b: Breakdown) -> str:
         tip = f"{c.category}: {format_bytes(c.bytes)} ({_share(c.bytes, b.peak)})"
         parts.append(
             f'<div title="{escape(tip)}" style="width:{width:.3f}%;'
-            f'background:{COLORS[c.category]}"></div>'
+            f'background-color:{COLORS[c.category]}"></div>'
         )
     return (
         '<div class="jp-GpuMem-breakdown-bar" role="img" aria-label="what the peak is made of" '
@@ -140,7 +140,7 @@ def body_html(b: Breakdown) -> str:
     for c in b.categories:
         swatch = (
             f'<span style="display:inline-block;width:10px;height:10px;margin-right:6px;'
-            f'background:{COLORS[c.category]}"></span>'
+            f'background-color:{COLORS[c.category]}"></span>'
         )
         rows.append(
             f'<tr title="{escape(MEANING[c.category])}"><td style="{_CELL}">{swatch}'

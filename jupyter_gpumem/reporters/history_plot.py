@@ -8,6 +8,7 @@ from html import escape
 
 from ..model import DeviceRow, HistoryRow, Measurement
 from ..units import format_bytes
+from .picture import picture
 
 WIDTH, HEIGHT = 640, 200
 LEFT, RIGHT, TOP, BOTTOM = 64, 10, 16, 30
@@ -132,7 +133,7 @@ def _signed(n: int | None) -> str:
 def history_html(rows: Sequence[HistoryRow], device: int) -> str:
     legend = "".join(
         f'<span style="margin-right:12px"><span style="display:inline-block;width:14px;'
-        f'height:3px;background:{COLORS[k]};margin-right:4px;vertical-align:middle">'
+        f'height:3px;background-color:{COLORS[k]};margin-right:4px;vertical-align:middle">'
         f"</span>{k}</span>"
         for k in ("allocated", "reserved", "peak")
     )
@@ -141,5 +142,5 @@ def history_html(rows: Sequence[HistoryRow], device: int) -> str:
         return f"<div>no measured cell touched cuda:{device}</div>"
     return (
         '<div class="jp-GpuMem-historyPlot" style="font-family:var(--jp-ui-font-family,'
-        f'sans-serif);font-size:var(--jp-ui-font-size1,13px)"><div>{legend}</div>{svg}</div>'
+        f'sans-serif);font-size:var(--jp-ui-font-size1,13px)"><div>{legend}</div>{picture(svg)}</div>'
     )

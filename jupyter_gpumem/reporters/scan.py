@@ -10,6 +10,7 @@ from ..analysis.fit import formula
 from ..model import ScanResult, ScanRun
 from ..units import format_bytes
 from ..units import format_delta as fd
+from .picture import picture
 
 COLUMNS = (
     "run",
@@ -222,7 +223,7 @@ def scan_html(r: ScanResult) -> str:
     parts = [
         f'<div class="jp-GpuMem-scan"><div><b>{escape(r.answer)}</b></div>',
         f"<div>scan{escape(cell)}: {escape(r.name)} on cuda:{r.device}</div>",
-        scan_svg(r),
+        picture(scan_svg(r)),
         table_html(COLUMNS, run_rows(r.runs, r.integer)),
     ]
     parts += [f"<div>{escape(line)}</div>" for line in fit_lines(r) + budget_lines(r)]

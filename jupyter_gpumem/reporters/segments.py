@@ -9,6 +9,7 @@ from html import escape
 
 from ..model import BlockView, SegmentMap, SegmentView
 from ..units import format_bytes
+from .picture import picture
 
 # One colour per kind of block, as the panel's Segments tab has them
 # (labextension/style/segments.css; tests on both sides pin them).
@@ -202,7 +203,7 @@ def segments_svg(m: SegmentMap) -> str:
 def _legend() -> str:
     items = "".join(
         f'<span style="margin-right:12px"><span style="display:inline-block;width:10px;'
-        f'height:10px;background:{COLORS[k]};margin-right:4px;vertical-align:middle">'
+        f'height:10px;background-color:{COLORS[k]};margin-right:4px;vertical-align:middle">'
         f"</span>{escape(v)}</span>"
         for k, v in LEGEND.items()
     )
@@ -223,7 +224,7 @@ def segments_html(maps: list[SegmentMap]) -> str:
         out += [f"<div>{escape(line)}</div>" for line in lines[1:]]
         if m.segments:
             out.append(_legend())
-            out.append(segments_svg(m))
+            out.append(picture(segments_svg(m)))
     if not maps:
         out.append("<div>no device holds segments</div>")
     out.append("</div>")

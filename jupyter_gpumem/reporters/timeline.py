@@ -15,6 +15,7 @@ from html import escape
 
 from ..model import CellTrace, Timeline, TraceAllocation
 from ..units import format_bytes
+from .picture import picture
 
 WIDTH, HEIGHT = 640, 180
 LEFT, RIGHT, TOP, BOTTOM = 64, 8, 14, 20
@@ -208,7 +209,7 @@ def timeline_html(t: Timeline) -> str:
     ]
     out.append(f"<div><b>{escape(lines[0])}</b></div>")
     out += [f"<div>{escape(line)}</div>" for line in lines[1:]]
-    out.append(timeline_svg(t))
+    out.append(picture(timeline_svg(t)))
     rows = peak_rows(t)
     if rows:
         out.append("<div>alive at the peak:</div>")

@@ -12,7 +12,14 @@ import * as net from 'net';
 import * as os from 'os';
 import * as path from 'path';
 import { formatBytes } from './eightGpus';
-import { PANEL, SCREENSHOTS, checkEnvironment } from './lab';
+import {
+  PANEL,
+  ROOT_DIR,
+  SCREENSHOTS,
+  checkEnvironment,
+  newPage,
+  openNotebook
+} from './lab';
 
 const PYTHON = process.env.GPUMEM_UI_PYTHON ?? 'python3';
 
@@ -106,6 +113,10 @@ test('the demo opens trusted by the URL it prints, its recorded pictures drawn',
     await expect
       .poll(() => pictures.count(), { timeout: 60_000 })
       .toBeGreaterThanOrEqual(3);
+    // trusted: the image fallbacks stay hidden behind their SVGs
+    await expect(
+      notebook.locator('.jp-GpuMem-pictureImage').first()
+    ).toBeHidden();
     const segmentMap = notebook.locator('.jp-GpuMem-segments svg').first();
     await segmentMap.scrollIntoViewIfNeeded();
     await expect(segmentMap).toBeVisible();
@@ -283,4 +294,58 @@ test('Run All plays the tour: the reports, the panel and the history agree, and 
     await stopped(proc);
     fs.rmSync(workspaces, { recursive: true, force: true });
   }
+});
+
+test('an unsigned copy of the tour opens untrusted and shows its pictures as images', async ({
+  browser
+}) => {
+  // as a notebook downloaded or shared without its signature: JupyterLab sanitises its
+  // HTML, which removes the inline SVGs
+  const name = 'demo-untrusted.ipynb';
+  // (changed, so that no signature of the shipped copy, which the demo signs, is its own)
+  const nb = JSON.parse(
+    fs.readFileSync(
+      path.join(__dirname, '..', '..', 'examples', 'demo.ipynb'),
+      'utf8'
+    )
+  );
+  nb.metadata.shared = true;
+  fs.writeFileSync(path.join(ROOT_DIR, name), JSON.stringify(nb));
+  test.setTimeout(300_000);
+  const page = await newPage(browser);
+  await openNotebook(page, name, 'demo-untrusted');
+  const notebook = page.locator('.jp-NotebookPanel:visible .jp-Notebook');
+  const images = notebook.locator(
+    '.jp-OutputArea-output img.jp-GpuMem-pictureImage'
+  );
+  await expect.poll(() => images.count(), { timeout: 60_000 }).toBe(3);
+  expect(
+    await notebook.locator('.jp-OutputArea-output svg[viewBox]').count()
+  ).toBe(0);
+  for (let i = 0; i < 3; i++) {
+    const image = images.nth(i);
+    await image.scrollIntoViewIfNeeded();
+    await expect(image).toBeVisible();
+    // drawn: the browser decoded the SVG document, at the picture's size
+    const size = await image.evaluate((el: HTMLImageElement) => ({
+      natural: el.naturalWidth,
+      width: el.getBoundingClientRect().width,
+      height: el.getBoundingClientRect().height
+    }));
+    expect(size.natural).toBeGreaterThan(0);
+    expect(size.width).toBeGreaterThan(200);
+    expect(size.height).toBeGreaterThan(20);
+    // the text the removed SVG leaves behind takes no room
+    const leftover = await image.evaluate(
+      (el: HTMLElement) => el.parentElement!.getBoundingClientRect().height
+    );
+    expect(leftover).toBeLessThan(size.height + 8);
+  }
+  const segments = notebook.locator('.jp-GpuMem-segments').first();
+  await segments.scrollIntoViewIfNeeded();
+  fs.mkdirSync(SCREENSHOTS, { recursive: true });
+  await segments.screenshot({
+    path: path.join(SCREENSHOTS, 'demo-untrusted-segments.png')
+  });
+  await page.close();
 });
