@@ -78,15 +78,8 @@ def measured(session: Session, shell: Any, result: DryRun, body: str, device: in
     from .session import CellOptions
 
     opts = CellOptions(device=device, quiet=True, breakdown=True)
-    session.tracker.cancel()
-    session.begin(opts)
-    session.nested = True  # the cell's own run: not measured again as a cell of its own
-    try:
-        outcome = shell.run_cell(body, store_history=False)
-    finally:
-        session.nested = False
+    outcome, report = session.run_nested(opts, body)
     failed = outcome.error_in_exec or outcome.error_before_exec
-    report = session.finish(opts, shell.execution_count, body, failed)
     d = None
     if report is not None:
         d = next((x for x in report.devices if x.index == device), None)

@@ -20,6 +20,12 @@ from .session import Session
 
 EXPAND_CHARS = 1000  # a %gpumem line whose $name and {expr} are expanded
 _RUN_MAGIC = ("run_line_magic", "run_cell_magic")
+# The cells the magic runs itself, by CellOptions.mode (a measured cell is the session's)
+_RUNNERS = {
+    "scan": scan_cell.run,
+    "dry_run": dry_run_cell.run,
+    "dry_scan": dry_run_cell.scan,
+}
 
 
 @magics_class
@@ -68,22 +74,10 @@ class GpuMemMagics(Magics):
         opts = self.session.parse_cell_line(line)
         shell = self.shell
         assert shell is not None
-        if opts.scan is not None and opts.dry_run:
-            return self._show(opts, dry_run_cell.scan(self.session, shell, opts, cell))
-        if opts.scan is not None:
-            return self._show(opts, scan_cell.run(self.session, shell, opts, cell))
-        if opts.dry_run:
-            return self._show(opts, dry_run_cell.run(self.session, shell, opts, cell))
-        s = self.session
-        s.tracker.cancel()
-        s.begin(opts)
-        s.nested = True
-        try:
-            result = shell.run_cell(cell, store_history=False)
-        finally:
-            s.nested = False
-        error = result.error_in_exec or result.error_before_exec
-        s.finish(opts, shell.execution_count, cell, error)
+        run = _RUNNERS.get(opts.mode)
+        if run is not None:
+            return self._show(opts, run(self.session, shell, opts, cell))
+        self.session.run_nested(opts, cell)
         return None
 
     def _show(self, opts: CellOptions, result: Any) -> None:

@@ -13,7 +13,7 @@ import argparse
 import os
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import MagicArgumentParser
@@ -259,6 +259,10 @@ def _identifier(name: str) -> str:
     return name
 
 
+# The paths a %%gpumem cell can take; CellOptions.mode is the one place that decides it.
+CellMode = Literal["measured", "scan", "dry_run", "dry_scan"]
+
+
 @dataclass(frozen=True, slots=True)
 class CellOptions:
     """The options of a measured cell, parsed from its ``%%gpumem`` line (auto mode's are
@@ -281,6 +285,14 @@ class CellOptions:
     check: bool = False  # with dry_run: then run it for real and compare
     world_size: int = 1  # with dry_run: as rank 0 of a job of this many processes
     count_untouched: bool = False  # with dry_run: count the kernel's tensors it never used
+
+    @property
+    def mode(self) -> CellMode:
+        """The cell's path: measured (the session brackets the cell), or run by the magic
+        itself: a scan (once per value), a dry run (under FakeTensorMode), or both."""
+        if self.scan is not None:
+            return "dry_scan" if self.dry_run else "scan"
+        return "dry_run" if self.dry_run else "measured"
 
 
 def check_device(collector: Collector, device: int | None) -> None:

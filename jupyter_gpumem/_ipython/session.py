@@ -138,7 +138,7 @@ class Session:
         is a ``--dry-run`` cell, which it runs under FakeTensorMode."""
         if lines:
             opts = self.cell_options("".join(lines[:1]))
-            if opts is not None and opts.scan is None and not opts.dry_run:
+            if opts is not None and opts.mode == "measured":
                 return ["\n", *lines[1:]]
         return lines
 
@@ -158,8 +158,8 @@ class Session:
             self.tracker.cancel()
             raw = getattr(info, "raw_cell", "") or ""
             opts = self.cell_options(raw)
-            if opts is not None and (opts.scan is not None or opts.dry_run):
-                self._pending = None  # the magic measures each run of a scan itself
+            if opts is not None and opts.mode != "measured":
+                self._pending = None  # the magic runs it (and measures each run) itself
                 return
             if opts is None and self.auto and not _is_own_command(raw):
                 opts = _AUTO_KEEP_PEAK if self.config.keep_peak else _AUTO
@@ -171,6 +171,21 @@ class Session:
             self.tracker.cancel()
             self._stop_step()
             warn(f"could not take the reading before the cell: {e!r}")
+
+    def run_nested(self, opts: CellOptions, body: str) -> tuple[Any, CellReport | None]:
+        """Run ``body`` as a cell of its own inside the running one, measured with ``opts``
+        (the magic's path: a direct ``run_cell_magic`` call, a dry run's check): IPython's
+        result and the report."""
+        shell = self.shell
+        self.tracker.cancel()
+        self.begin(opts)
+        self.nested = True  # the cell's own run: not measured again as a cell of its own
+        try:
+            outcome = shell.run_cell(body, store_history=False)
+        finally:
+            self.nested = False
+        error = outcome.error_in_exec or outcome.error_before_exec
+        return outcome, self.finish(opts, shell.execution_count, body, error)
 
     def begin(self, opts: CellOptions) -> None:
         """The readings (and hooks) before a measured cell."""
