@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from IPython.core.error import UsageError
@@ -286,13 +286,17 @@ class CellOptions:
     world_size: int = 1  # with dry_run: as rank 0 of a job of this many processes
     count_untouched: bool = False  # with dry_run: count the kernel's tensors it never used
 
-    @property
-    def mode(self) -> CellMode:
-        """The cell's path: measured (the session brackets the cell), or run by the magic
-        itself: a scan (once per value), a dry run (under FakeTensorMode), or both."""
+    # The cell's path: measured (the session brackets the cell), or run by the magic
+    # itself: a scan (once per value), a dry run (under FakeTensorMode), or both. Set once
+    # from the options (read per cell as an attribute: no call on the cell's path).
+    mode: CellMode = field(init=False, default="measured")
+
+    def __post_init__(self) -> None:
         if self.scan is not None:
-            return "dry_scan" if self.dry_run else "scan"
-        return "dry_run" if self.dry_run else "measured"
+            mode: CellMode = "dry_scan" if self.dry_run else "scan"
+        else:
+            mode = "dry_run" if self.dry_run else "measured"
+        object.__setattr__(self, "mode", mode)
 
 
 def check_device(collector: Collector, device: int | None) -> None:
