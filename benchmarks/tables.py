@@ -22,19 +22,19 @@ ROOT = HERE.parent
 # The per-cell cost of the current code: A/B runs on H200 hosts, each five rounds
 # of every configuration interleaved with its own bare cells (bench_cell_overhead.py --base).
 CELL_RUNS = [
-    "h200-bench_cell_ab-final.json",
-    "h200-bench_cell_ab-final2.json",
-    "h200-bench_cell_ab-first-hour.json",
-    "h200-bench_cell_ab-dry-run.json",
+    "h200-cell-overhead-2026-11-25a.json",
+    "h200-cell-overhead-2026-11-25b.json",
+    "h200-cell-overhead-2026-11-26a.json",
+    "h200-cell-overhead.json",
 ]
-PEERS = "h200-bench_cell.json"  # the peers, measured with the same benchmark on an H200
-WHO = "h200-who-ab-final.json"
-VIEWS = "h200-bench_views.json"
-SERVER = "h200-bench_server.json"
-PANEL = "h200-bench_panel.json"
-BROWSER = "chromium-bench_panel_update.json"
-ATTRIBUTION = "h200-bench_attribution.json"
-PLANNING = "h100-bench_planning.json"
+PEERS = "h200-cell-overhead-peers.json"  # the peers, measured with the same benchmark on an H200
+WHO = "h200-who.json"
+VIEWS = "h200-views.json"
+SERVER = "h200-server.json"
+PANEL = "h200-panel.json"
+BROWSER = "chromium-panel-update.json"
+ATTRIBUTION = "h200-attribution.json"
+PLANNING = "h100-planning-overhead.json"
 
 CONFIGS = [
     ("%%gpumem", "`%%gpumem` (full report)"),

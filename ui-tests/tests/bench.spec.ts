@@ -14,7 +14,7 @@
  * device) and 100 measured cells. Then 300 more samples, each timed from its
  * dispatch until the Overview tab's DOM shows it (the allocated figure of
  * device 7 reads the new value). The figures go to
- * benchmarks/results/chromium-bench_panel_update.json; nothing is asserted
+ * benchmarks/results/chromium-panel-update.json; nothing is asserted
  * about the time taken.
  */
 import { expect, test } from '@playwright/test';
@@ -43,7 +43,7 @@ const RESULT = path.join(
   '..',
   'benchmarks',
   'results',
-  'chromium-bench_panel_update.json'
+  'chromium-panel-update.json'
 );
 
 /** 5 minutes of history at 500 ms: the default trend window, full. */
@@ -287,7 +287,7 @@ test('panel update cost with 8 devices (Overview tab)', async ({
 
   const cpus = os.cpus();
   const result = {
-    benchmark: 'chromium-bench_panel_update',
+    benchmark: 'chromium-panel-update',
     what:
       'One panel update in Chromium: a comm sample of 8 devices dispatched ' +
       "to the model's store until the Overview tab's DOM shows it " +

@@ -2,7 +2,7 @@
  * Whether an element is on screen (or close to it): the panel draws the trend
  * chart of a device only while its section can be seen. With 8 GPUs most
  * sections are scrolled out of the sidebar, and their charts were 80 % of an
- * update's work (benchmarks/results/chromium-bench_panel_update.json).
+ * update's work (benchmarks/results/chromium-panel-update.json).
  */
 import * as React from 'react';
 
