@@ -453,7 +453,7 @@ def test_without_a_gpu_the_breakdown_says_so_in_one_line(ip):
     notes = [line for line in texts[0].splitlines() if "breakdown" in line]
     assert notes == [
         (
-            "  breakdown: --breakdown needs a CUDA GPU: torch "
+            "  breakdown: --breakdown needs torch and a CUDA GPU: torch "
             f"{ip.user_ns['torch'].__version__} is a CPU-only build"
         )
     ]
@@ -482,7 +482,7 @@ def test_scan_function_without_a_gpu_says_so(ip):
 
     ip.run_cell("import torch")
     with pytest.raises(
-        jupyter_gpumem.NoGpuError, match=r"^scan\(\) needs a CUDA GPU: this torch is a CPU-only"
+        jupyter_gpumem.NoGpuError, match=r"^scan\(\) needs torch and a CUDA GPU: torch \S+ is a CPU-only build$"
     ):
         jupyter_gpumem.scan(lambda v: None, [1, 2])
 
