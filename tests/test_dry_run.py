@@ -180,7 +180,8 @@ def test_a_cpu_only_build_gets_one_line_and_the_cell_changes_nothing(loaded, cap
     loaded.run_cell("import torch")
     loaded.run_cell("%%gpumem --dry-run --fit-in T4\nplanned = torch.empty(10)")
     out = capsys.readouterr().out
-    assert f"--dry-run needs torch and a CUDA GPU: torch {torch.__version__} is a CPU-only build" in out
+    needs = "--dry-run needs torch and a CUDA GPU"
+    assert f"{needs}: torch {torch.__version__} is a CPU-only build" in out
     assert "planned" not in loaded.user_ns
 
 

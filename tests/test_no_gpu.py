@@ -62,7 +62,8 @@ def test_functions_that_need_a_gpu_say_this_torch_is_cpu_only(cpu_torch, call, a
     with pytest.raises(NoGpuError) as e:
         getattr(jupyter_gpumem, call)(*args)
     assert (
-        str(e.value) == f"{call}() needs torch and a CUDA GPU: torch {cpu_torch} is a CPU-only build"
+        str(e.value)
+        == f"{call}() needs torch and a CUDA GPU: torch {cpu_torch} is a CPU-only build"
     )
 
 

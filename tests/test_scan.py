@@ -481,9 +481,8 @@ def test_scan_function_without_a_gpu_says_so(ip):
     import jupyter_gpumem
 
     ip.run_cell("import torch")
-    with pytest.raises(
-        jupyter_gpumem.NoGpuError, match=r"^scan\(\) needs torch and a CUDA GPU: torch \S+ is a CPU-only build$"
-    ):
+    refused = r"^scan\(\) needs torch and a CUDA GPU: torch \S+ is a CPU-only build$"
+    with pytest.raises(jupyter_gpumem.NoGpuError, match=refused):
         jupyter_gpumem.scan(lambda v: None, [1, 2])
 
 
