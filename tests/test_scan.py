@@ -441,7 +441,7 @@ def test_without_a_gpu_the_scan_says_so_in_one_line(ip):
     ip.run_cell("import torch")
     res, _, cap = run(ip, "%%gpumem --scan batch=16,32\nran = True\n")
     lines = cap.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("UsageError: --scan needs a CUDA GPU")
+    assert len(lines) == 1 and lines[0].startswith("UsageError: --scan needs torch and a CUDA GPU")
     assert lines[0].endswith("; the cell did not run") and cap.stdout == ""
     assert type(res.error_in_exec).__name__ == "UsageError"  # the cell failed: nothing checked
     assert "ran" not in ip.user_ns
