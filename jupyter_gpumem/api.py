@@ -52,17 +52,10 @@ def _session(what: str) -> Session:
 def _no_gpu(what: str, now: Measurement | Reading, where: str = "kernel") -> NoGpuError | None:
     """Why PyTorch has no GPU memory for ``what`` to read, as the reading's state says;
     None when it has some or may have (CUDA not initialised yet)."""
-    if now.state == "no_torch":
-        return NoGpuError(
-            f"{what} needs torch with a CUDA GPU: torch is not imported in this {where}"
-        )
-    if now.state == "cpu_only":
-        return NoGpuError(
-            f"{what} needs a CUDA GPU: this torch is a CPU-only build ({now.torch_version})"
-        )
-    if now.state == "no_gpu":
-        return NoGpuError(f"{what} needs a CUDA GPU: torch {now.torch_version} finds none")
-    return None
+    from .collectors.torch_build import why_no_gpu
+
+    why = why_no_gpu(what, state=now.state, version=now.torch_version, where=where)
+    return None if why is None else NoGpuError(why)
 
 
 def history(n: int | None = None) -> Any:
@@ -173,18 +166,14 @@ def dry_run(
 
     from .analysis.targets import parse_target
     from .collectors.dry_run import check_world_size, refusal
-    from .collectors.torch_build import gpu_build
+    from .collectors.torch_build import why_no_gpu
     from .core.dry_run import dry_run as run
     from .reporters import bundles  # noqa: F401  (the result shows itself: its views)
 
     world_size = check_world_size(world_size)
-    torch = sys.modules.get("torch")
-    if torch is None:
-        raise NoGpuError("dry_run() needs torch: import torch first")
-    if not gpu_build(torch):
-        raise NoGpuError(
-            f"dry_run() needs a CUDA build of torch: {torch.__version__} is a CPU-only build"
-        )
+    no_gpu = why_no_gpu("dry_run()")
+    if no_gpu is not None:
+        raise NoGpuError(no_gpu)
     why = refusal(world_size)
     if why is not None:
         raise GpuMemError(why)

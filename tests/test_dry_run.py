@@ -180,7 +180,8 @@ def test_a_cpu_only_build_gets_one_line_and_the_cell_changes_nothing(loaded, cap
     loaded.run_cell("import torch")
     loaded.run_cell("%%gpumem --dry-run --fit-in T4\nplanned = torch.empty(10)")
     out = capsys.readouterr().out
-    assert "needs a CUDA build of torch" in out and "CPU-only build" in out
+    needs = "--dry-run needs torch and a CUDA GPU"
+    assert f"{needs}: torch {torch.__version__} is a CPU-only build" in out
     assert "planned" not in loaded.user_ns
 
 
@@ -188,7 +189,10 @@ def test_without_torch_the_magic_says_to_import_it(loaded, capsys, monkeypatch):
     monkeypatch.delitem(sys.modules, "torch", raising=False)
     loaded.run_cell("%%gpumem --dry-run\nnever_bound_by_a_dry_run = 1")
     out = capsys.readouterr().out
-    assert "--dry-run needs torch: import torch before the cell" in out
+    assert (
+        "--dry-run needs torch and a CUDA GPU: torch was not imported when the cell began: "
+        "import torch before the cell" in out
+    )
     assert "never_bound_by_a_dry_run" not in loaded.user_ns
 
 

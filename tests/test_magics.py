@@ -233,8 +233,9 @@ def test_breakdown_and_scan_cells_that_import_torch_themselves_say_to_import_it_
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["torch_at_start"] is False
     assert out["scan"] == (
-        "UsageError: --scan: import torch before the cell: it was not imported when the cell "
-        "began, and the scan measures the GPU before each run of it; the cell did not run\n"
+        "UsageError: --scan needs torch and a CUDA GPU: torch was not imported when the cell "
+        "began: import torch before the cell, as the scan measures the GPU before each run "
+        "of it (the tool never imports it itself); the cell did not run\n"
     )
     assert out["scan_failed"] == "UsageError"
     assert not out["scan_ran"] and not out["torch_after_scan"]  # nothing imported torch
@@ -243,8 +244,9 @@ def test_breakdown_and_scan_cells_that_import_torch_themselves_say_to_import_it_
     said = [line.strip() for line in report.splitlines() if "breakdown" in line]
     assert said == [
         (
-            "breakdown: --breakdown: import torch before the cell: it was not imported when "
-            "the cell began, and the breakdown's hooks are set before it runs"
+            "breakdown: --breakdown needs torch and a CUDA GPU: torch was not imported when "
+            "the cell began: import torch before the cell, as the breakdown's hooks are set "
+            "before it runs (the tool never imports it itself)"
         )
     ]
 

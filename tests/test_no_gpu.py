@@ -62,7 +62,8 @@ def test_functions_that_need_a_gpu_say_this_torch_is_cpu_only(cpu_torch, call, a
     with pytest.raises(NoGpuError) as e:
         getattr(jupyter_gpumem, call)(*args)
     assert (
-        str(e.value) == f"{call}() needs a CUDA GPU: this torch is a CPU-only build ({cpu_torch})"
+        str(e.value)
+        == f"{call}() needs torch and a CUDA GPU: torch {cpu_torch} is a CPU-only build"
     )
 
 
@@ -77,7 +78,7 @@ def test_report_to_store_in_a_cpu_only_rank_says_so(cpu_torch):
     with pytest.raises(NoGpuError) as e:
         jupyter_gpumem.report_to_store(store=object(), rank=1)
     assert str(e.value) == (
-        f"report_to_store() needs a CUDA GPU: this torch is a CPU-only build ({cpu_torch})"
+        f"report_to_store() needs torch and a CUDA GPU: torch {cpu_torch} is a CPU-only build"
     )
 
 
@@ -206,7 +207,7 @@ def test_without_torch_every_function_answers_in_one_sentence():
     )
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    needs = "needs torch with a CUDA GPU: torch is not imported in this"
+    needs = "needs torch and a CUDA GPU: torch is not imported in this"
     assert out.pop("torch_imported") is False  # no answer imported it
     kind, shape = out.pop("history")
     assert kind == "returned" and shape[0] == 1  # the measured cell, without figures

@@ -315,7 +315,8 @@ def test_a_refused_scan_stops_the_run(tmp_path):
     assert p.returncode == 2, p.stderr
     assert (
         "ERROR (exit 2): the notebook failed to run: cell 3 [2] `%%gpumem --scan batch=16,32` "
-        f"raised UsageError: --scan needs a CUDA GPU: torch {torch.__version__} is a CPU-only "
+        f"raised UsageError: --scan needs torch and a CUDA GPU: "
+        f"torch {torch.__version__} is a CPU-only "
         "build; the cell did not run"
     ) in p.stderr
     doc = json.loads(js.read_text())

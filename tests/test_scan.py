@@ -441,7 +441,7 @@ def test_without_a_gpu_the_scan_says_so_in_one_line(ip):
     ip.run_cell("import torch")
     res, _, cap = run(ip, "%%gpumem --scan batch=16,32\nran = True\n")
     lines = cap.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("UsageError: --scan needs a CUDA GPU")
+    assert len(lines) == 1 and lines[0].startswith("UsageError: --scan needs torch and a CUDA GPU")
     assert lines[0].endswith("; the cell did not run") and cap.stdout == ""
     assert type(res.error_in_exec).__name__ == "UsageError"  # the cell failed: nothing checked
     assert "ran" not in ip.user_ns
@@ -453,7 +453,7 @@ def test_without_a_gpu_the_breakdown_says_so_in_one_line(ip):
     notes = [line for line in texts[0].splitlines() if "breakdown" in line]
     assert notes == [
         (
-            "  breakdown: --breakdown needs a CUDA GPU: torch "
+            "  breakdown: --breakdown needs torch and a CUDA GPU: torch "
             f"{ip.user_ns['torch'].__version__} is a CPU-only build"
         )
     ]
@@ -481,9 +481,8 @@ def test_scan_function_without_a_gpu_says_so(ip):
     import jupyter_gpumem
 
     ip.run_cell("import torch")
-    with pytest.raises(
-        jupyter_gpumem.NoGpuError, match=r"^scan\(\) needs a CUDA GPU: this torch is a CPU-only"
-    ):
+    refused = r"^scan\(\) needs torch and a CUDA GPU: torch \S+ is a CPU-only build$"
+    with pytest.raises(jupyter_gpumem.NoGpuError, match=refused):
         jupyter_gpumem.scan(lambda v: None, [1, 2])
 
 

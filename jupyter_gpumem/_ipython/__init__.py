@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..collectors.torch_build import imported_torch
 from .session import GpuMem, Session
 
 if TYPE_CHECKING:
@@ -99,9 +100,7 @@ def unload(shell: Any) -> None:
     session.tracker.cancel()
     if session.tracker.workers is not None:
         session.tracker.workers.close()
-    import sys
-
-    session.who.recording.stop(sys.modules.get("torch"))  # only if we started it
+    session.who.recording.stop(imported_torch())  # only if we started it
 
 
 def current() -> Session | None:

@@ -5,7 +5,6 @@ beside the predicted ones."""
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -26,21 +25,11 @@ def here(session: Session, device: int) -> tuple[int, str] | None:
 
 
 def why_not(opts: CellOptions) -> str | None:
-    from ..collectors.torch_build import gpu_build, not_installed, torch_installed
+    from ..collectors.torch_build import why_no_gpu
 
-    torch = sys.modules.get("torch")
-    if torch is None:
-        if not torch_installed():
-            return not_installed("--dry-run")
-        return (
-            "--dry-run needs torch: import torch before the cell (the tool never imports it itself)"
-        )
-
-    if not gpu_build(torch):
-        return (
-            f"--dry-run plans for a CUDA GPU and needs a CUDA build of torch: "
-            f"{getattr(torch, '__version__', '?')} is a CPU-only build"
-        )
+    why = why_no_gpu("--dry-run", before_cell="the dry run sets torch's fake tensors up first")
+    if why is not None:
+        return why
     if opts.world_size > 1:
         from ..collectors.dry_run import refusal
 

@@ -4,7 +4,6 @@ target predicted and run under a cap (``core/scanner.py``)."""
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -57,15 +56,8 @@ def run(session: Session, shell: Any, opts: CellOptions, body: str) -> ScanResul
 
 def _no_gpu_for_scan() -> str | None:
     """Why a scan can't run here (it runs the user's GPU code: CUDA may start), or None."""
-    t = sys.modules.get("torch")
-    if t is None:
-        from ..collectors import no_torch_before
+    from ..collectors.torch_build import why_no_gpu
 
-        return no_torch_before("--scan", "the scan measures the GPU before each run of it")
-    from ..collectors.torch_build import gpu_build
-
-    if not gpu_build(t):
-        return f"--scan needs a CUDA GPU: torch {t.__version__} is a CPU-only build"
-    if not t.cuda.is_initialized() and not t.cuda.is_available():
-        return "--scan needs a CUDA GPU: torch sees none"
-    return None
+    return why_no_gpu(
+        "--scan", needs="gpu", before_cell="the scan measures the GPU before each run of it"
+    )

@@ -25,7 +25,7 @@ names what the layers above use.
 
 from __future__ import annotations
 
-from .allocator import TorchBackend, no_torch_before
+from .allocator import TorchBackend
 from .collector import Backend, Collector, make_backend
 from .plugins import ATTRIBUTION_ENV, BACKEND_ENV, NVML_ENV, load_plugin, plugged
 from .readings import Reading
@@ -40,6 +40,5 @@ __all__ = [
     "TorchBackend",
     "load_plugin",
     "make_backend",
-    "no_torch_before",
     "plugged",
 ]

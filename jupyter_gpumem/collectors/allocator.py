@@ -13,14 +13,13 @@ Rules this module keeps (see ../shared/REFERENCE.md, checked on an H200 with tor
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 from typing import Any
 
 from ..model import BackendName, DeviceSample, Limit, Replay
 from .nvml import Nvml, NvmlDevice
 from .readings import Reading, make_device_sample, stats_from_flat, stats_from_nested
-from .torch_build import cuda_ready, gpu_backend, gpu_build, not_installed, torch_installed
+from .torch_build import cuda_ready, gpu_backend, gpu_build, imported_torch, why_no_gpu
 
 _NO_CACHING_ENV = "PYTORCH_NO_CUDA_MEMORY_CACHING"
 
@@ -38,7 +37,7 @@ class TorchBackend:
     # -- reading -------------------------------------------------------------------
     @staticmethod
     def torch() -> Any:
-        return sys.modules.get("torch")
+        return imported_torch()
 
     def cuda_ready(self) -> bool:
         return cuda_ready(self.torch())
@@ -46,7 +45,7 @@ class TorchBackend:
     def initialized_devices(self) -> list[int]:
         """Devices where this process has a CUDA context."""
         t = self.torch()
-        if t is None or not gpu_build(t) or not t.cuda.is_initialized():
+        if not cuda_ready(t):
             return []
         has_ctx = getattr(t._C, "_cuda_hasPrimaryContext", None)
         n = t.cuda.device_count()
@@ -56,7 +55,7 @@ class TorchBackend:
 
     def device_count(self) -> int:
         t = self.torch()
-        if t is not None and gpu_build(t) and t.cuda.is_initialized():
+        if cuda_ready(t):
             return int(t.cuda.device_count())
         return len(self.nvml.visible())
 
@@ -64,7 +63,7 @@ class TorchBackend:
         """``full``: NVML figures for every device (``%gpumem``, the panel). Otherwise only
         what a cell's before/after needs, from the allocator and ``cudaMemGetInfo``
         (~10 us a device), plus NVML's per-process figure when ``with_process``."""
-        t = sys.modules.get("torch")
+        t = imported_torch()
         b = self._bound
         if b is not None and b.torch is t and b.is_initialized():
             if not (full or with_process):
@@ -81,18 +80,18 @@ class TorchBackend:
             seen = self._nvml_devices(with_process) if full else ()
             return Reading(
                 "cpu_only",
-                f"torch {version} is a CPU-only build"
+                str(why_no_gpu(None, state="cpu_only", version=version))
                 + (": GPU figures come from NVML only" if seen else ""),
                 version,
                 None,
                 seen,
             )
-        if not t.cuda.is_initialized():
+        if not cuda_ready(t):
             nvml_devices = self._nvml_devices(with_process) if full else ()
             found = bool(nvml_devices) or not full or not self.nvml.available
             return Reading(
                 "not_initialized" if found else "no_gpu",
-                "CUDA is not initialised in this kernel yet: NVML figures only"
+                f"{why_no_gpu(None, state='not_initialized', needs='memory')}: NVML figures only"
                 if found
                 else "no GPU found",
                 version,
@@ -202,7 +201,7 @@ class TorchBackend:
         return Reading("ok", "", b.version, self._caching(b), tuple(devices))
 
     def _no_torch_message(self, devices: tuple[DeviceSample, ...]) -> str:
-        msg = "torch is not imported in this kernel"
+        msg = str(why_no_gpu(None, state="no_torch"))
         if devices:
             return msg + ": GPU figures come from NVML only"
         if self.nvml.error:
@@ -263,26 +262,21 @@ class TorchBackend:
 
     def actionable(self) -> str | None:
         """Why actions can't run here (no torch, no GPU allocator), or None."""
-        t = self.torch()
-        if t is None:
-            return "torch is not imported in this kernel: nothing to act on"
-        if not gpu_build(t):
-            return f"torch {t.__version__} has no CUDA/ROCm allocator to act on"
-        return None
+        why = why_no_gpu(None, self.torch())
+        return None if why is None else f"{why}: nothing to act on"
 
     def caching_supported(self) -> str | None:
         """None when caching can be switched at run time, else why not."""
         t = self.torch()
-        if t is None:
-            return "torch is not imported in this kernel"
-        if not gpu_build(t):
-            return "this torch has no CUDA caching allocator"
+        why = why_no_gpu(None, t)
+        if why is not None:
+            return why
         if not hasattr(t._C, "_cuda_cudaCachingAllocator_enable"):
             return (
                 f"torch {t.__version__} cannot switch caching at run time (needs torch >= 2.6):"
                 f" restart the kernel with {_NO_CACHING_ENV}=1 in its environment instead"
             )
-        if os.environ.get(_NO_CACHING_ENV) == "1" and t.cuda.is_initialized():
+        if os.environ.get(_NO_CACHING_ENV) == "1" and cuda_ready(t):
             return (
                 f"{_NO_CACHING_ENV}=1 was set when CUDA started: caching stays off until the"
                 " kernel restarts without it"
@@ -291,7 +285,7 @@ class TorchBackend:
 
     def set_caching(self, enabled: bool) -> bool:
         t = self.torch()
-        if not t.cuda.is_initialized():
+        if not cuda_ready(t):
             t.cuda.init()  # before CUDA init the switch does nothing
         t._C._cuda_cudaCachingAllocator_enable(enabled)
         self._caching_set = enabled
@@ -344,7 +338,7 @@ def _caching_enabled(t: Any, set_by_us: bool | None = None) -> bool | None:
     """The caching switch. torch >= 2.12 can be asked; before, only what we set is known
     (a call of ``caching_allocator_enable`` by the user's own code is then not seen)."""
     f = getattr(t._C, "_cuda_cudaCachingAllocator_is_enabled", None)
-    if f is not None and t.cuda.is_initialized():
+    if f is not None and cuda_ready(t):
         return bool(f())
     if set_by_us is not None:
         return set_by_us
@@ -411,7 +405,7 @@ def cuda_counters(t: Any) -> tuple[Callable[[], list[int]], Callable[[int], int]
     has_ctx = getattr(t._C, "_cuda_hasPrimaryContext", None)
 
     def devices() -> list[int]:
-        if not t.cuda.is_initialized():
+        if not cuda_ready(t):
             return []
         n = t.cuda.device_count()
         return [i for i in range(n) if has_ctx is None or has_ctx(i)]
@@ -421,14 +415,3 @@ def cuda_counters(t: Any) -> tuple[Callable[[], list[int]], Callable[[int], int]
         return int(a["allocated"]) + int(a["freed"])
 
     return devices, count
-
-
-def no_torch_before(option: str, why: str) -> str:
-    """One line for an option that needs torch imported before its cell (the tool never
-    imports it itself: importing torch is the user's to do)."""
-    if not torch_installed():
-        return not_installed(option)
-    return (
-        f"{option}: import torch before the cell: it was not imported when the cell began, "
-        f"and {why}"
-    )

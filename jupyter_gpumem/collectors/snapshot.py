@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..model import AllocatorSnapshot, Segment
-from .torch_build import cuda_ready, gpu_build, imported_torch
+from .torch_build import cuda_ready, gpu_build, imported_torch, why_no_gpu
 
 
 def history_enabled(t: Any) -> bool | None:
@@ -99,7 +99,7 @@ class Recording:
     def supported(self, t: Any) -> str | None:
         """None when this torch can record allocation sites, else why not."""
         if not gpu_build(t):
-            return f"torch {t.__version__} is a CPU-only build: there is no GPU allocator to track"
+            return f"{why_no_gpu(None, t)}: there is no GPU allocator to track"
         f = getattr(getattr(t.cuda, "memory", None), "_record_memory_history", None)
         if f is None:
             return f"torch {t.__version__} cannot record allocation sites (needs torch >= 2.1)"

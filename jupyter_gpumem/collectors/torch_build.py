@@ -93,9 +93,63 @@ def install_hint(executable: str | None = None, managed: bool | None = None) -> 
     )
 
 
-def not_installed(option: str) -> str:
-    """One line for an option that needs torch, in a kernel that cannot import it."""
-    return (
-        f"{option} needs torch and a CUDA GPU: torch is not installed in this kernel; "
-        f"{install_hint()}"
-    )
+_ASK: Any = object()  # why_no_gpu's default torch: the one imported now
+
+
+def why_no_gpu(
+    feature: str | None,
+    t: Any = _ASK,
+    *,
+    needs: str = "build",
+    where: str = "kernel",
+    before_cell: str | None = None,
+    state: str | None = None,
+    version: str | None = None,
+) -> str | None:
+    """The one wording of "there is no GPU for this": why ``feature`` (``"--scan"``,
+    ``"who()"``) can't run here, or None when it can. Every front end that refuses for
+    want of torch or a GPU says it through here.
+
+    Asked of torch module ``t`` (by default the imported one, :func:`imported_torch`;
+    None: not imported), or, with ``state``, of a reading's state (``"no_torch"``,
+    ``"cpu_only"``, ``"no_gpu"``, ``"not_initialized"``) and its torch ``version``.
+    ``needs``: ``"build"`` refuses without torch or with a CPU-only build; ``"gpu"`` also
+    where torch sees no GPU; ``"memory"`` also where CUDA is not initialised (no GPU
+    memory of PyTorch's yet). ``before_cell``: the feature is a cell's option, set up
+    before the cell runs, for this reason; torch not imported is then told apart from
+    torch not installed. Without a ``feature``, the reason alone, for a sentence that
+    says itself what it can't do."""
+    if state is None:
+        if t is _ASK:
+            t = imported_torch()
+        if t is None:
+            state = "no_torch"
+        else:
+            version = str(getattr(t, "__version__", "?"))
+            if not gpu_build(t):
+                state = "cpu_only"
+            elif needs == "memory" and not cuda_ready(t):
+                state = "not_initialized"
+            elif needs == "gpu" and not t.cuda.is_initialized() and not t.cuda.is_available():
+                state = "no_gpu"
+            else:
+                return None
+    if state == "no_torch" and before_cell is not None:
+        if not torch_installed():
+            why = f"torch is not installed in this {where}; {install_hint()}"
+        else:
+            why = (
+                "torch was not imported when the cell began: import torch before the cell, "
+                f"as {before_cell} (the tool never imports it itself)"
+            )
+    elif state == "no_torch":
+        why = f"torch is not imported in this {where}"
+    elif state == "cpu_only":
+        why = f"torch {version} is a CPU-only build"
+    elif state == "no_gpu":
+        why = f"torch {version} finds no GPU"
+    elif state == "not_initialized" and needs == "memory":
+        why = f"CUDA is not initialised in this {where} yet"
+    else:
+        return None
+    return why if feature is None else f"{feature} needs torch and a CUDA GPU: {why}"

@@ -21,7 +21,7 @@ from ..analysis.segments import segment_map
 from ..analysis.who import DeviceHoldings, holdings
 from ..collectors.namespace import NamespaceWalker, Root
 from ..collectors.snapshot import Recording, read_snapshot
-from ..collectors.torch_build import gpu_build, imported_torch
+from ..collectors.torch_build import gpu_build, imported_torch, why_no_gpu
 from ..errors import ActionRefused
 from ..model import AllocatorSnapshot, PostMortem, SegmentMap
 
@@ -94,13 +94,8 @@ class AttributionSource(Protocol):
 
 def why_nothing(t: Any) -> str | None:
     """A sentence when there is no GPU memory of PyTorch's to attribute, else None."""
-    if t is None:
-        return "torch is not imported in this kernel: PyTorch holds no GPU memory"
-    if not gpu_build(t):
-        return f"torch {t.__version__} is a CPU-only build: PyTorch holds no GPU memory"
-    if not t.cuda.is_initialized():
-        return "CUDA is not initialised in this kernel: PyTorch holds no GPU memory yet"
-    return None
+    why = why_no_gpu(None, t, needs="memory")
+    return None if why is None else f"{why}: PyTorch holds no GPU memory"
 
 
 class LiveAttribution:

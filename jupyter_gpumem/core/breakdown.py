@@ -10,14 +10,13 @@ modules and optimizers, by name.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 from typing import Any
 
 from ..analysis.breakdown import breakdowns_from_raw
 from ..collectors.snapshot import read_snapshot
 from ..collectors.step import StepRecorder
-from ..collectors.torch_build import cuda_ready, gpu_build
+from ..collectors.torch_build import cuda_ready, imported_torch, why_no_gpu
 from ..model import CellReport
 from .attribution import Workspace
 
@@ -30,13 +29,12 @@ class Breakdowns:
 
     def start(self) -> StepRecorder | str:
         """Install the hooks of a breakdown; a sentence when it can't run here."""
-        t = sys.modules.get("torch")
-        if t is None:
-            from ..collectors import no_torch_before
-
-            return no_torch_before("--breakdown", "the breakdown's hooks are set before it runs")
-        if not gpu_build(t):
-            return f"--breakdown needs a CUDA GPU: torch {t.__version__} is a CPU-only build"
+        t = imported_torch()
+        why = why_no_gpu(
+            "--breakdown", t, before_cell="the breakdown's hooks are set before it runs"
+        )
+        if why is not None:
+            return why
         recorder = StepRecorder(t, self._modules_in_namespace)
         snap = read_snapshot(t) if cuda_ready(t) else None
         if snap is not None:  # where each block is when the cell begins: sizes are replayed
@@ -57,7 +55,7 @@ class Breakdowns:
 
     def _modules_in_namespace(self) -> list[tuple[str, Any]]:
         """The user's modules and optimizers, by name (one level: ``model``, ``opt``)."""
-        t = sys.modules.get("torch")
+        t = imported_torch()
         if t is None:
             return []
         kinds = (t.nn.Module, t.optim.Optimizer)

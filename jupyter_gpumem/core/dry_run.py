@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..analysis.caching import Alloc, AllocatorConfig, Free, replay
 from ..analysis.targets import GPUS
+from ..collectors.torch_build import imported_torch
 from ..model import DryRun, DryRunDevice, Target
 from ..units import MiB, format_bytes
 
@@ -170,9 +171,8 @@ def _same_card(key: str, here: tuple[int, str] | None, device_type: str) -> bool
     capability, read without starting CUDA): cuDNN's choices asked here hold there."""
     if here is not None:
         return _name_key(here[1]) == key
-    import sys
 
-    torch = sys.modules.get("torch")
+    torch = imported_torch()
     if torch is None or device_type != "cuda":
         return False
     from ..collectors.dry_run import capability
@@ -383,9 +383,8 @@ def dry_run(
             if job.world_size > 1
             else "the dry run started CUDA in this process (it should not have)"
         )
-    import sys
 
-    torch = sys.modules.get("torch")
+    torch = imported_torch()
     return DryRun(
         devices=devices,
         outside=outside[0],

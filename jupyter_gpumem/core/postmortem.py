@@ -13,7 +13,6 @@ Reads the namespace: call only on the shell thread while no cell runs.
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +21,7 @@ from ..analysis.scan_hint import scan_knowledge
 from ..analysis.who import holdings
 from ..collectors.host import process_name
 from ..collectors.snapshot import read_snapshot
-from ..collectors.torch_build import cuda_ready
+from ..collectors.torch_build import cuda_ready, imported_torch
 from ..errors import is_out_of_memory
 from ..model import (
     AllocatorSnapshot,
@@ -81,7 +80,7 @@ class PostMortems:
         ``scans``: the session's scans, newest last (what a failed cell needs)."""
         if not (report.devices or report.failed):
             return report  # nothing changed on any device: nothing to attribute
-        t = sys.modules.get("torch")
+        t = imported_torch()
         grew = [d.index for d in report.devices if (d.allocated_delta or 0) > 0]
         oom = report.failed and (is_out_of_memory(error) or bool(report.ooms))
         if not (grew or report.failed) or t is None or not cuda_ready(t):
@@ -176,7 +175,7 @@ class PostMortems:
         self, snapshot: AllocatorSnapshot | None = None
     ) -> TracebackHoldings | None:
         """What the frames of the kept traceback hold on the GPU, by frame and name."""
-        t = sys.modules.get("torch")
+        t = imported_torch()
         if why_nothing(t) is not None:
             return None
         roots = self.workspace.traceback_roots()

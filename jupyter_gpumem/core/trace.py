@@ -10,13 +10,13 @@ torch's one history) and the names of lines and cells.
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import replace
 from typing import Any
 
 from ..analysis.timeline import build_timeline
 from ..collectors.snapshot import Trace
+from ..collectors.torch_build import imported_torch, why_no_gpu
 from ..model import CellReport, CellTrace
 from .who import Who
 
@@ -29,9 +29,9 @@ class Traces:
 
     def start(self, entries: int, stacks: bool = True) -> Trace | str:
         """Start recording the allocator's full history; a sentence when it can't."""
-        t = sys.modules.get("torch")
-        if t is None:
-            return "torch was not imported when the cell began: nothing was traced"
+        t = imported_torch()
+        if t is None:  # nothing was traced
+            return str(why_no_gpu(None, t, before_cell="the trace starts with the cell"))
         why = self.who.recording.supported(t)
         if why is not None:
             return why
@@ -43,7 +43,7 @@ class Traces:
         """(the raw snapshot with the cell's trace, milliseconds it took, why none)."""
         if not isinstance(trace, Trace):
             return None, 0.0, trace or "the trace did not start"
-        t = sys.modules.get("torch")
+        t = imported_torch()
         start = time.perf_counter()
         raw = trace.stop(t)
         snapshot_ms = (time.perf_counter() - start) * 1000

@@ -12,7 +12,6 @@ Reads the namespace: call only on the shell thread while no cell runs.
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -21,6 +20,7 @@ from ..analysis.sites import SiteResolver
 from ..analysis.who import DeviceHoldings, holdings
 from ..collectors.namespace import Limits, NamespaceWalker, TorchTensors, collection_paused
 from ..collectors.snapshot import Recording
+from ..collectors.torch_build import imported_torch
 from ..model import AllocatorSnapshot, DeviceAttribution, SegmentMap, WhoReport
 from .attribution import AttributionSource, LiveAttribution, Workspace
 
@@ -72,7 +72,7 @@ class Who:
         """Start a wished-for recording once torch is there (cheap when nothing is wished)."""
         rec = self.recording
         if rec.wanted and not rec.ours and rec.error is None:
-            t = sys.modules.get("torch")
+            t = imported_torch()
             if t is not None and not self.recording.active(t):
                 if rec.start(t) is None:
                     self._known = _by_device(rec.before)

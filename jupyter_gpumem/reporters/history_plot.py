@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
+from ..collectors.torch_build import why_no_gpu
 from ..model import DeviceRow, HistoryRow, Measurement
 from ..units import format_bytes
 from .picture import picture
@@ -35,13 +36,8 @@ def no_plot_reason(rows: Sequence[HistoryRow], device: int, now: Measurement) ->
         return None
     if any(_points(rows, d.device) for r in rows for d in r.devices):
         return f"no measured cell has GPU figures on cuda:{device}"
-    if now.state == "no_torch":
-        why = "torch is not imported in this kernel"
-    elif now.state == "cpu_only":
-        why = f"torch {now.torch_version} is a CPU-only build"
-    elif now.state == "no_gpu":
-        why = f"torch {now.torch_version} finds no GPU"
-    else:
+    why = why_no_gpu(None, state=now.state, version=now.torch_version)
+    if why is None:
         why = "CUDA was not initialised when they ran"
     return f"no measured cell has GPU figures ({why})"
 

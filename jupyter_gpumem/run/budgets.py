@@ -34,7 +34,6 @@ METRICS: dict[str, tuple[str, str]] = {
 }
 Op = Literal["<=", "<"]
 Scope = Literal["global", "cell"]  # --budget, or a cell's tag
-OPS: tuple[Op, ...] = ("<=", "<")
 TAG_PREFIX = "gpumem:"
 
 FORM = (

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import TYPE_CHECKING
 
+from ...collectors.torch_build import imported_torch
 from ...reporters.actions import release_traceback_line
 
 if TYPE_CHECKING:
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 def run(session: Session, args: argparse.Namespace) -> None:
-    if sys.modules.get("torch") is not None:
+    if imported_torch() is not None:
         held = session.postmortems.traceback_holdings()
     else:
         held = None

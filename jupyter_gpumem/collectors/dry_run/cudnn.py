@@ -20,6 +20,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from ..torch_build import cuda_ready
 from .conv import ConvCall, TensorDesc
 
 # cudnn_graph.h (cuDNN 9)
@@ -279,7 +280,7 @@ def sizer(t: Any, device: int) -> tuple[Callable[[ConvCall], int | None] | None,
     """The workspace of each call on ``device``, and where the figures come from; (None,
     why) where cuDNN cannot be asked without making a CUDA context, or at all."""
     try:
-        current = int(t.cuda.current_device()) if t.cuda.is_initialized() else 0
+        current = int(t.cuda.current_device()) if cuda_ready(t) else 0
         if device != current:
             return None, f"cuDNN is asked on the current device only (device {current})"
         if not t._C._cuda_hasPrimaryContext(device):

@@ -57,6 +57,7 @@ from typing import Any
 
 from ...errors import GpuMemError
 from ...units import shown
+from ..torch_build import imported_torch
 
 MAX_WORLD_SIZE = 65536
 ENVIRONMENT = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
@@ -104,7 +105,7 @@ def refusal(world_size: int) -> str | None:
     except ImportError:
         dist = None
     if dist is None or not dist.is_available():
-        torch = sys.modules.get("torch")
+        torch = imported_torch()
         version = getattr(torch, "__version__", "?")
         return (
             f"a dry run of {world_size} processes needs torch.distributed, which this build "

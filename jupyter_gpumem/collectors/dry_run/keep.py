@@ -13,6 +13,8 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from ..torch_build import cuda_ready
+
 
 class Keep:
     """What the run could bind inside the objects it was given, put back afterwards:
@@ -130,7 +132,7 @@ class Switches:
         self.t = t
         self.rng = t.random.get_rng_state()
         # CUDA's generators only when CUDA runs: reading them would start it
-        self.cuda_rng = t.cuda.get_rng_state_all() if t.cuda.is_initialized() else None
+        self.cuda_rng = t.cuda.get_rng_state_all() if cuda_ready(t) else None
         self.grad = t.is_grad_enabled()
         self.dtype = t.get_default_dtype()
 

@@ -46,6 +46,8 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
+from ..torch_build import cuda_ready
+
 _FROM_DATA = ("tensor", "as_tensor", "asarray")
 
 
@@ -122,7 +124,7 @@ def patched(t: Any, device_type: str, capability: Callable[[int], Any]) -> Itera
             original_bf16 = cuda.is_bf16_supported
 
             def is_bf16_supported(including_emulation: bool = True) -> bool:
-                if cuda.is_initialized():
+                if cuda_ready(t):
                     return bool(original_bf16(including_emulation))
                 cap = capability(0)
                 if cap is None or cap[0] >= 8:
@@ -143,7 +145,7 @@ def _capability_from_nvml(t: Any, capability: Callable[[int], Any]) -> Callable[
     original = cuda.get_device_capability
 
     def get_device_capability(device: Any = None) -> tuple[int, int]:
-        if not cuda.is_initialized():
+        if not cuda_ready(t):
             index = _index_of(t, device)
             cap = None if index is None else capability(index)
             if cap is not None:

@@ -62,6 +62,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
+from ..torch_build import cuda_ready
 from .rnn_ops import RnnOpKernels, flat_buffer, run_steps, storage_key
 from .rnn_sizes import (
     ESTIMATES,
@@ -375,7 +376,7 @@ class RnnKernels(RnnOpKernels):
         """The card's multiprocessors, where CUDA already runs (asking starts nothing)."""
         t = self.t
         try:
-            if device.type != "cuda" or not t.cuda.is_initialized():
+            if device.type != "cuda" or not cuda_ready(t):
                 return None
             index = device.index if device.index is not None else t.cuda.current_device()
             return int(t.cuda.get_device_properties(index).multi_processor_count)

@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import Any
 
-from ..torch_build import gpu_build
+from ..torch_build import cuda_ready, gpu_build
 from .events import (
     Alloc,
     AllocKind,
@@ -212,7 +212,7 @@ def record(
         return result
     from .patches import fake_mode as make_fake_mode
 
-    cuda_before = bool(device_type == "cuda" and t.cuda.is_initialized())
+    cuda_before = bool(device_type == "cuda" and cuda_ready(t))
     used_before = t.cuda.memory_allocated() if cuda_before else 0
     spaces = _workspaces_by_device(t, device_type, workspaces)
     contexts_before = _contexts(t) if device_type == "cuda" else set()
@@ -436,7 +436,7 @@ def _owners(state: State, names: Callable[[], Iterable[tuple[str, Any]]] | None)
 def _kernel_allocated(t: Any, device_type: str) -> dict[int, int]:
     """What this process holds on each device now (PyTorch's allocated), where CUDA runs:
     the dry run counts what the cell used of it and lists the rest."""
-    if device_type != "cuda" or not t.cuda.is_initialized():
+    if device_type != "cuda" or not cuda_ready(t):
         return {}
     try:
         return {
@@ -463,7 +463,7 @@ def _note_device(
             "(their current stream), and torch has no switch against it; nothing was "
             "allocated, and a process that already uses the GPU has its context already"
         )
-    if device_type == "cuda" and not cuda_before and t.cuda.is_initialized():
+    if device_type == "cuda" and not cuda_before and cuda_ready(t):
         result.cuda_initialized = True
         result.notes.append(
             "the run started CUDA: something in it asked the device itself (a stream, "

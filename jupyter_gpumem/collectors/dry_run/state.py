@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
+from ..torch_build import cuda_ready
 from .conv import ConvWorkspaces
 from .events import Alloc, AllocKind, Event, Free
 from .values import KnownValues
@@ -156,7 +157,7 @@ class State:
         return n
 
     def stream(self, device: int) -> int:
-        if not self.cuda_streams or not self.t.cuda.is_initialized():
+        if not self.cuda_streams or not cuda_ready(self.t):
             return 0  # no CUDA context, so no stream but the default one
         return int(self.t.cuda.current_stream(device).stream_id)
 

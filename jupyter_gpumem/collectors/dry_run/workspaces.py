@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ...units import MiB
+from ..torch_build import cuda_ready
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +210,7 @@ def capability(t: Any, index: int) -> tuple[int, int] | None:
     """A card's compute capability without starting CUDA: torch's when CUDA is running,
     else the driver's through NVML; None when neither can tell."""
     try:
-        if t.cuda.is_initialized():
+        if cuda_ready(t):
             major, minor = t.cuda.get_device_capability(index)
             return int(major), int(minor)
     except Exception:
