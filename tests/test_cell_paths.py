@@ -44,3 +44,24 @@ def test_no_other_place_reads_the_options_that_decide_the_path():
         if deciding.search(line) and "assert" not in line
     ]
     assert found == []
+
+
+def test_what_did_not_start_is_a_failed_record_with_its_reason(monkeypatch):
+    """A trace or a breakdown that cannot start is a Failed(note), not a bare string: its
+    note is what the report says."""
+    from jupyter_gpumem.collectors import torch_build
+    from jupyter_gpumem.core.breakdown import Breakdowns
+    from jupyter_gpumem.core.trace import Traces
+    from jupyter_gpumem.model import Failed
+
+    monkeypatch.setattr(torch_build, "imported_torch", lambda: None)
+    import jupyter_gpumem.core.breakdown as b
+    import jupyter_gpumem.core.trace as t
+
+    monkeypatch.setattr(t, "imported_torch", lambda: None)
+    monkeypatch.setattr(b, "imported_torch", lambda: None)
+    trace = Traces(who=None).start(100)  # type: ignore[arg-type]
+    step = Breakdowns(workspace=None).start()  # type: ignore[arg-type]
+    assert isinstance(trace, Failed) and "torch was not imported" in trace.note
+    assert isinstance(step, Failed) and step.note.startswith("--breakdown needs torch")
+    assert Traces(who=None).stop(trace) == (None, 0.0, trace.note)  # type: ignore[arg-type]

@@ -392,11 +392,12 @@ def test_bad_scan_arguments_are_usage_errors_and_the_cell_does_not_run(ip, args,
 def simulated(ip, monkeypatch):
     """The session's GPU simulated (CUDA started, 500 MiB outside PyTorch): the magic's
     scan runs on the CPU; the cell calls ``gpu.step(batch)``."""
-    from jupyter_gpumem._ipython import current, scan_cell
+    from jupyter_gpumem._ipython import load, scan_cell, unload
 
     gpu = SimulatedGPU()
     monkeypatch.setattr(scan_cell, "_no_gpu_for_scan", lambda: None)
-    current().collector = Collector(gpu)  # type: ignore[arg-type]
+    unload(ip)  # the session composed again, over the simulated GPU
+    load(ip, Collector(gpu))  # type: ignore[arg-type]
     ip.user_ns["gpu"] = gpu
     yield gpu
     ip.user_ns.pop("gpu", None)

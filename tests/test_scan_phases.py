@@ -467,11 +467,12 @@ def test_the_scan_records_no_phases_without_a_meter_and_predicts_as_before():
 # -- through the magic -----------------------------------------------------------------------
 @pytest.fixture
 def phased(ip, monkeypatch):
-    from jupyter_gpumem._ipython import current, scan_cell
+    from jupyter_gpumem._ipython import load, scan_cell, unload
 
     gpu = PhasedGPU(TWO_PHASES["llm"][2])
     monkeypatch.setattr(scan_cell, "_no_gpu_for_scan", lambda: None)
-    current().collector = Collector(gpu)  # type: ignore[arg-type]
+    unload(ip)  # the session composed again, over the simulated GPU
+    load(ip, Collector(gpu))  # type: ignore[arg-type]
     ip.user_ns["gpu"] = gpu
     yield gpu
     ip.user_ns.pop("gpu", None)

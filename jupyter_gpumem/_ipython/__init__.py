@@ -51,15 +51,16 @@ def compose(
     )
 
 
-def load(shell: Any) -> Session:
+def load(shell: Any, collector: Collector | None = None) -> Session:
     """Register magics, the input transformer and cell events. Idempotent: loading as
-    ``gpumem`` and as ``jupyter_gpumem`` gives one session."""
+    ``gpumem`` and as ``jupyter_gpumem`` gives one session. ``collector``: the one the
+    session is composed with (tests give theirs), else the environment's or the live one."""
     existing = _SESSIONS.get(id(shell))
     if existing is not None:
         return existing
     from .magics import GpuMemMagics
 
-    session = compose(shell)
+    session = compose(shell, collector)
     shell.register_magics(GpuMemMagics(shell, session))
     shell.input_transformers_cleanup.append(session.transform)
     shell.events.register("pre_run_cell", session.pre_run_cell)

@@ -19,7 +19,7 @@ from traitlets.config import Configurable
 
 from ..analysis.forecast import WINDOW, forecasts
 from ..log import warn
-from ..model import CellReport, ScanResult
+from ..model import CellReport, Failed, ScanResult
 from ..reporters import bundles
 from .parsers import CellOptions, parse_cell_line
 
@@ -89,8 +89,8 @@ class Session:
         self.breakdowns = breakdowns
         self.auto: bool = config.auto
         self._pending: CellOptions | None = None
-        self._trace: Trace | str | None = None  # a running %%gpumem --trace
-        self._step: StepRecorder | str | None = None  # a running --breakdown's hooks
+        self._trace: Trace | Failed | None = None  # a running %%gpumem --trace
+        self._step: StepRecorder | Failed | None = None  # a running --breakdown's hooks
         self.scans: list[ScanResult] = []  # this session's scans, newest last
         self.nested = False  # a cell run by the %%gpumem magic itself (fallback path)
         # a recorded cell played back (the demo's kernel, testing/player.py): not measured
@@ -198,7 +198,7 @@ class Session:
         if opts.breakdown:
             self._step = self.breakdowns.start()
 
-    def _stop_step(self) -> StepRecorder | str | None:
+    def _stop_step(self) -> StepRecorder | Failed | None:
         """Remove a breakdown's hooks (always, whatever else fails); returns its recorder."""
         step, self._step = self._step, None
         stop = getattr(step, "stop", None)
@@ -290,7 +290,6 @@ class Session:
     ) -> CellReport:
         """The analyses every measured cell may get (attribution, post-mortem)."""
         try:
-            self.postmortems.collector = self.collector
             return self.postmortems.enrich(report, error, shown, raw, self.scans)
         except Exception as e:  # attribution must never cost the user the report
             warn(f"could not attribute the cell's memory: {e!r}")
@@ -299,7 +298,7 @@ class Session:
     def _traced(
         self,
         opts: CellOptions,
-        step: StepRecorder | str | None,
+        step: StepRecorder | Failed | None,
         report: CellReport,
         error: BaseException | None,
         shown: bool,

@@ -17,7 +17,7 @@ from ..analysis.breakdown import breakdowns_from_raw
 from ..collectors.snapshot import read_snapshot
 from ..collectors.step import StepRecorder
 from ..collectors.torch_build import cuda_ready, imported_torch, why_no_gpu
-from ..model import CellReport
+from ..model import CellReport, Failed
 from .attribution import Workspace
 
 
@@ -27,14 +27,14 @@ class Breakdowns:
     def __init__(self, workspace: Workspace) -> None:
         self.workspace = workspace
 
-    def start(self) -> StepRecorder | str:
-        """Install the hooks of a breakdown; a sentence when it can't run here."""
+    def start(self) -> StepRecorder | Failed:
+        """Install the hooks of a breakdown; why not when it can't run here."""
         t = imported_torch()
         why = why_no_gpu(
             "--breakdown", t, before_cell="the breakdown's hooks are set before it runs"
         )
         if why is not None:
-            return why
+            return Failed(why)
         recorder = StepRecorder(t, self._modules_in_namespace)
         snap = read_snapshot(t) if cuda_ready(t) else None
         if snap is not None:  # where each block is when the cell begins: sizes are replayed
@@ -67,7 +67,7 @@ class Breakdowns:
 
     def finish(
         self,
-        recorder: StepRecorder | str | None,
+        recorder: StepRecorder | Failed | None,
         raw: dict[str, Any] | None,
         note: str,
         report: CellReport,
@@ -75,7 +75,8 @@ class Breakdowns:
         """The report with the breakdown of its peak, read from the hooks' record and the
         cell's trace ``raw`` (or ``note``: why there is none)."""
         if not isinstance(recorder, StepRecorder):
-            return replace(report, breakdown_note=recorder or "the breakdown did not start")
+            note = recorder.note if recorder is not None else "the breakdown did not start"
+            return replace(report, breakdown_note=note)
         record = recorder.stop()
         if raw is None:
             return replace(report, breakdown_note=f"no breakdown: {note}")

@@ -17,7 +17,7 @@ from typing import Any
 from ..analysis.timeline import build_timeline
 from ..collectors.snapshot import Trace
 from ..collectors.torch_build import imported_torch, why_no_gpu
-from ..model import CellReport, CellTrace
+from ..model import CellReport, CellTrace, Failed
 from .who import Who
 
 
@@ -27,22 +27,22 @@ class Traces:
     def __init__(self, who: Who) -> None:
         self.who = who
 
-    def start(self, entries: int, stacks: bool = True) -> Trace | str:
-        """Start recording the allocator's full history; a sentence when it can't."""
+    def start(self, entries: int, stacks: bool = True) -> Trace | Failed:
+        """Start recording the allocator's full history; why not when it can't."""
         t = imported_torch()
         if t is None:  # nothing was traced
-            return str(why_no_gpu(None, t, before_cell="the trace starts with the cell"))
+            return Failed(str(why_no_gpu(None, t, before_cell="the trace starts with the cell")))
         why = self.who.recording.supported(t)
         if why is not None:
-            return why
+            return Failed(why)
         trace = Trace(self.who.recording, entries, stacks)
         trace.start(t)
         return trace
 
-    def stop(self, trace: Trace | str | None) -> tuple[dict[str, Any] | None, float, str]:
+    def stop(self, trace: Trace | Failed | None) -> tuple[dict[str, Any] | None, float, str]:
         """(the raw snapshot with the cell's trace, milliseconds it took, why none)."""
         if not isinstance(trace, Trace):
-            return None, 0.0, trace or "the trace did not start"
+            return None, 0.0, trace.note if trace is not None else "the trace did not start"
         t = imported_torch()
         start = time.perf_counter()
         raw = trace.stop(t)
@@ -58,7 +58,7 @@ class Traces:
         note: str,
         report: CellReport,
         save: str | None,
-        trace: Trace | str | None,
+        trace: Trace | Failed | None,
     ) -> CellReport:
         """The cell's report with its trace: a timeline per device it allocated on (or
         ``note``, why there is none), and the raw snapshot written to ``save``."""

@@ -44,6 +44,7 @@ from .attribution import (
 from .cell import (
     CellReport,
     DeviceCellReport,
+    Failed,
 )
 from .forecast import Forecast, LimitKind
 from .history import DeviceRow, HistoryRow
@@ -140,6 +141,7 @@ __all__ = [
     "DryRunDevice",
     "DryScan",
     "DryScanPoint",
+    "Failed",
     "Fit",
     "FitKind",
     "Fix",

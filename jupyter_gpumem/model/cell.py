@@ -15,6 +15,14 @@ from .trace import CellTrace
 from .workers import WorkerReport
 
 
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """Something a cell needed that did not start (its trace, a breakdown's hooks), and
+    why, in words."""
+
+    note: str
+
+
 @dataclass(slots=True)
 class DeviceCellReport:
     """What one cell did to one device."""
