@@ -189,6 +189,7 @@ def samples() -> dict[str, Any]:
         "measurement": measurement(),
         "measurement_bare": measurement(2, full=False),
         "device_uninitialized": device(3, alloc=False),
+        "limit": Limit(0.5, 70 * GiB),
         "replay": REPLAY,
         "replay_undated": Replay("Tesla T4", None),
         "worker": worker(),
