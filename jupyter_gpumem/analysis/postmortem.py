@@ -34,8 +34,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ..model import (
-    AllocatorStats,
-    DeviceSample,
     FreeSpace,
     OomEvent,
     PostMortem,
@@ -46,7 +44,14 @@ from ..model import (
 )
 from .fragmentation import free_space
 from .postmortem_fixes import fixes as judged_fixes
-from .postmortem_room import Need, by_owner, first_steps, measure_room
+from .postmortem_room import (
+    DeviceAfter,
+    DeviceFigures,
+    Need,
+    by_owner,
+    first_steps,
+    measure_room,
+)
 from .who import DeviceHoldings
 
 __all__ = [
@@ -128,7 +133,7 @@ def scan_suggestion(name: str, value: int, inside: bool, fit_in: str) -> str:
 
 def explain_oom(
     oom: OomEvent,
-    after: DeviceSample,
+    after: DeviceFigures,
     segments: Sequence[Segment],
     held: DeviceHoldings | None,
     other_processes: Sequence[ProcessMemory] = (),
@@ -136,11 +141,12 @@ def explain_oom(
     n_rows: int = 5,
     need: Need | None = None,
 ) -> PostMortem:
-    """The post-mortem of one device's out-of-memory error: the allocator's figures after
-    it, who holds the memory (``held``, None when not read: then no holder fixes and no
-    first steps), and the fixes judged against ``need`` (default: the failed request
-    alone). ``settings``: the snapshot's ``allocator_settings``; ``n_rows``: the owners
-    and lines shown."""
+    """The post-mortem of one device's out-of-memory error: the device's figures after
+    it (``after``: its total, what all processes use, this one beyond PyTorch; a
+    DeviceSample has them), who holds the memory (``held``, None when not read: then no
+    holder fixes and no first steps), and the fixes judged against ``need`` (default: the
+    failed request alone). ``settings``: the snapshot's ``allocator_settings``;
+    ``n_rows``: the owners and lines shown."""
     segs = list(segments)
     space = free_space(segs)
     need = need if need is not None else Need(so_far=oom.requested)
@@ -202,31 +208,9 @@ def worker_postmortem(w: WorkerReport) -> PostMortem | None:
         return None
     segs = list(o.segments)
     space = free_space(segs)
-    stats = AllocatorStats(
-        allocated=space.allocated,
-        reserved=space.reserved,
-        active=space.allocated,
-        requested=space.allocated,
-        inactive_split=space.pieces_bytes,
-        peak_allocated=space.allocated,
-        peak_reserved=space.reserved,
-        device_allocs=0,
-        device_frees=0,
-        alloc_retries=0,
-        ooms=0,
-        segments=space.segments,
-        blocks=0,
-    )
-    after = DeviceSample(
-        index=o.device,
-        name="",
-        backend="cuda",
-        initialized=True,
-        allocator=stats,
-        total=o.total,
-        device_used=o.device_used,
-        process_used=o.process_used,
-    )
+    used = o.process_used if o.process_used is not None else o.device_used
+    outside = None if used is None else used - space.reserved
+    after = DeviceAfter(o.total, o.device_used, outside)
     who = f"rank {w.rank}" if w.rank is not None else "the worker"
     need = Need(so_far=space.allocated + o.requested, who=who)
     settings = (

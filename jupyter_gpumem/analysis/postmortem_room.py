@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple, Protocol
 
-from ..model import DeviceSample, FreeSpace, OomEvent, Segment
+from ..model import FreeSpace, OomEvent, Segment
 from .fragmentation import would_fit
 from .who import DeviceHoldings
 
@@ -157,9 +158,27 @@ class Room:
         return (None if block_ok else False), None
 
 
+class DeviceFigures(Protocol):
+    """What a post-mortem reads of the device after the failure (a DeviceSample has
+    them; a worker's post-mortem makes a :class:`DeviceAfter` of what its snapshot says)."""
+
+    @property
+    def total(self) -> int | None: ...
+    @property
+    def device_used(self) -> int | None: ...  # all processes: total - free
+    @property
+    def outside_torch(self) -> int | None: ...  # this process beyond PyTorch's reservation
+
+
+class DeviceAfter(NamedTuple):
+    total: int | None
+    device_used: int | None
+    outside_torch: int | None
+
+
 def measure_room(
     oom: OomEvent,
-    after: DeviceSample,
+    after: DeviceFigures,
     segments: list[Segment],
     space: FreeSpace,
     first: FirstSteps,

@@ -1,46 +1,44 @@
 """The one conversion from the model's records to the protocol's objects (schema.json's
-``$defs``): :func:`to_protocol`, one rule per record type.
+``$defs``): :func:`to_protocol`, one :class:`~.wire.Wire` per record type.
 
-The records stay plain data; what the wire adds or names differently is said here once:
-a device's allocator figures are flattened into the ``Device`` object, a child process's
+A record's object is its fields (``wire.py`` derives the conversion from them); what the
+wire leaves out, adds or names differently is said here once, in :data:`WIRES`: a
+device's allocator figures are flattened into the ``Device`` object, a child process's
 bytes travel as ``used``, a site carries its label, a ``WhoReport`` its time in ms, a
-``Replay`` its sentence.
-Tests validate every object this makes against schema.json.
+``Replay`` its sentence. A cell's devices and a segment map's blocks are views, written
+out below. Tests validate every object this makes against schema.json, and check that
+every field of every record here is in the schema or left out by name.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from functools import singledispatch
 from typing import Any
 
 from ..model import (
     AllocatorStats,
     CellReport,
+    DeviceRow,
     DeviceSample,
     Fix,
     Forecast,
+    FreeSpace,
     HistoryRow,
+    Limit,
     LineShare,
     Measurement,
     PostMortem,
     ProcessMemory,
     Replay,
     SegmentMap,
+    SegmentView,
     Site,
     WhoReport,
     WhoRow,
+    WorkerDevice,
     WorkerReport,
 )
-
-# Allocator figures the Device object carries (segments, blocks and the fragmentation
-# peak the scan reads are the kernel's own).
-_DEVICE_ALLOCATOR = tuple(
-    f
-    for f in AllocatorStats.__dataclass_fields__
-    if f not in ("segments", "blocks", "peak_inactive_split")
-)
-_NO_ALLOCATOR = dict.fromkeys(_DEVICE_ALLOCATOR)
+from .wire import Convert, Wire, converter
 
 
 @singledispatch
@@ -48,90 +46,44 @@ def to_protocol(record: Any) -> Any:
     raise TypeError(f"no protocol object for {type(record).__name__}")
 
 
-@to_protocol.register
-def _(m: Measurement) -> dict[str, Any]:
-    """A ``Sample``."""
-    sample = {
-        "time": m.time,
-        "state": m.state,
-        "message": m.message,
-        "torch_version": m.torch_version,
-        "host_rss": m.host_rss,
-        "caching": m.caching,
-        "devices": [to_protocol(d) for d in m.devices],
-    }
-    if m.workers:
-        sample["workers"] = [to_protocol(w) for w in m.workers]
-    if m.replay is not None:
-        sample["replay"] = to_protocol(m.replay)
-    return sample
+def _each(items: Any) -> list[Any]:
+    return [to_protocol(x) for x in items]
 
 
-@to_protocol.register
-def _(r: Replay) -> dict[str, Any]:
-    """A ``Replay``: the record's fields and its sentence, which every view shows."""
-    out = {"gpu": r.gpu, "torch_version": r.torch_version, "description": r.description}
-    if r.recorded is not None:
-        out["recorded"] = r.recorded
-    return out
+def _maybe(record: Any) -> Any:
+    return None if record is None else to_protocol(record)
 
 
-@to_protocol.register
-def _(w: WorkerReport) -> dict[str, Any]:
-    """A ``Worker``."""
-    return {
-        "pid": w.pid,
-        "rank": w.rank,
-        "host": w.host,
-        "status": w.status,
-        "started_in_cell": w.started_in_cell,
-        "age": round(w.age, 3),
-        "devices": [
-            {
-                "index": d.index,
-                "name": d.name,
-                "allocated": d.allocated,
-                "reserved": d.reserved,
-                "peak_allocated": d.peak_allocated,
-                "peak_reserved": d.peak_reserved,
-                "ooms": d.ooms,
-            }
-            for d in w.devices
-        ],
-    }
+def _round3(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
 
 
-@to_protocol.register
-def _(d: DeviceSample) -> dict[str, Any]:
-    """A ``Device``."""
-    a = d.allocator
-    figures = {f: getattr(a, f) for f in _DEVICE_ALLOCATOR} if a is not None else _NO_ALLOCATOR
-    return {
-        "index": d.index,
-        "name": d.name,
-        "backend": d.backend,
-        "initialized": d.initialized,
-        **figures,
-        "total": d.total,
-        "device_used": d.device_used,
-        "process_used": d.process_used,
-        "limit": asdict(d.limit) if d.limit is not None else None,
-        "error": d.error,
-        "children": [{"pid": c.pid, "name": c.name, "used": c.bytes} for c in d.children],
-    }
+def _each_as(name: str) -> Convert:
+    """A value function: the objects of a tuple of records that travel as ``WIRES[name]``
+    says (an object nested in another, not the record's own protocol object)."""
+
+    def each(items: Any) -> list[Any]:
+        convert = _nested(name)
+        return [convert(x) for x in items]
+
+    return each
 
 
-@to_protocol.register
-def _(r: CellReport) -> dict[str, Any]:
-    """A ``CellMarker``."""
-    out: dict[str, Any] = {
-        "execution_count": r.execution_count,
-        "time": r.after.time,
-        "wall_time": r.wall_time,
-        "failed": r.failed,
-        "first_line": r.first_line,
-        "devices": [],
-    }
+_made: dict[str, Convert] = {}
+
+
+def _nested(name: str) -> Convert:
+    """The converter of an object nested in another (``WIRES[name]``), made once."""
+    convert = _made.get(name)
+    if convert is None:
+        convert = _made[name] = converter(*WIRES[name])
+    return convert
+
+
+def _cell_devices(r: CellReport) -> list[dict[str, Any]]:
+    """A cell's devices: what it kept and its peak, and the lines that allocated what it
+    kept (a view of the cell's figures, not a record's fields)."""
+    out = []
     for d in r.devices:
         row: dict[str, Any] = {
             "index": d.index,
@@ -142,193 +94,171 @@ def _(r: CellReport) -> dict[str, Any]:
         attribution = r.device_attribution(d.index)
         if attribution is not None:
             row["kept_at"] = [to_protocol(s) for s in attribution.lines[:3]]
-        out["devices"].append(row)
-    if r.postmortems:
-        out["postmortems"] = [to_protocol(p) for p in r.postmortems]
-    if r.forecasts:
-        out["forecasts"] = [to_protocol(f) for f in r.forecasts]
+        out.append(row)
     return out
 
 
-@to_protocol.register
-def _(f: Forecast) -> dict[str, Any]:
-    """A ``Forecast``."""
-    return {
-        "device": f.device,
-        "worker": f.worker,
-        "bytes_per_cell": f.bytes_per_cell,
-        "cells_left": f.cells_left,
-        "seconds_left": round(f.seconds_left, 3) if f.seconds_left is not None else None,
-        "limit": f.limit,
-        "limit_kind": f.limit_kind,
-        "allocated": f.allocated,
-        "cells": f.cells,
-        "first_cell": f.first_cell,
-        "who": f.who,
-    }
+def _map_labels(m: SegmentMap) -> list[str]:
+    """The allocation sites of a map's blocks, each once, in the order met."""
+    return list(dict.fromkeys(b.site for s in m.segments for b in s.blocks if b.site))
 
 
-@to_protocol.register
-def _(s: Site) -> dict[str, Any]:
-    return {
-        "kind": s.kind,
-        "label": s.label,
-        "execution_count": s.execution_count,
-        "filename": s.filename,
-        "line": s.line,
-        "function": s.function,
-        "text": s.text,
-        "library": s.library,
-    }
-
-
-@to_protocol.register
-def _(s: LineShare) -> dict[str, Any]:
-    return {"line": s.line, "text": s.text, "bytes": s.bytes, "blocks": s.blocks}
-
-
-@to_protocol.register
-def _(r: WhoRow) -> dict[str, Any]:
-    return {
-        "key": r.key,
-        "detail": r.detail,
-        "bytes": r.bytes,
-        "blocks": r.blocks,
-        "example": r.example,
-        "kind": r.kind,
-        "site": r.site,
-    }
-
-
-@to_protocol.register
-def _(r: WhoReport) -> dict[str, Any]:
-    return {
-        "device": r.device,
-        "by": r.by,
-        "allocated": r.allocated,
-        "explained": r.explained,
-        "rows": [to_protocol(row) for row in r.rows],
-        "tracking": r.tracking,
-        "notes": list(r.notes),
-        "outside_allocator": r.outside_allocator,
-        "elapsed_ms": round(r.elapsed * 1000, 3),
-    }
-
-
-@to_protocol.register
-def _(f: Fix) -> dict[str, Any]:
-    return {
-        "kind": f.kind,
-        "text": f.text,
-        "frees": f.frees,
-        "fits": f.fits,
-        "command": f.command,
-        "first_step": f.first_step,
-        "shortfall": f.shortfall,
-    }
-
-
-@to_protocol.register
-def _(p: ProcessMemory) -> dict[str, Any]:
-    return {"pid": p.pid, "name": p.name, "bytes": p.bytes}
-
-
-@to_protocol.register
-def _(p: PostMortem) -> dict[str, Any]:
-    return {
-        "execution_count": p.execution_count,
-        "time": p.time,
-        "device": p.device,
-        "requested": p.requested,
-        "free": p.free,
-        "total": p.total,
-        "cap": p.cap,
-        "reserved": p.reserved,
-        "allocated": p.allocated,
-        "cached_free": p.cached_free,
-        "releasable": p.releasable,
-        "free_pieces": p.free_pieces,
-        "free_pieces_bytes": p.free_pieces_bytes,
-        "largest_free_block": p.largest_free_block,
-        "outside_torch": p.outside_torch,
-        "other_processes": [to_protocol(o) for o in p.other_processes],
-        "owners": [to_protocol(r) for r in p.owners],
-        "lines": [to_protocol(r) for r in p.lines],
-        "fixes": [to_protocol(f) for f in p.fixes],
-        "need": p.need,
-        "need_full": p.need_full,
-        "room": p.room,
-        "hint": p.hint,
-    }
-
-
-@to_protocol.register
-def _(row: HistoryRow) -> dict[str, Any]:
-    """A ``HistoryCell``: the cell's row of ``%gpumem history`` (a worker's device names
-    its worker)."""
-    return {
-        "execution_count": row.execution_count,
-        "time": row.time,
-        "first_line": row.first_line,
-        "wall_time": row.wall_time,
-        "failed": row.failed,
-        "devices": [
-            {
-                "index": d.device,
-                "allocated": d.allocated,
-                "allocated_delta": d.allocated_delta,
-                "reserved": d.reserved,
-                "reserved_delta": d.reserved_delta,
-                "peak_allocated": d.peak_allocated,
-                "peak_above_start": d.peak_above_start,
-                "kept_at": d.kept_at,
-                "ooms": d.ooms,
-                **({"worker": d.worker} if d.worker is not None else {}),
-                **({"oom": d.oom} if d.oom else {}),
-            }
-            for d in row.devices
-        ],
-    }
-
-
-@to_protocol.register
-def _(m: SegmentMap) -> dict[str, Any]:
-    """A device's ``SegmentMap``: blocks as ``[offset, size, kind, label index]``, the
-    labels (allocation sites) listed once."""
-    labels: dict[str, int] = {}
-    segments = []
+def _map_segments(m: SegmentMap) -> list[dict[str, Any]]:
+    """A map's segments, blocks as ``[offset, size, kind, label index]`` (-1: no site)."""
+    labels = {label: i for i, label in enumerate(_map_labels(m))}
+    out = []
+    segment_of = _nested("segment_map.segments")
     for s in m.segments:
-        blocks = []
-        for b in s.blocks:
-            label = labels.setdefault(b.site, len(labels)) if b.site else -1
-            blocks.append([b.offset, b.size, b.kind, label])
-        segments.append(
-            {
-                "address": s.address,
-                "size": s.size,
-                "pool": s.pool,
-                "stream": s.stream,
-                "expandable": s.expandable,
-                "blocks": blocks,
-            }
-        )
-    sp = m.space
-    return {
-        "device": m.device,
-        "summary": {
-            "segments": sp.segments,
-            "reserved": sp.reserved,
-            "allocated": sp.allocated,
-            "cached_free": sp.cached_free,
-            "releasable": sp.releasable,
-            "pieces": sp.pieces,
-            "pieces_bytes": sp.pieces_bytes,
-            "largest_free_block": sp.largest_free_block,
-            "fragmentation": round(sp.fragmentation, 4),
-        },
-        "segments": segments,
-        "labels": list(labels),
-        "omitted": m.omitted,
-        "omitted_bytes": m.omitted_bytes,
-        "tracking": m.tracking,
-    }
+        segment = segment_of(s)
+        segment["blocks"] = [
+            [b.offset, b.size, b.kind, labels[b.site] if b.site else -1] for b in s.blocks
+        ]
+        out.append(segment)
+    return out
+
+
+# Where each record travels in schema.json (a ``$defs`` object, or an object nested in
+# one: ``device.children`` is the items of the Device's ``children``), as what. A record's
+# own protocol object (to_protocol's) is its ``$defs`` one, or the one in REGISTERED.
+WIRES: dict[str, tuple[type, Wire]] = {
+    "sample": (
+        Measurement,
+        Wire(
+            omit=("clock",),  # this process's perf_counter: nothing to another one
+            value={"devices": _each, "workers": _each, "replay": to_protocol},
+            when={"workers": "truthy", "replay": "not_none"},
+        ),
+    ),
+    "replay": (
+        Replay,
+        Wire(
+            extra={"description": lambda r: r.description},  # the sentence every view shows
+            when={"recorded": "not_none"},
+            order=("gpu", "torch_version", "description", ...),
+        ),
+    ),
+    "worker": (
+        WorkerReport,
+        Wire(
+            # the kernel's own business: its OOM events and snapshot, and their post-mortem
+            omit=("world_size", "ooms", "via", "oom_snapshot", "postmortem"),
+            value={"age": _round3, "devices": _each_as("worker.devices")},
+        ),
+    ),
+    "worker.devices": (
+        WorkerDevice,
+        Wire(omit=("allocated_before", "device_allocs", "peak_exact")),
+    ),
+    "device": (
+        DeviceSample,
+        Wire(
+            # the allocator's figures, less the segments, blocks and fragmentation peak the
+            # scan reads (the kernel's own)
+            spread={"allocator": (AllocatorStats, ("segments", "blocks", "peak_inactive_split"))},
+            value={"limit": _maybe, "children": _each_as("device.children")},
+        ),
+    ),
+    "limit": (Limit, Wire()),
+    "device.children": (ProcessMemory, Wire(rename={"bytes": "used"})),
+    "cell_marker": (
+        CellReport,
+        Wire(
+            # The rest is the cell's report in the kernel (%gpumem shows it); attribution
+            # travels as each device's kept_at.
+            omit=(
+                *("before", "after", "error", "ooms", "hints", "attribution", "traceback"),
+                *("trace", "breakdowns", "breakdown_note", "workers"),
+            ),
+            extra={"time": lambda r: r.after.time, "devices": _cell_devices},
+            value={"postmortems": _each, "forecasts": _each},
+            when={"postmortems": "truthy", "forecasts": "truthy"},
+            order=("execution_count", "time", "wall_time", "failed", "first_line", ...),
+        ),
+    ),
+    "forecast": (
+        Forecast,
+        Wire(omit=("factor",), value={"seconds_left": _round3}),  # factor: the text's
+    ),
+    # no message carries a site alone (a row names its site as a string)
+    "site": (
+        Site,
+        Wire(
+            extra={"label": lambda s: s.label},
+            order=("kind", "label", "execution_count", ...),
+        ),
+    ),
+    "line_share": (LineShare, Wire(omit=("site",))),  # the line is the cell's own
+    "who_row": (WhoRow, Wire()),
+    "who_report": (
+        WhoReport,
+        Wire(
+            rename={"elapsed": "elapsed_ms"},
+            value={"rows": _each, "notes": list, "elapsed": lambda s: round(s * 1000, 3)},
+        ),
+    ),
+    "fix": (Fix, Wire()),
+    "postmortem": (
+        PostMortem,
+        Wire(
+            omit=("expandable_segments",),  # said in the fixes' sentences
+            value=dict.fromkeys(("other_processes", "owners", "lines", "fixes"), _each),
+            order=("execution_count", "time", ...),
+        ),
+    ),
+    "postmortem.other_processes": (ProcessMemory, Wire()),
+    "history_cell": (
+        HistoryRow,
+        Wire(omit=("host_rss_delta",), value={"devices": _each_as("history_cell.devices")}),
+    ),
+    "history_cell.devices": (
+        DeviceRow,
+        Wire(
+            omit=("outside_torch_delta", "device_allocs"),  # %gpumem history's own
+            rename={"device": "index"},
+            when={"worker": "not_none", "oom": "truthy"},
+            order=(..., "worker", "oom"),
+        ),
+    ),
+    "segment_map": (
+        SegmentMap,
+        Wire(
+            omit=("owner",),  # the panel names the worker itself
+            rename={"space": "summary"},
+            value={"space": lambda s: _nested("segment_map.summary")(s)},
+            extra={"segments": _map_segments, "labels": _map_labels},
+            order=("device", "summary", "segments", "labels", ...),
+        ),
+    ),
+    # blocks: written by _map_segments (a block is an array, its site an index)
+    "segment_map.segments": (SegmentView, Wire(omit=("blocks",))),
+    "segment_map.summary": (
+        FreeSpace,
+        Wire(
+            omit=("largest_piece", "expandable"),  # the map's text says them
+            extra={
+                "cached_free": lambda s: s.cached_free,
+                "fragmentation": lambda s: round(s.fragmentation, 4),
+            },
+            order=("segments", "reserved", "allocated", "cached_free", ...),
+        ),
+    ),
+}
+
+
+def _register(cls: type, wire: Wire) -> None:
+    """``cls``'s protocol object, its converter generated when first asked for."""
+
+    def first(record: Any) -> Any:
+        convert = converter(cls, wire)
+        to_protocol.register(cls, convert)
+        return convert(record)
+
+    to_protocol.register(cls, first)
+
+
+# A process's own object: as the post-mortem lists other processes (no $defs of its own).
+REGISTERED = ("postmortem.other_processes",)
+
+for _name, (_cls, _wire) in WIRES.items():
+    if "." not in _name or _name in REGISTERED:
+        _register(_cls, _wire)

@@ -43,6 +43,7 @@ there, in the method that mirrors PyTorch's function), its blocks and free lists
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from ..allocator_rules import allocation_size, round_size
@@ -94,17 +95,7 @@ def replay(
             try:
                 malloc(r.key, r.size, r.stream)
             except ModelOutOfMemory as oom:
-                rec = oom.record
-                ooms.append(
-                    OutOfMemoryRecord(
-                        index,
-                        rec.requested,
-                        rec.allocation_size,
-                        rec.allocated,
-                        rec.reserved,
-                        rec.cap,
-                    )
-                )
+                ooms.append(replace(oom.record, request=index))
                 failed.add(r.key)
                 continue
             if model.peak_allocated > peak_allocated:
