@@ -75,7 +75,15 @@ def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> list[str]:
         return []
     if not target:  # "from . import x" / "from jupyter_gpumem import x"
         return [a.name if a.name in _TOP else "__init__" for a in node.names]
-    return [target]
+    # "from .core import actions" imports the module core.actions, not the package
+    return [
+        f"{target}.{a.name}" if _is_module(f"{target}.{a.name}") else target for a in node.names
+    ]
+
+
+def _is_module(module: str) -> bool:
+    path = PACKAGE.joinpath(*module.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 _TOP = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()} - {"labextension"}
