@@ -21,8 +21,10 @@ def compose(
 ) -> Session:
     """The session of ``shell`` and its services, each given what it needs. The sources are
     chosen here, once: the collector's backend and the attribution source are those given,
-    else those the environment names (``collectors.plugged``), else the live ones."""
-    from ..collectors import ATTRIBUTION_ENV, Collector, plugged, workers
+    else those the environment names (``collectors.plugged``), else the live ones; the worker
+    sources (the kernel's worker channel, Ray) are handed to the collector (one given with
+    none gets them too) and the tracker."""
+    from ..collectors import ATTRIBUTION_ENV, Collector, plugged, worker_sources, workers
     from ..core.breakdown import Breakdowns
     from ..core.history import History
     from ..core.postmortem import PostMortems
@@ -33,6 +35,8 @@ def compose(
 
     config = GpuMem(parent=shell)
     collector = collector or Collector()
+    if not collector.workers:
+        collector.workers = worker_sources.sources()
     if attribution is None:
         attribution = plugged(ATTRIBUTION_ENV)
     workspace = IPythonWorkspace(shell)
@@ -41,7 +45,7 @@ def compose(
         shell,
         config,
         collector,
-        CellTracker(collector, workers.channel()),
+        CellTracker(collector, workers.channel(), worker_sources.CELL_FEEDS),
         History(config.history_size),
         who,
         PostMortems(workspace, collector, who),
