@@ -6,12 +6,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .session import GpuMem, Session
+from .sessions import SESSIONS
+from .sessions import current as current
+from .sessions import is_loaded as is_loaded
 
 if TYPE_CHECKING:
     from ..collectors import Collector
     from ..core.attribution import AttributionSource
-
-_SESSIONS: dict[int, Session] = {}  # id(shell) -> session; one per shell however loaded
 
 
 def compose(
@@ -57,7 +58,7 @@ def compose(
 def load(shell: Any) -> Session:
     """Register magics, the input transformer and cell events. Idempotent: loading as
     ``gpumem`` and as ``jupyter_gpumem`` gives one session."""
-    existing = _SESSIONS.get(id(shell))
+    existing = SESSIONS.get(id(shell))
     if existing is not None:
         return existing
     from .magics import GpuMemMagics
@@ -67,7 +68,7 @@ def load(shell: Any) -> Session:
     shell.input_transformers_cleanup.append(session.transform)
     shell.events.register("pre_run_cell", session.pre_run_cell)
     shell.events.register("post_run_cell", session.post_run_cell)
-    _SESSIONS[id(shell)] = session
+    SESSIONS[id(shell)] = session
     # A plugged backend that plays cells back (the demo's kernel) is handed the session.
     bind = getattr(session.collector.backend, "bind_session", None)
     if callable(bind):
@@ -80,7 +81,7 @@ def load(shell: Any) -> Session:
 
 def unload(shell: Any) -> None:
     """Remove everything ``load`` registered."""
-    session = _SESSIONS.pop(id(shell), None)
+    session = SESSIONS.pop(id(shell), None)
     if session is None:
         return
     from .. import _kernel
@@ -106,18 +107,3 @@ def unload(shell: Any) -> None:
     import sys
 
     session.who.recording.stop(sys.modules.get("torch"))  # only if we started it
-
-
-def current() -> Session | None:
-    """The session of the running IPython shell, if the extension is loaded there."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return None
-    shell = get_ipython()
-    return _SESSIONS.get(id(shell)) if shell is not None else None
-
-
-def is_loaded(session: Session) -> bool:
-    """Whether ``session`` is still the running shell's (the extension not unloaded)."""
-    return current() is session
