@@ -225,9 +225,11 @@ def scan(
     from ._ipython import current
 
     session = current()
-    from .collectors import Collector
+    from .collectors import Collector, worker_sources
 
-    collector = session.collector if session is not None else Collector()
+    collector = (
+        session.collector if session is not None else Collector(workers=worker_sources.sources())
+    )
     missing = _no_gpu("scan()", collector.measure(with_process=False))
     if missing is not None:
         raise missing

@@ -75,7 +75,15 @@ def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> list[str]:
         return []
     if not target:  # "from . import x" / "from jupyter_gpumem import x"
         return [a.name if a.name in _TOP else "__init__" for a in node.names]
-    return [target]
+    # "from .core import actions" imports the module core.actions, not the package
+    return [
+        f"{target}.{a.name}" if _is_module(f"{target}.{a.name}") else target for a in node.names
+    ]
+
+
+def _is_module(module: str) -> bool:
+    path = PACKAGE.joinpath(*module.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 _TOP = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()} - {"labextension"}
@@ -119,6 +127,55 @@ def violations(graph: dict[str, set[str]]) -> list[str]:
             elif mine is None and theirs == len(LAYERS) - 1:
                 out.append(f"{module} (test-only) imports the front end {t}")
     return out
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles among production modules (``testing`` left out): each strongly
+    connected component of more than one module, sorted. Every import counts, as in
+    :func:`imports` (inside functions and ``TYPE_CHECKING`` blocks too)."""
+    prod = {
+        m: sorted(t for t in ts if t in graph and layer_of(t) is not None)
+        for m, ts in graph.items()
+        if layer_of(m) is not None
+    }
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(prod):  # Tarjan's, iterative
+        if start in index:
+            continue
+        work = [(start, 0)]
+        while work:
+            v, i = work.pop()
+            if i == 0:
+                index[v] = low[v] = len(index)
+                stack.append(v)
+                on_stack.add(v)
+            targets = prod[v]
+            if i < len(targets):
+                work.append((v, i + 1))
+                w = targets[i]
+                if w not in index:
+                    work.append((w, 0))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            if low[v] == index[v]:
+                component = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    component.append(w)
+                    if w == v:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[v])
+    return sorted(found)
 
 
 def layer_edges(graph: dict[str, set[str]]) -> dict[tuple[int, int], int]:
@@ -229,7 +286,9 @@ def main(argv: list[str]) -> int:
             print(f"    {m} -> {', '.join(deps) if deps else '-'}")
     for v in bad:
         print("VIOLATION", v)
-    return 1 if bad else 0
+    for c in circles(graph):
+        print("CIRCLE", " <-> ".join(c))
+    return 1 if bad or circles(graph) else 0
 
 
 if __name__ == "__main__":

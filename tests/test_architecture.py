@@ -1,5 +1,6 @@
-"""The import graph points down: no module imports a layer above its own, and no
-production module imports the test-only ``testing`` package. The layers, and the picture
+"""The import graph points down: no module imports a layer above its own, no production
+module imports the test-only ``testing`` package, and no production modules import each
+other in a circle. The layers, and the picture
 of the graph in ``docs/architecture.md``, come from ``scripts/architecture.py``."""
 
 from __future__ import annotations
@@ -33,6 +34,27 @@ def test_every_module_has_a_layer():
 
 def test_no_module_imports_a_layer_above_its_own():
     assert arch.violations(GRAPH) == []
+
+
+def test_no_import_circles_among_production_modules():
+    """Measured from the imports (every one, inside functions too): no strongly connected
+    component of more than one production module (``testing`` left out)."""
+    assert arch.circles(GRAPH) == []
+
+
+def test_a_circle_is_caught(tmp_path, monkeypatch):
+    pkg = tmp_path / "jupyter_gpumem"
+    (pkg / "model").mkdir(parents=True)
+    (pkg / "model" / "a.py").write_text("from .b import B\n")
+    (pkg / "model" / "b.py").write_text("def f():\n    from .c import C\n")
+    (pkg / "model" / "c.py").write_text("from jupyter_gpumem.model import a\n")
+    (pkg / "model" / "d.py").write_text("from .a import A\n")
+    (pkg / "testing").mkdir()
+    (pkg / "testing" / "x.py").write_text("from ..model import d\n")
+    (pkg / "model" / "e.py").write_text("from ..testing import x\n")
+    monkeypatch.setattr(arch, "PACKAGE", pkg)
+    monkeypatch.setattr(arch, "_TOP", {"model", "testing"})
+    assert arch.circles(arch.imports()) == [["model.a", "model.b", "model.c"]]
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from jupyter_gpumem.collectors import Collector, ray_workers, workers
+from jupyter_gpumem.collectors import Collector, ray_workers, worker_sources, workers
 from jupyter_gpumem.collectors.workers import kernel_channel
 from jupyter_gpumem.core.tracker import CellTracker
 from jupyter_gpumem.reporters.text import cell_report_text
@@ -137,7 +137,7 @@ def test_ray_workers_report_exact_bytes_then_exit(ray_cluster, tmp_path):
     # No mailbox yet (no measured cell since ray.init): a worker's call does nothing.
     assert ray.get(no_gpu_task.remote()) is False
     ch = workers.channel()
-    tracker = CellTracker(Collector(counting.backend()), ch)
+    tracker = CellTracker(Collector(counting.backend()), ch, worker_sources.CELL_FEEDS)
     try:
         t0 = time.perf_counter()
         tracker.begin()  # the first measured cell after ray.init() makes the mailbox
@@ -155,7 +155,8 @@ def test_ray_workers_report_exact_bytes_then_exit(ray_cluster, tmp_path):
 
         wait_for(exact, ch)
         # the panel's sample (a full reading) lists them too
-        assert {w.pid for w in Collector(counting.backend()).measure().workers} == set(pids)
+        full = Collector(counting.backend(), workers=worker_sources.sources()).measure()
+        assert {w.pid for w in full.workers} == set(pids)
         report = tracker.end(execution_count=3)
         expected = sorted(
             ("ray", "running", host, p, gpus[0], k, k + t, k + t)

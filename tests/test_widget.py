@@ -293,7 +293,8 @@ def test_the_stream_lives_while_the_extension_is_loaded(panel, monkeypatch):
 
     tick(1.5)
     assert panel.stream.state()["active"]
-    monkeypatch.setattr(front, "current", lambda: None)  # the extension unloaded
+    for where in (front, front.sessions):  # the extension unloaded
+        monkeypatch.setattr(where, "current", lambda: None)
     tick(1.5)
     assert not panel.stream.state()["active"]
 

@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)
 
 if __name__ == "__main__":
-    import torch
+    import torch  # noqa: F401 (the probe: does importing torch start CUDA?)
     import torch.cuda
 
     import jupyter_gpumem

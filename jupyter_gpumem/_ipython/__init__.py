@@ -7,12 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..collectors.torch_build import imported_torch
 from .session import GpuMem, Session
+from .sessions import SESSIONS
+from .sessions import current as current
+from .sessions import is_loaded as is_loaded
 
 if TYPE_CHECKING:
     from ..collectors import Collector
     from ..core.attribution import AttributionSource
-
-_SESSIONS: dict[int, Session] = {}  # id(shell) -> session; one per shell however loaded
 
 
 def compose(
@@ -22,8 +23,10 @@ def compose(
 ) -> Session:
     """The session of ``shell`` and its services, each given what it needs. The sources are
     chosen here, once: the collector's backend and the attribution source are those given,
-    else those the environment names (``collectors.plugged``), else the live ones."""
-    from ..collectors import ATTRIBUTION_ENV, Collector, plugged, workers
+    else those the environment names (``collectors.plugged``), else the live ones; the worker
+    sources (the kernel's worker channel, Ray) are handed to the collector (one given with
+    none gets them too) and the tracker."""
+    from ..collectors import ATTRIBUTION_ENV, Collector, plugged, worker_sources, workers
     from ..core.breakdown import Breakdowns
     from ..core.history import History
     from ..core.postmortem import PostMortems
@@ -34,6 +37,8 @@ def compose(
 
     config = GpuMem(parent=shell)
     collector = collector or Collector()
+    if not collector.workers:
+        collector.workers = worker_sources.sources()
     if attribution is None:
         attribution = plugged(ATTRIBUTION_ENV)
     workspace = IPythonWorkspace(shell)
@@ -42,7 +47,7 @@ def compose(
         shell,
         config,
         collector,
-        CellTracker(collector, workers.channel()),
+        CellTracker(collector, workers.channel(), worker_sources.CELL_FEEDS),
         History(config.history_size),
         who,
         PostMortems(workspace, collector, who),
@@ -55,7 +60,7 @@ def load(shell: Any, collector: Collector | None = None) -> Session:
     """Register magics, the input transformer and cell events. Idempotent: loading as
     ``gpumem`` and as ``jupyter_gpumem`` gives one session. ``collector``: the one the
     session is composed with (tests give theirs), else the environment's or the live one."""
-    existing = _SESSIONS.get(id(shell))
+    existing = SESSIONS.get(id(shell))
     if existing is not None:
         return existing
     from .magics import GpuMemMagics
@@ -65,7 +70,7 @@ def load(shell: Any, collector: Collector | None = None) -> Session:
     shell.input_transformers_cleanup.append(session.transform)
     shell.events.register("pre_run_cell", session.pre_run_cell)
     shell.events.register("post_run_cell", session.post_run_cell)
-    _SESSIONS[id(shell)] = session
+    SESSIONS[id(shell)] = session
     # A plugged backend that plays cells back (the demo's kernel) is handed the session.
     bind = getattr(session.collector.backend, "bind_session", None)
     if callable(bind):
@@ -78,7 +83,7 @@ def load(shell: Any, collector: Collector | None = None) -> Session:
 
 def unload(shell: Any) -> None:
     """Remove everything ``load`` registered."""
-    session = _SESSIONS.pop(id(shell), None)
+    session = SESSIONS.pop(id(shell), None)
     if session is None:
         return
     from .. import _kernel
@@ -102,18 +107,3 @@ def unload(shell: Any) -> None:
     if session.tracker.workers is not None:
         session.tracker.workers.close()
     session.who.recording.stop(imported_torch())  # only if we started it
-
-
-def current() -> Session | None:
-    """The session of the running IPython shell, if the extension is loaded there."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return None
-    shell = get_ipython()
-    return _SESSIONS.get(id(shell)) if shell is not None else None
-
-
-def is_loaded(session: Session) -> bool:
-    """Whether ``session`` is still the running shell's (the extension not unloaded)."""
-    return current() is session

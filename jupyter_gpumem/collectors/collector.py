@@ -5,25 +5,24 @@ at a time.
 :class:`~.allocator.TorchBackend`: torch and NVML; tests and demos plug a recorded one in
 through ``JUPYTER_GPUMEM_BACKEND``, :mod:`.plugins`). :class:`Collector` turns a
 backend's reading into a ``Measurement`` (adding the clocks, the host's memory and the
-workers alive) and keeps the OOMs the allocator reported. ``Collector.measure()`` runs
-twice a measured cell: it stays a lock, one reading and one record.
+workers alive, from the :class:`WorkerSource` s it is given: the front end composes them,
+``collectors/worker_sources.py``) and keeps the OOMs the allocator reported.
+``Collector.measure()`` runs twice a measured cell: it stays a lock, one reading and one record.
 """
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from ..log import logger
-from ..model import Measurement, OomEvent, Replay
+from ..model import Measurement, OomEvent, Replay, WorkerReport
 from .allocator import Reading, TorchBackend
 from .host import host_rss
 from .plugins import BACKEND_ENV, plugged
-from .workers import live
 
 
 class Backend(Protocol):
@@ -54,6 +53,13 @@ class Backend(Protocol):
         ...
 
 
+class WorkerSource(Protocol):
+    """Where a full reading learns of other processes: the workers alive now. Called at
+    each full reading (the panel's sample, ``%gpumem``), never at a cell's brackets."""
+
+    def __call__(self) -> tuple[WorkerReport, ...]: ...
+
+
 def make_backend() -> Backend:
     """The real backend (torch and NVML), or the one ``JUPYTER_GPUMEM_BACKEND`` names."""
     backend: Backend | None = plugged(BACKEND_ENV)
@@ -63,8 +69,16 @@ def make_backend() -> Backend:
 class Collector:
     """Takes measurements; remembers the OOMs the allocator reported."""
 
-    def __init__(self, backend: Backend | None = None, max_ooms: int = 100) -> None:
+    def __init__(
+        self,
+        backend: Backend | None = None,
+        max_ooms: int = 100,
+        *,
+        workers: Sequence[WorkerSource] = (),
+    ) -> None:
         self.backend: Backend = backend if backend is not None else make_backend()
+        # asked in this order at each full reading (none: no workers in the readings)
+        self.workers: tuple[WorkerSource, ...] = tuple(workers)
         self.ooms: deque[OomEvent] = deque(maxlen=max_ooms)
         self.oom_count = 0  # total seen, also past maxlen
         self._lock = threading.Lock()  # the panel's thread and the cell hooks both measure
@@ -102,6 +116,13 @@ class Collector:
             except Exception:  # never in the way of the allocator's own error
                 logger.debug("OOM hook failed", exc_info=True)
 
+    def _live_workers(self) -> tuple[WorkerReport, ...]:
+        """What the worker sources say now, in their order."""
+        found: tuple[WorkerReport, ...] = ()
+        for source in self.workers:
+            found += source()
+        return found
+
     def measure(self, with_process: bool = True, full: bool = True) -> Measurement:
         """``full=False`` is the cheap reading that brackets a cell (see TorchBackend.read)."""
         backend = self.backend
@@ -122,16 +143,6 @@ class Collector:
                 host_rss(),
                 r.caching,
                 r.devices,
-                _live_workers() if full else (),
+                self._live_workers() if full else (),
                 self._replay,
             )
-
-
-def _live_workers() -> tuple[Any, ...]:
-    """The workers alive now (a full reading: the panel's sample, ``%gpumem``), with what
-    Ray workers sent since the last look (never waited for) when Ray is imported."""
-    if "ray" in sys.modules:
-        from .ray_workers import poll
-
-        poll()
-    return live()

@@ -12,13 +12,16 @@ an upper bound (``peak_exact=False``).
 
 Workers. With a :class:`~jupyter_gpumem.collectors.workers.WorkerChannel`, processes forked
 while the cell runs report their own allocators, and the report lists them (``workers``).
-Where Ray is imported, begin and end also take what Ray workers sent
-(``collectors/ray_workers.py``); otherwise that costs one ``sys.modules`` lookup.
+The front end hands it the worker sources' cell feeds (``collectors/worker_sources.py``):
+each is called at begin and end only where the module it names is imported (Ray's: what
+Ray workers sent, ``collectors/ray_workers.py``); otherwise it costs one ``sys.modules``
+lookup.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -37,10 +40,23 @@ class _Open:
     oom_mark: int
 
 
+CellFeed = Callable[["WorkerChannel", bool], None]
+"""A worker source's news at a measured cell's begin (True) or end (False), into the
+kernel's worker channel."""
+
+
 class CellTracker:
-    def __init__(self, collector: Collector, workers: WorkerChannel | None = None) -> None:
+    def __init__(
+        self,
+        collector: Collector,
+        workers: WorkerChannel | None = None,
+        feeds: Sequence[tuple[str, CellFeed]] = (),
+    ) -> None:
+        """``feeds``: (module, feed) pairs; with ``workers``, a cell's begin and end call
+        each feed whose module is imported, in order."""
         self.collector = collector
         self.workers = workers
+        self.feeds: tuple[tuple[str, CellFeed], ...] = tuple(feeds)
         self._open: _Open | None = None
 
     @property
@@ -57,8 +73,9 @@ class CellTracker:
             )
         self._open = _Open(before, keep_peak, self.collector.oom_count)
         if self.workers is not None:
-            if "ray" in sys.modules:  # Ray workers report through Ray (collectors/ray_workers)
-                _ray_cell(self.workers, True)
+            for module, feed in self.feeds:
+                if module in sys.modules:
+                    feed(self.workers, True)
             self.workers.begin()
         return before
 
@@ -83,8 +100,10 @@ class CellTracker:
             raise RuntimeError("end() without begin()")
         opened, self._open = self._open, None
         after = self.collector.measure(with_process=with_process, full=False)
-        if self.workers is not None and "ray" in sys.modules:
-            _ray_cell(self.workers, False)
+        if self.workers is not None:
+            for module, feed in self.feeds:
+                if module in sys.modules:
+                    feed(self.workers, False)
         workers = self.workers.end() if self.workers is not None else ()
         if workers and any(w.oom_snapshot is not None for w in workers):
             workers = _with_postmortems(workers, execution_count, after.time)
@@ -127,12 +146,6 @@ def _with_postmortems(
             w = replace(w, postmortem=pm)
         out.append(w)
     return tuple(out)
-
-
-def _ray_cell(channel: WorkerChannel, begin: bool) -> None:
-    from ..collectors import ray_workers
-
-    ray_workers.cell(channel, begin)
 
 
 def _device_report(b: DeviceSample, a: DeviceSample, keep_peak: bool) -> DeviceCellReport:

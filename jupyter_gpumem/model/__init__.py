@@ -6,6 +6,7 @@ the process at one instant; a :class:`CellReport` is the difference of two measu
 plus the exact in-cell peaks and what the analyses found.
 
 - ``measurement``: devices and the process at one instant
+- ``process``: a process's memory on a device, an OOM its allocator reported
 - ``cell``: what one cell did
 - ``history``: a measured cell as the history keeps it
 - ``snapshot``: the allocator's segments and blocks; free space; the segment map
@@ -54,8 +55,6 @@ from .measurement import (
     DeviceSample,
     Limit,
     Measurement,
-    OomEvent,
-    ProcessMemory,
     Replay,
     State,
 )
@@ -89,6 +88,7 @@ from .postmortem import (
     TracebackHolding,
     TracebackHoldings,
 )
+from .process import OomEvent, ProcessMemory
 from .snapshot import (
     ACTIVE,
     AllocatorSnapshot,

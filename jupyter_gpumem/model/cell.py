@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 
 from .attribution import DeviceAttribution
 from .forecast import Forecast
-from .measurement import DeviceSample, Measurement, OomEvent
+from .measurement import DeviceSample, Measurement
 from .planning import Breakdown
 from .postmortem import PostMortem, TracebackHoldings
+from .process import OomEvent
 from .render import ShowsItself
 from .trace import CellTrace
 from .workers import WorkerReport

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Literal
 
+from .process import ProcessMemory
 from .render import ShowsItself
 from .workers import WorkerReport
 
@@ -33,14 +34,6 @@ class AllocatorStats:
     # highest inactive_split since the last peak reset: free pieces inside segments that
     # also hold live blocks, which a cap can't reclaim (the scan's fragmentation margin)
     peak_inactive_split: int = 0
-
-
-class ProcessMemory(NamedTuple):
-    """A process's memory on a device, from NVML."""
-
-    pid: int
-    name: str
-    bytes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,13 +146,3 @@ class Measurement(ShowsItself):
             if d.index == index:
                 return d
         return None
-
-
-@dataclass(frozen=True, slots=True)
-class OomEvent:
-    """What the allocator's OOM observer saw just before raising OutOfMemoryError."""
-
-    device: int
-    requested: int  # bytes the failing allocation asked for
-    allowed: int  # device total, or the cap when one is set
-    free: int  # free device memory at that moment

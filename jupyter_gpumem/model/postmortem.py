@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .attribution import WhoRow
-from .measurement import ProcessMemory
+from .process import ProcessMemory
 
 
 @dataclass(frozen=True, slots=True)

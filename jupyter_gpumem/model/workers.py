@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from .measurement import OomEvent
     from .postmortem import PostMortem
+    from .process import OomEvent
     from .snapshot import AllocatorSnapshot, Segment
 
 # exited: its last report came at its exit; running: still reporting at the cell's end;

@@ -109,7 +109,7 @@ BUSY = "busy: available when the cell ends"
 __all__ = [
     "BUSY",
     "COMM_TARGET",
-    "PROTOCOL_REVISION",
+    "PROTOCOL_REVISION",  # noqa: F822 (given by the module's __getattr__, read when asked)
     "PROTOCOL_VERSION",
     "REPLY",
     "REQUEST",

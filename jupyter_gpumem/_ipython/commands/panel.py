@@ -15,7 +15,7 @@ def run(session: Session, args: argparse.Namespace) -> Any:
     if args.interval < 100:
         raise UsageError("--interval must be at least 100 ms")
     from ...widget import GpuMemWidget
-    from .. import is_loaded
+    from ..sessions import is_loaded
 
     return GpuMemWidget.create(
         session, interval_ms=args.interval, loaded=lambda: is_loaded(session)

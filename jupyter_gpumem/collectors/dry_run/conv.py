@@ -18,43 +18,9 @@ module level: the caller's torch is passed."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-ConvOp = Literal["forward", "backward data", "backward filter"]
-
-# cudnnDataType_t of a torch dtype (cudnn_graph.h)
-DATA_TYPES = {"torch.float32": 0, "torch.float64": 1, "torch.float16": 2, "torch.bfloat16": 9}
-
-
-@dataclass(frozen=True, slots=True)
-class TensorDesc:
-    dims: tuple[int, ...]
-    strides: tuple[int, ...]
-    alignment: int
-
-
-@dataclass(frozen=True, slots=True)
-class ConvCall:
-    """One cuDNN convolution operation: ``x`` the input (``dx`` for backward data), ``w``
-    the filter (``dw`` for backward filter), ``y`` the output (``dy`` in backward)."""
-
-    op: ConvOp
-    x: TensorDesc
-    w: TensorDesc
-    y: TensorDesc
-    data_type: int  # cudnnDataType_t of the tensors
-    padding: tuple[int, ...]
-    stride: tuple[int, ...]
-    dilation: tuple[int, ...]
-    device: int
-    deterministic: bool
-    allow_tf32: bool
-
-    @property
-    def compute_type(self) -> int:
-        """PyTorch's convolution descriptor computes in float for half and bfloat16."""
-        return 1 if self.data_type == 1 else 0
+from .conv_call import DATA_TYPES, ConvCall, ConvOp, TensorDesc
 
 
 def _expand(values: Sequence[int], n: int) -> tuple[int, ...]:

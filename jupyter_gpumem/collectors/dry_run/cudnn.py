@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..torch_build import cuda_ready
-from .conv import ConvCall, TensorDesc
+from .conv_call import ConvCall, TensorDesc
 
 # cudnn_graph.h (cuDNN 9)
 _POINTWISE, _CONVOLUTION, _ENGINE, _ENGINECFG, _ENGINEHEUR, _PLAN = 0, 1, 2, 3, 4, 5

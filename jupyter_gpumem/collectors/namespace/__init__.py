@@ -1,8 +1,9 @@
 """Which names hold GPU tensors: a bounded walk from roots (the user's variables, ``Out``,
 the kept traceback's frames) to tensor storages.
 
-- :mod:`.walker`: :class:`NamespaceWalker` (the walk, its limits and what it returns:
-  :class:`Root`, :class:`Limits`, :class:`Walk`) and :func:`collection_paused`;
+- :mod:`.walker`: :class:`NamespaceWalker` (the walk) and :func:`collection_paused`;
+- :mod:`.walk`: what a walk starts from, its limits and what it returns (:class:`Root`,
+  :class:`Limits`, :class:`Walk`);
 - :mod:`.kinds`: the classifier (what the walk does with each type) and
   :class:`TorchTensors` (what it needs of torch);
 - :mod:`.reach`: the pre-pass that skips roots from which no tensor is reachable;
@@ -16,7 +17,8 @@ from __future__ import annotations
 
 from .kinds import ATOMIC, SKIP_PACKAGES, TorchTensors
 from .paths import spell
-from .walker import Limits, NamespaceWalker, Root, Walk, collection_paused
+from .walk import Limits, Root, Walk
+from .walker import NamespaceWalker, collection_paused
 
 __all__ = [
     "ATOMIC",

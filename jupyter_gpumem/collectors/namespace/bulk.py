@@ -21,7 +21,7 @@ from .kinds import TENSOR, TorchTensors
 from .paths import Path, spell
 
 if TYPE_CHECKING:
-    from .walker import Walk
+    from .walk import Walk
 
 _GRAD_FN, _GRAD = attrgetter("grad_fn"), attrgetter("grad")
 _UNTYPED_STORAGE, _GET_DEVICE = methodcaller("untyped_storage"), methodcaller("get_device")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .kinds import TENSOR, TRAVERSABLE
 
 if TYPE_CHECKING:
-    from .walker import Limits, Walk
+    from .walk import Limits, Walk
 
 _HAVE_GC = 1 << 14  # Py_TPFLAGS_HAVE_GC: the type lists its references (tp_traverse)
 

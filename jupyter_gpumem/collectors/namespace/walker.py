@@ -18,7 +18,8 @@ The walk is in :class:`NamespaceWalker`, made of three parts with a contract eac
 classifier (``kinds.py``: what each type is, decided once), the reachability pre-pass
 (``reach.py``: roots from which no tensor is reachable are not walked) and the bulk path
 (``bulk.py``: long lists of plain tensors recorded with C loops). Paths are spelled in
-``paths.py``.
+``paths.py``; what a walk starts from, its limits and what it returns are in ``walk.py``.
+The parts are a pipeline: this module imports them, never the reverse.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 from ...model import Reference, Via
@@ -46,6 +46,7 @@ from .kinds import (
 )
 from .paths import Path, spell
 from .reach import ReachabilityPrepass
+from .walk import Limits, Root, Walk
 
 _FIXED_VIAS = ("output history", "traceback")
 
@@ -66,34 +67,6 @@ def collection_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
-
-
-@dataclass(frozen=True, slots=True)
-class Root:
-    """Where a walk starts: a name and the object it is bound to."""
-
-    owner: str  # how rows name it: "acts", "Out[7]", "traceback: f() h"
-    obj: Any
-    via: Via | None = None  # fixed for everything under it ("output history", "traceback")
-    path: str | None = None  # the first path component (default: owner)
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    max_objects: int = 200_000
-    max_graph_nodes: int = 100_000
-    max_depth: int = 12
-    time_budget: float = 2.0  # seconds
-
-
-@dataclass
-class Walk:
-    refs: list[Reference] = field(default_factory=list)
-    visited: int = 0  # objects looked at
-    graph_nodes: int = 0
-    truncated: list[str] = field(default_factory=list)  # why the walk stopped early
-    errors: int = 0  # objects whose attributes raised
-    elapsed: float = 0.0
 
 
 # A list of at least this many tensors is read with C loops (_plain_tensors).
