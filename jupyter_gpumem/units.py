@@ -57,6 +57,11 @@ NUMBER = r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+"
 _SIZE_RE = re.compile(rf"^\s*({NUMBER})\s*([a-zA-Z]*)\s*$")
 
 
+def cuda_label(index: object) -> str:
+    """How a CUDA device is named in every view: ``cuda:0``."""
+    return f"cuda:{index}"
+
+
 @lru_cache(maxsize=8192)  # views format the same block sizes thousands of times
 def format_bytes(n: int | None) -> str:
     """``1536 -> '1.50 KiB'``; ``None -> 'n/a'``. Negative sizes keep their sign. Always

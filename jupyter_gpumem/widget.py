@@ -25,7 +25,7 @@ from .reporters.actions import (
     limit_status,
 )
 from .reporters.bars import STATE_TITLES, BarScale, sample_html
-from .units import format_bytes
+from .units import cuda_label, format_bytes
 
 if TYPE_CHECKING:
     from .protocol.handler import Services
@@ -93,7 +93,7 @@ class _WidgetChannel:
             self.widget.last_cell.value = (
                 f"last measured cell [{c['execution_count']}] {c['first_line'][:40]!r}: "
                 + ", ".join(
-                    f"cuda:{d['index']} alloc {format_bytes(d['allocated_delta'])}"
+                    f"{cuda_label(d['index'])} alloc {format_bytes(d['allocated_delta'])}"
                     for d in c["devices"]
                 )
             )

@@ -183,3 +183,21 @@ def test_api_and_services_refuse_through_why_no_gpu(monkeypatch, spy):
     backend = TorchBackend()
     assert backend.actionable() == f"{reason}: nothing to act on"
     assert backend.caching_supported() == reason
+
+
+def test_a_cuda_device_is_named_in_one_place():
+    """``cuda:N`` is written by ``units.cuda_label`` (and ``device_label`` for a reading);
+    no f-string spells it again."""
+    import re
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parent.parent / "jupyter_gpumem"
+    spelled = re.compile(r"""f["'][^"']*cuda:\{""")
+    found = [
+        f"{p.relative_to(package)}:{i}"
+        for p in package.rglob("*.py")
+        if p.name != "units.py"
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if spelled.search(line)
+    ]
+    assert found == []

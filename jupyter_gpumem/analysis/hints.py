@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..model import CellReport, DeviceCellReport
-from ..units import GiB, MiB, format_bytes
+from ..units import GiB, MiB, cuda_label, format_bytes
 
 # PyTorch's names for its allocator settings, in the order releases have read them.
 CONF_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF")
@@ -88,7 +88,7 @@ def hints_for(r: CellReport, settings: Mapping[str, Any] | None = None) -> tuple
 
 def _device_hints(r: CellReport, d: DeviceCellReport, setting: _Setting) -> list[str]:
     dev = (
-        f"cuda:{d.index}"
+        cuda_label(d.index)
         if d.after.backend in ("cuda", "rocm", "nvml")
         else f"{d.after.backend}:{d.index}"
     )

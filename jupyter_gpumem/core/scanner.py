@@ -51,7 +51,7 @@ from ..collectors.torch_build import gpu_build
 from ..errors import ScanStopped, is_out_of_memory
 from ..model import DeviceCellReport, DeviceSample, ScanResult, ScanRun, Target
 from ..model.planning import ScanPhase
-from ..units import format_bytes
+from ..units import cuda_label, format_bytes
 from .actions import fraction_for
 from .tracker import CellTracker
 
@@ -284,7 +284,7 @@ class Scanner:
         m = self.collector.measure(with_process=True, full=False)
         d = m.device(device)
         if d is None or d.allocator is None or d.total is None:
-            raise ScanStopped((), None, f"no allocator figures for cuda:{device}")
+            raise ScanStopped((), None, f"no allocator figures for {cuda_label(device)}")
         return d
 
     def _predict(
@@ -301,7 +301,7 @@ class Scanner:
         available = available_to_torch(sample)
         if target is None:
             source = "this GPU before verifying: free memory plus what PyTorch holds"
-            target = Target(available, f"what cuda:{device} has free now", source, False)
+            target = Target(available, f"what {cuda_label(device)} has free now", source, False)
             cap = available
         else:
             cap = target.bytes - outside
@@ -376,7 +376,7 @@ def target_refusal(collector: Collector, target: Target | None, device: int | No
     outside, index = min(held)
     return (
         f"--fit-in {target.label} is no more than the {format_bytes(outside)} this process already "
-        f"holds on cuda:{index} outside PyTorch (CUDA context, libraries), which the scan "
+        f"holds on {cuda_label(index)} outside PyTorch (CUDA context, libraries), which the scan "
         "takes from it: nothing would be left for PyTorch. --fit-in is a card's whole "
         "memory, e.g. 24GiB, 24GB or a card name (T4, A100-80GB)"
     )

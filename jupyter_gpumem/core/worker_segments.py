@@ -15,6 +15,7 @@ from ..analysis.segments import segment_map
 from ..collectors import workers
 from ..errors import ActionRefused
 from ..model import SegmentMap, WorkerSegments
+from ..units import cuda_label
 
 
 def worker_segment_maps(
@@ -36,9 +37,9 @@ def worker_segment_maps(
     if device is not None:
         reported = {d.index for d in found.worker.devices}
         if device not in devices and device not in reported:
-            uses = ", ".join(f"cuda:{i}" for i in sorted(reported | set(devices))) or "none"
+            uses = ", ".join(f"{cuda_label(i)}" for i in sorted(reported | set(devices))) or "none"
             raise ActionRefused(
-                f"{found.worker.label} has no device cuda:{device} (it uses: {uses})"
+                f"{found.worker.label} has no device {cuda_label(device)} (it uses: {uses})"
             )
         devices = [device]
     maps = [replace(segment_map(snap, d, None, max_segments), owner=found.title) for d in devices]

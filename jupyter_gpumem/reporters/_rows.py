@@ -15,7 +15,7 @@ from ..model import (
     TracebackHoldings,
     WorkerReport,
 )
-from ..units import format_bytes
+from ..units import cuda_label, format_bytes
 from ..units import format_delta as fd
 
 
@@ -142,7 +142,7 @@ def _clip(text: str, n: int = 60) -> str:
 def postmortem_sections(p: PostMortem, who: str = "", trimmed: bool = False) -> list[Section]:
     """The post-mortem's two sections; ``who``: a worker process's (``rank 1 (pid 42)``),
     from the snapshot its own OOM observer took at the failure."""
-    dev = f"{who} cuda:{p.device}" if who else f"cuda:{p.device}"
+    dev = f"{who} {cuda_label(p.device)}" if who else f"{cuda_label(p.device)}"
     needer = "the cell"
     rows = [Row("asked for", format_bytes(p.requested), "the allocation that failed")]
     rows.append(
@@ -314,7 +314,7 @@ def workers_section(workers: tuple[WorkerReport, ...]) -> Section:
             notes.append("started before this cell: peak since its start")
         for e in w.ooms:
             notes.append(
-                f"out of memory on cuda:{e.device}: asked {format_bytes(e.requested)} "
+                f"out of memory on {cuda_label(e.device)}: asked {format_bytes(e.requested)} "
                 f"with {format_bytes(e.free)} free of {format_bytes(e.allowed)}"
             )
         if not w.devices:
@@ -328,7 +328,7 @@ def workers_section(workers: tuple[WorkerReport, ...]) -> Section:
             )
             if d.ooms:
                 value += f", {d.ooms} OOM" + ("s" if d.ooms > 1 else "")
-            rows.append(Row(f"{w.label} cuda:{d.index}", value, "; ".join(notes)))
+            rows.append(Row(f"{w.label} {cuda_label(d.index)}", value, "; ".join(notes)))
             notes = []
     return Section(f"worker processes ({len(workers)}): their own allocators", tuple(rows))
 
@@ -391,7 +391,7 @@ def duration(seconds: float) -> str:
 
 def forecast_target(f: Forecast) -> str:
     """``cuda:0``, or the worker's device: ``rank 1 (pid 4242) cuda:0``."""
-    return (f"{f.worker} " if f.worker else "") + f"cuda:{f.device}"
+    return (f"{f.worker} " if f.worker else "") + f"{cuda_label(f.device)}"
 
 
 def forecast_text(f: Forecast) -> str:

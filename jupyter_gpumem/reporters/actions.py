@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..units import format_bytes
+from ..units import cuda_label, format_bytes
 
 
 # -- the magics' lines ---------------------------------------------------------------------
@@ -20,7 +20,7 @@ def empty_cache_lines(released: Mapping[int, int], gc_collected: int) -> list[st
                 " so there was no cache to empty"
             )
         ]
-    parts = [f"cuda:{i} {format_bytes(b)}" for i, b in sorted(released.items())]
+    parts = [f"{cuda_label(i)} {format_bytes(b)}" for i, b in sorted(released.items())]
     return [
         (
             f"gpumem: released to the driver: {', '.join(parts)} "
@@ -51,11 +51,12 @@ def limit_lines(
     reserved_over_cap: int,
 ) -> list[str]:
     if fraction is None:
-        out = [f"gpumem: cap removed on cuda:{device}"]
+        out = [f"gpumem: cap removed on {cuda_label(device)}"]
     else:
         out = [
             (
-                f"gpumem: PyTorch may reserve at most {format_bytes(nbytes)} on cuda:{device} "
+                f"gpumem: PyTorch may reserve at most {format_bytes(nbytes)} on "
+                f"{cuda_label(device)} "
                 f"({fraction:.4g} of the device); a larger request raises OutOfMemoryError"
             )
         ]
@@ -70,7 +71,9 @@ def limit_lines(
 
 
 def reset_peak_line(device: int | None) -> str:
-    return "gpumem: peak counters reset" + (f" on cuda:{device}" if device is not None else "")
+    return "gpumem: peak counters reset" + (
+        f" on {cuda_label(device)}" if device is not None else ""
+    )
 
 
 def release_traceback_line(frames: int, freed: Mapping[int, int], held: int | None) -> str:
@@ -79,7 +82,7 @@ def release_traceback_line(frames: int, freed: Mapping[int, int], held: int | No
         return "gpumem: no kept traceback with frames of its own: nothing to release"
     nonzero = {d: b for d, b in freed.items() if b}
     what = (
-        ", ".join(f"cuda:{d} {format_bytes(b)}" for d, b in sorted(nonzero.items()))
+        ", ".join(f"{cuda_label(d)} {format_bytes(b)}" for d, b in sorted(nonzero.items()))
         or "no GPU memory"
     )
     expected = f" (it held {format_bytes(held)})" if held else ""
@@ -96,7 +99,7 @@ def empty_cache_status(released: Mapping[int, int]) -> str:
         return "Nothing to release: the cache held no free blocks."
     if len(released) == 1:
         return f"Released {format_bytes(total)} to the driver"
-    parts = ", ".join(f"cuda:{i}: {format_bytes(b)}" for i, b in sorted(released.items()))
+    parts = ", ".join(f"{cuda_label(i)}: {format_bytes(b)}" for i, b in sorted(released.items()))
     return f"Released {format_bytes(total)} to the driver ({parts})"
 
 
@@ -114,8 +117,10 @@ RESET_PEAK_STATUS = "Peak reset to the current allocation"
 
 def limit_status(device: int, nbytes: int | None, fraction: float | None) -> str:
     if nbytes is None or fraction is None:
-        return f"Cap removed on cuda:{device}"
-    return f"Capped cuda:{device} at {format_bytes(nbytes)} ({percent(fraction)} of the device)"
+        return f"Cap removed on {cuda_label(device)}"
+    return (
+        f"Capped {cuda_label(device)} at {format_bytes(nbytes)} ({percent(fraction)} of the device)"
+    )
 
 
 def percent(fraction: float) -> str:

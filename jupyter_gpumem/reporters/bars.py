@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any, Literal
 
-from ..units import format_bytes, join_sizes
+from ..units import cuda_label, format_bytes, join_sizes
 
 # What the full width stands for: ``fit``, the largest of what this process holds
 # (reserved, peak, cap, its NVML figure), with room; ``total``, the device's capacity.
@@ -137,7 +137,7 @@ def device_bar_html(d: dict[str, Any], scale: BarScale = "fit") -> str:
             f'style="position:absolute;top:-3px;bottom:-3px;left:{100 * g.limit:.3f}%;'
             'width:2px;background:var(--jp-ui-font-color0,#000)"></div>'
         )
-    name = f"cuda:{d['index']} {escape(d.get('name') or '')}"
+    name = f"{cuda_label(d['index'])} {escape(d.get('name') or '')}"
     if d.get("allocated") is None:
         figures = (
             f"device used {format_bytes(d.get('device_used'))} of {format_bytes(total)} "
@@ -194,7 +194,7 @@ def workers_html(workers: list[dict[str, Any]]) -> str:
     for w in workers:
         who = f"rank {w['rank']}" if w.get("rank") is not None else "worker"
         for d in w.get("devices") or [None]:
-            where = f" · cuda:{d['index']}" if d else ""
+            where = f" · {cuda_label(d['index'])}" if d else ""
             figures = (
                 f"allocated {format_bytes(d['allocated'])} · "
                 f"peak {format_bytes(d['peak_allocated'])} · "

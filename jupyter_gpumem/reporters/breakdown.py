@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from html import escape
 
 from ..model import Breakdown
-from ..units import format_bytes
+from ..units import cuda_label, format_bytes
 
 # Mid-tone colours that read on light and dark backgrounds alike.
 COLORS: dict[str, str] = {
@@ -41,11 +41,11 @@ def _share(part: int, whole: int) -> str:
 def headline(b: Breakdown) -> str:
     above = b.peak - b.base
     return (
-        f"cuda:{b.device} peak {format_bytes(b.peak)} "
+        f"{cuda_label(b.device)} peak {format_bytes(b.peak)} "
         f"({'+' if above >= 0 else ''}{format_bytes(above)} above the start), "
         f"during the {b.phase}"
         if b.phase != "other"
-        else f"cuda:{b.device} peak {format_bytes(b.peak)} "
+        else f"{cuda_label(b.device)} peak {format_bytes(b.peak)} "
         f"({format_bytes(above)} above the start), outside forward, backward and optimizer steps"
     )
 

@@ -10,7 +10,7 @@ from html import escape
 
 from ..analysis.dry_breakdown import is_predicted
 from ..model import CATEGORIES, Breakdown, DryRun, DryScan
-from ..units import format_bytes
+from ..units import cuda_label, format_bytes
 from .breakdown import body_html, body_lines
 from .html import table_html
 from .text import table_text
@@ -35,7 +35,7 @@ def rows(r: DryRun) -> list[tuple[str, ...]]:
     for d in r.devices:
         out.append(
             (
-                f"cuda:{d.device}",
+                f"{cuda_label(d.device)}",
                 format_bytes(d.peak_allocated),
                 format_bytes(d.peak_reserved),
                 format_bytes(d.workspaces),
@@ -89,7 +89,7 @@ def breakdown_title(b: Breakdown) -> str:
         else "outside forward, backward and optimizer steps"
     )
     return (
-        f"what the peak would be made of (predicted): cuda:{b.device} peak allocated "
+        f"what the peak would be made of (predicted): {cuda_label(b.device)} peak allocated "
         f"{format_bytes(b.peak)}, {when}"
     )
 
@@ -135,7 +135,7 @@ def held_lines(r: DryRun) -> list[str]:
             who = f" ({_owners(r.held_by)})" if r.held_by and len(r.devices) == 1 else ""
             own = d.peak_allocated - d.held - d.untouched * d.untouched_counted
             out.append(
-                f"held before the cell on cuda:{d.device}: {format_bytes(d.held)}{who}, "
+                f"held before the cell on {cuda_label(d.device)}: {format_bytes(d.held)}{who}, "
                 "what the cell uses of the kernel's tensors, counted from the cell's start as "
                 "a fresh process that ran the earlier cells holds it; the cell's own peak: "
                 f"{format_bytes(max(0, own))} allocated above that"
@@ -144,12 +144,12 @@ def held_lines(r: DryRun) -> list[str]:
             if d.untouched_counted:
                 out.append(
                     f"counted too (--count-untouched): {format_bytes(d.untouched)} more that "
-                    f"the kernel holds on cuda:{d.device} and the cell does not use"
+                    f"the kernel holds on {cuda_label(d.device)} and the cell does not use"
                 )
             else:
                 out.append(
                     f"not counted: the kernel holds {format_bytes(d.untouched)} more on "
-                    f"cuda:{d.device} that the cell does not use (a fresh process running "
+                    f"{cuda_label(d.device)} that the cell does not use (a fresh process running "
                     "this cell needs none of it; --count-untouched counts it)"
                 )
     return out
@@ -168,13 +168,13 @@ def tail_lines(r: DryRun) -> list[str]:
     for c in r.checks:
         d = next((x for x in r.devices if x.device == c.device), None)
         if not c.ran or d is None:
-            out.append(f"check: cuda:{c.device} did not run for real: {c.note}")
+            out.append(f"check: {cuda_label(c.device)} did not run for real: {c.note}")
             continue
         base = d.held + d.untouched * d.untouched_counted  # the check measures above it
         allocated, reserved = d.peak_allocated - base, d.peak_reserved - base
         above = " above the cell's start" if base else ""
         out.append(
-            f"check, run for real on cuda:{c.device}{above}: peak allocated "
+            f"check, run for real on {cuda_label(c.device)}{above}: peak allocated "
             f"{format_bytes(c.peak_allocated)} measured, {format_bytes(allocated)} predicted"
             f"{_percent(allocated, c.peak_allocated)}; peak reserved "
             f"{format_bytes(c.peak_reserved)} measured, {format_bytes(reserved)} predicted"

@@ -8,7 +8,7 @@ from html import escape
 
 from ..collectors.torch_build import why_no_gpu
 from ..model import DeviceRow, HistoryRow, Measurement
-from ..units import format_bytes
+from ..units import cuda_label, format_bytes
 from .picture import picture
 
 WIDTH, HEIGHT = 640, 200
@@ -35,7 +35,7 @@ def no_plot_reason(rows: Sequence[HistoryRow], device: int, now: Measurement) ->
     if _points(rows, device):
         return None
     if any(_points(rows, d.device) for r in rows for d in r.devices):
-        return f"no measured cell has GPU figures on cuda:{device}"
+        return f"no measured cell has GPU figures on {cuda_label(device)}"
     why = why_no_gpu(None, state=now.state, version=now.torch_version)
     if why is None:
         why = "CUDA was not initialised when they ran"
@@ -98,7 +98,7 @@ def history_svg(rows: Sequence[HistoryRow], device: int) -> str:
         f'<text x="{LEFT + plot_w / 2:.0f}" y="{HEIGHT - 3}" text-anchor="middle" '
         f"{axis}>measured cells (execution count)</text>"
     )
-    label = f"cuda:{device}: allocated and reserved after each of {len(pts)} measured cells"
+    label = f"{cuda_label(device)}: allocated and reserved after each of {len(pts)} measured cells"
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" width="100%" '
         f'style="max-width:{WIDTH * 1.5:.0f}px" role="img" aria-label="{escape(label)}">'
@@ -135,7 +135,7 @@ def history_html(rows: Sequence[HistoryRow], device: int) -> str:
     )
     svg = history_svg(rows, device)
     if not svg:
-        return f"<div>no measured cell touched cuda:{device}</div>"
+        return f"<div>no measured cell touched {cuda_label(device)}</div>"
     return (
         '<div class="jp-GpuMem-historyPlot" style="font-family:var(--jp-ui-font-family,'
         f'sans-serif);font-size:var(--jp-ui-font-size1,13px)"><div>{legend}</div>{picture(svg)}</div>'

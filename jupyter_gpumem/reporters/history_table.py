@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..model import HistoryRow
-from ..units import format_bytes, format_delta
+from ..units import cuda_label, format_bytes, format_delta
 
 HEADER = (
     "cell",
@@ -32,7 +32,9 @@ def history_rows(rows: Sequence[HistoryRow]) -> list[tuple[str, ...]]:
                 (
                     "" if r.execution_count is None else str(r.execution_count),
                     r.first_line + (" (failed)" if r.failed else ""),
-                    "-" if d is None else f"cuda:{d.device}" + (f" {d.worker}" if d.worker else ""),
+                    "-"
+                    if d is None
+                    else f"{cuda_label(d.device)}" + (f" {d.worker}" if d.worker else ""),
                     "-" if d is None else format_delta(d.allocated_delta),
                     "-" if d is None else format_delta(d.reserved_delta),
                     "-" if d is None else format_bytes(d.peak_allocated),
@@ -52,7 +54,7 @@ def worker_oom_lines(rows: Sequence[HistoryRow]) -> list[str]:
             if d.oom:
                 cell = "" if r.execution_count is None else f"[{r.execution_count}] "
                 out.append(
-                    f"gpumem: {cell}cuda:{d.device} {d.worker or ''}: out of memory: {d.oom}"
+                    f"gpumem: {cell}{cuda_label(d.device)} {d.worker or ''}: out of memory: {d.oom}"
                 )
     return out
 

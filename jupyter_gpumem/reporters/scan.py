@@ -8,7 +8,7 @@ from html import escape
 
 from ..analysis.fit import formula
 from ..model import ScanResult, ScanRun
-from ..units import format_bytes
+from ..units import cuda_label, format_bytes
 from ..units import format_delta as fd
 from .picture import picture
 
@@ -98,7 +98,7 @@ def scan_text(r: ScanResult) -> str:
     from .text import table_text
 
     cell = f" of cell [{r.execution_count}]" if r.execution_count is not None else ""
-    lines = [f"gpumem: scan{cell}: {r.name} on cuda:{r.device}"]
+    lines = [f"gpumem: scan{cell}: {r.name} on {cuda_label(r.device)}"]
     lines.append(table_text(COLUMNS, run_rows(r.runs, r.integer)))
     lines += fit_lines(r)
     lines += budget_lines(r)
@@ -222,7 +222,7 @@ def scan_html(r: ScanResult) -> str:
     cell = f" of cell [{r.execution_count}]" if r.execution_count is not None else ""
     parts = [
         f'<div class="jp-GpuMem-scan"><div><b>{escape(r.answer)}</b></div>',
-        f"<div>scan{escape(cell)}: {escape(r.name)} on cuda:{r.device}</div>",
+        f"<div>scan{escape(cell)}: {escape(r.name)} on {cuda_label(r.device)}</div>",
         picture(scan_svg(r)),
         table_html(COLUMNS, run_rows(r.runs, r.integer)),
     ]

@@ -8,7 +8,7 @@ from functools import lru_cache
 from html import escape
 
 from ..model import BlockView, SegmentMap, SegmentView
-from ..units import format_bytes
+from ..units import cuda_label, format_bytes
 from .picture import picture
 
 # One colour per kind of block, as the panel's Segments tab has them
@@ -44,7 +44,8 @@ def summary_lines(m: SegmentMap) -> list[str]:
     owner = f"{m.owner} " if m.owner else ""  # another process's: a worker's
     lines = [
         (
-            f"{owner}cuda:{m.device}: {sp.segments} segment(s) hold {format_bytes(sp.reserved)}: "
+            f"{owner}{cuda_label(m.device)}: {sp.segments} segment(s) hold "
+            f"{format_bytes(sp.reserved)}: "
             f"allocated {format_bytes(sp.allocated)}, cached free {format_bytes(sp.cached_free)}"
         )
     ]

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from html import escape
 
 from ..model import CellTrace, Timeline, TraceAllocation
-from ..units import format_bytes
+from ..units import cuda_label, format_bytes
 from .picture import picture
 
 WIDTH, HEIGHT = 640, 180
@@ -43,7 +43,7 @@ OTHER = "var(--jp-layout-color4,#9e9e9e)"
 def summary_lines(t: Timeline) -> list[str]:
     lines = [
         (
-            f"cuda:{t.device}: trace of {len(t.active)} alloc/free events over "
+            f"{cuda_label(t.device)}: trace of {len(t.active)} alloc/free events over "
             f"{t.duration_ms:.1f} ms: allocated {format_bytes(t.base)} at the start, "
             f"peak {format_bytes(t.peak)} "
             f"({'+' if t.peak_above_start >= 0 else ''}{format_bytes(t.peak_above_start)} "

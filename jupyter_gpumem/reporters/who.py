@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from html import escape
 
 from ..model import WhoReport
-from ..units import format_bytes
+from ..units import cuda_label, format_bytes
 from .html import table_html
 from .text import table_text
 
@@ -41,7 +41,7 @@ def who_title(r: WhoReport) -> str:
     share = f"{100 * r.explained_share:.1f} %" if r.allocated else "all"
     what = {"variable": "names", "line": "recorded lines", "cell": "cells"}[r.by]
     return (
-        f"cuda:{r.device}: allocated {format_bytes(r.allocated)}; "
+        f"{cuda_label(r.device)}: allocated {format_bytes(r.allocated)}; "
         f"{what} explain {format_bytes(r.explained)} ({share})"
     )
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import BudgetError
-from ..units import format_bytes, parse_size, shown
+from ..units import cuda_label, format_bytes, parse_size, shown
 
 # The figures of a HistoryCell device row that each metric reads.
 METRICS: dict[str, tuple[str, str]] = {
@@ -93,7 +93,7 @@ class BudgetResult:
             rel = b.op
         else:
             rel = ">" if b.op == "<=" else ">="
-        where = f" on cuda:{self.device}" if self.device is not None else ""
+        where = f" on {cuda_label(self.device)}" if self.device is not None else ""
         if self.worker:
             where += f" of {self.worker}"
         return f"{b.metric} {_exact(self.value, b.metric)} {rel} {_exact(b.limit)}{where}"

@@ -14,7 +14,7 @@ from importlib import resources
 from typing import Any
 
 from .._version import __version__
-from ..units import format_bytes, format_delta
+from ..units import cuda_label, format_bytes, format_delta
 from .budgets import Budget
 from .execute import CellRun, RunResult
 from .verdict import Verdict, peak_cell
@@ -41,7 +41,7 @@ def _devices(c: CellRun) -> list[dict[str, Any]]:
 def where(d: dict[str, Any]) -> str:
     """``cuda:1``, or ``rank 1 (pid 4242) cuda:1`` for a worker process's device."""
     worker = d.get("worker")
-    return f"{worker} cuda:{d['index']}" if worker else f"cuda:{d['index']}"
+    return f"{worker} {cuda_label(d['index'])}" if worker else f"{cuda_label(d['index'])}"
 
 
 def figures(c: CellRun) -> str:
@@ -451,7 +451,7 @@ def _meta(doc: dict[str, Any]) -> str:
             bits.append(f"torch {_e(gpu['torch_version'])}")
         for d in gpu.get("devices", []):
             total = f" ({_e(format_bytes(d['total']))})" if d.get("total") else ""
-            bits.append(f"cuda:{_e(d['index'])} {_e(d['name'])}{total}")
+            bits.append(f"{cuda_label(_e(d['index']))} {_e(d['name'])}{total}")
     if doc.get("limit"):
         bits.append(f"capped at {_e(format_bytes(doc['limit']['bytes']))} (--fits)")
     if doc["options"]["budgets"]:

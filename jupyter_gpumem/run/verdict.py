@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..units import format_bytes
+from ..units import cuda_label, format_bytes
 from .budgets import Budget, check
 from .execute import CellRun, RunResult
 
@@ -106,7 +106,7 @@ def judge(result: RunResult, global_budgets: Sequence[Budget], fits: int | None)
     held = sum(r.ok is True for c in result.cells for r in c.results)
     top = peak_cell(result.cells)
     peak = (
-        f", peak {format_bytes(top[1]['peak_allocated'])} on cuda:{top[1]['index']}"
+        f", peak {format_bytes(top[1]['peak_allocated'])} on {cuda_label(top[1]['index'])}"
         + (f" of {top[1]['worker']}" if top[1].get("worker") else "")
         + " "
         f"in {top[0].label}"

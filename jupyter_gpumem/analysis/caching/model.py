@@ -4,8 +4,8 @@ splitting and merging, releasing the cache before running out, expandable segmen
 keeps PyTorch's counters. Each method's docstring names the function it mirrors in
 ``c10/cuda/CUDACachingAllocator.cpp``. The settings and size rules are
 ``config``'s, the blocks ``blocks``'s; what the
-model leaves out is listed in ``analysis/caching``, whose :func:`replay` feeds
-it a program's requests."""
+model leaves out is listed in ``replay``, whose :func:`replay` feeds it a program's
+requests."""
 
 from __future__ import annotations
 

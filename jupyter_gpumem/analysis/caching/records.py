@@ -2,7 +2,8 @@
 (:class:`Alloc`, :class:`Free`), the segments and blocks as ``torch.cuda.memory_snapshot()``
 lists them, a request it could not serve (:class:`OutOfMemoryRecord`, raised as
 :class:`ModelOutOfMemory`), and a replay's result (:class:`Prediction`). Plain records,
-read by ``core/dry_run.py``, the dry run's breakdown and the tests."""
+read by the dry run (``collectors/dry_run``, ``core/dry_run.py``), its breakdown
+(``analysis/dry_breakdown.py``) and the tests."""
 
 from __future__ import annotations
 
