@@ -178,8 +178,9 @@ def test_a_cpu_only_build_gets_one_line_and_the_cell_changes_nothing(loaded, cap
     if torch.version.cuda is not None:
         pytest.skip("a CUDA build of torch")
     loaded.run_cell("import torch")
-    loaded.run_cell("%%gpumem --dry-run --fit-in T4\nplanned = torch.empty(10)")
-    out = capsys.readouterr().out
+    res = loaded.run_cell("%%gpumem --dry-run --fit-in T4\nplanned = torch.empty(10)")
+    assert type(res.error_in_exec).__name__ == "UsageError"  # the cell fails
+    out = capsys.readouterr().err
     needs = "--dry-run needs torch and a CUDA GPU"
     assert f"{needs}: torch {torch.__version__} is a CPU-only build" in out
     assert "planned" not in loaded.user_ns
@@ -188,7 +189,7 @@ def test_a_cpu_only_build_gets_one_line_and_the_cell_changes_nothing(loaded, cap
 def test_without_torch_the_magic_says_to_import_it(loaded, capsys, monkeypatch):
     monkeypatch.delitem(sys.modules, "torch", raising=False)
     loaded.run_cell("%%gpumem --dry-run\nnever_bound_by_a_dry_run = 1")
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert (
         "--dry-run needs torch and a CUDA GPU: torch was not imported when the cell began: "
         "import torch before the cell" in out

@@ -421,8 +421,12 @@ def test_the_magic_on_a_cpu_build_says_so_and_runs_nothing(ip, capsys):
         pytest.skip("a CUDA build of torch")
     ip.run_cell("import torch")
     ip.run_cell("%%gpumem --dry-run --world-size 4\nplanned_on_4 = torch.empty(10)")
-    out = capsys.readouterr().out
-    assert "needs a CUDA build of torch" in out and "planned_on_4" not in ip.user_ns
+    out = capsys.readouterr().err
+    assert (
+        "--dry-run needs torch and a CUDA GPU" in out
+        and "CPU-only build" in out
+        and "planned_on_4" not in ip.user_ns
+    )
     assert not dist.is_initialized()
 
 
@@ -433,8 +437,8 @@ def test_the_magic_refuses_a_process_that_has_a_group(ip, capsys, monkeypatch):
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         ip.run_cell("%%gpumem --dry-run --world-size 2\nnever_planned = 1")
-        out = capsys.readouterr().out
-        assert "gpumem: a process group is already initialised in this process" in out
+        out = capsys.readouterr().err
+        assert "UsageError: a process group is already initialised in this process" in out
         assert "the cell did not run" in out and "never_planned" not in ip.user_ns
     finally:
         dist.destroy_process_group()

@@ -323,6 +323,21 @@ def test_a_refused_scan_stops_the_run(tmp_path):
     assert [c["status"] for c in doc["cells"]] == ["ok", "error", "not_run"]
 
 
+def test_a_refused_dry_run_fails_the_run(tmp_path):
+    """A dry run that cannot plan here (a CPU-only torch) plans nothing: the run fails and
+    says which cell and why, as a refused scan does."""
+    torch = pytest.importorskip("torch")
+    if torch.version.cuda or torch.version.hip:
+        pytest.skip("this torch has a GPU allocator")
+    nb = notebook(tmp_path / "d.ipynb", "import torch", "%%gpumem --dry-run\nplanned = 1", "z = 1")
+    p = run("run", nb, replay=False)
+    assert p.returncode == 2, p.stderr
+    assert (
+        "cell 3 [2] `%%gpumem --dry-run` raised UsageError: --dry-run needs torch and a CUDA "
+        f"GPU: torch {torch.__version__} is a CPU-only build; the cell did not run"
+    ) in p.stderr
+
+
 def test_raises_exception_and_skip_execution_tags(tmp_path):
     nb = notebook(
         tmp_path / "x.ipynb",

@@ -25,12 +25,13 @@ def pip_hint() -> str:
 
 
 def test_dry_run_says_torch_is_not_installed(no_torch):
-    _, _, cap = run(no_torch, "%%gpumem --dry-run\nnever_bound = 1")
-    assert cap.stdout == (
-        "gpumem: --dry-run needs torch and a CUDA GPU: torch is not installed in this "
+    res, _, cap = run(no_torch, "%%gpumem --dry-run\nnever_bound = 1")
+    assert cap.stderr == (
+        "UsageError: --dry-run needs torch and a CUDA GPU: torch is not installed in this "
         f"kernel; {pip_hint()}; the cell did not run\n"
     )
-    assert "import torch" not in cap.stdout
+    assert cap.stdout == "" and type(res.error_in_exec).__name__ == "UsageError"
+    assert "import torch" not in cap.stderr
     assert "never_bound" not in no_torch.user_ns
 
 
@@ -90,11 +91,11 @@ def test_a_kernel_on_a_managed_python_is_told_to_make_a_venv(no_torch, monkeypat
 
     monkeypatch.setattr(torch_build, "externally_managed", lambda *a, **k: True)
     _, _, cap = run(no_torch, "%%gpumem --dry-run\nnever_bound = 1")
-    assert cap.stdout == (
-        "gpumem: --dry-run needs torch and a CUDA GPU: torch is not installed in this "
+    assert cap.stderr == (
+        "UsageError: --dry-run needs torch and a CUDA GPU: torch is not installed in this "
         f"kernel; {VENV_HINT}; the cell did not run\n"
     )
-    assert "pip install torch" not in cap.stdout
+    assert "pip install torch" not in cap.stderr
 
 
 # -- make lab's note of which torch .venv sees (scripts/which_torch.py) -------------------

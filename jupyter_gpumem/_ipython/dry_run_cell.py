@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from IPython.core.error import UsageError
+
 from ..model import DryRun, DryRunCheck, DryScan
 from .cell_source import CellSource
 
@@ -118,13 +120,14 @@ class Progress:
 
 
 def run(session: Session, shell: Any, opts: CellOptions, body: str) -> DryRun | None:
-    """The magic's body: None when it could not start (the reason printed)."""
+    """The magic's body; a UsageError with the reason when it cannot start."""
     from ..core.dry_run import dry_run
 
     why = why_not(opts)
     if why is not None:
-        print(f"gpumem: {why}; the cell did not run")
-        return None
+        # a usage error, as a scan's: the cell fails (Run All and `jupyter-gpumem run`
+        # stop there) with this one line, no traceback
+        raise UsageError(f"{why}; the cell did not run")
     device = opts.device or 0
     progress = Progress()
     result = dry_run(
@@ -147,8 +150,9 @@ def scan(session: Session, shell: Any, opts: CellOptions, body: str) -> DryScan 
 
     why = why_not(opts)
     if why is not None:
-        print(f"gpumem: {why}; the cell did not run")
-        return None
+        # a usage error, as a scan's: the cell fails (Run All and `jupyter-gpumem run`
+        # stop there) with this one line, no traceback
+        raise UsageError(f"{why}; the cell did not run")
     assert opts.scan is not None
     name, values, integer = opts.scan
     progress = Progress()
