@@ -22,7 +22,7 @@ from jupyter_gpumem.collectors.torch_build import why_no_gpu
 PACKAGE = Path(jupyter_gpumem.__file__).parent
 # The model layer may not import the collectors (tests/test_architecture.py): its replay
 # sentence reads the kernel's torch version itself.
-EXEMPT = {"collectors/torch_build.py", "model/measurement.py"}
+EXEMPT = {"collectors/torch_build.py"}
 
 
 def _sys_modules(node: ast.AST) -> bool:

@@ -76,20 +76,30 @@ def test_a_recording_without_meta_is_named_by_its_first_reading():
 
 
 def test_the_sentence_names_the_recording_and_this_kernels_torch(kernel_torch):
+    from jupyter_gpumem.reporters.replay import replay_sentence
+
     r = Replay("NVIDIA H200", "2.11.0+cu130", "2026-11-21")
-    assert r.description == (
+    assert replay_sentence(r) == (
         "replay: readings recorded on an NVIDIA H200 with torch 2.11.0+cu130 on 2026-11-21 "
         "are replayed; nothing here is measured on this machine (this kernel: torch "
         f"{kernel_torch})"
     )
-    assert Replay("Tesla T4", None).description.startswith(
+    assert replay_sentence(Replay("Tesla T4", None)).startswith(
         "replay: readings recorded on a Tesla T4 are replayed;"
     )
 
 
+def kernel_torch_now():
+    from jupyter_gpumem.collectors.torch_build import torch_version
+
+    return torch_version()
+
+
 def test_the_sentence_never_imports_torch(monkeypatch):
+    from jupyter_gpumem.reporters.replay import replay_sentence
+
     monkeypatch.delitem(sys.modules, "torch", raising=False)
-    text = Replay("NVIDIA H200", "2.11.0+cu130").description
+    text = replay_sentence(Replay("NVIDIA H200", "2.11.0+cu130"))
     assert text.endswith("nothing here is measured on this machine")
     assert "torch" not in sys.modules
 
@@ -133,7 +143,9 @@ def test_the_sample_carries_the_replay_only_when_replayed(kernel_torch):
         "gpu": META["device"],
         "torch_version": META["torch"],
         "recorded": META["recorded"],
-        "description": Replay(META["device"], META["torch"], META["recorded"]).description,
+        "description": Replay(META["device"], META["torch"], META["recorded"]).describe(
+            kernel_torch
+        ),
     }
     assert f"(this kernel: torch {kernel_torch})" in sample["replay"]["description"]
     live = to_protocol(Collector(counting.backend()).measure())
@@ -166,7 +178,7 @@ def test_auto_mode_marks_its_line_and_now_and_history_say_it(replayed):
     assert text.startswith("gpumem [") and text.endswith(" [replay]")
     assert escape(text) in html
     run(replayed, "%gpumem auto off")
-    sentence = current().collector.replay.description
+    sentence = current().collector.replay.describe(kernel_torch_now())
     ((text, html),) = displays(replayed, "%gpumem")
     assert text.splitlines()[0] == sentence
     assert 'class="jp-GpuMem-replay"' in html and escape(sentence) in html
@@ -195,7 +207,7 @@ def test_live_figures_say_nothing_of_a_replay(ip, monkeypatch):
 def test_who_and_the_segment_map_say_they_are_replayed(replayed):
     """`who` and the segment map answer from the recording (its namespace and snapshot):
     each says so above its rows."""
-    sentence = current().collector.replay.description
+    sentence = current().collector.replay.describe(kernel_torch_now())
     meta = json.loads(FIXTURES.read_text())["meta"]
     assert meta["device"] in sentence
     for command in ("%gpumem who", "%gpumem segments"):

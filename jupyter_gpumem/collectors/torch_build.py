@@ -26,6 +26,13 @@ from ..model import BackendName
 imported_torch: Callable[[], Any] = partial(sys.modules.get, "torch")
 
 
+def torch_version() -> str | None:
+    """The version of the torch this process imported, or None (never imports it)."""
+    t = imported_torch()
+    version = getattr(t, "__version__", None) if t is not None else None
+    return str(version) if version is not None else None
+
+
 def gpu_build(t: Any) -> bool:
     """Whether torch module ``t`` is a CUDA or a ROCm build: it has the caching allocator
     the tool reads. False for None and for a CPU-only build."""

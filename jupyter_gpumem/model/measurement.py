@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import Literal
 
@@ -86,18 +85,18 @@ class Replay:
     torch_version: str | None  # the recording's torch, "2.11.0+cu130"
     recorded: str | None = None  # the day it was recorded, ISO 8601 ("2026-11-21")
 
-    @property
-    def description(self) -> str:
+    def describe(self, here: str | None = None) -> str:
         """One sentence for every view that shows replayed figures: ``replay: readings
         recorded on an NVIDIA H200 with torch 2.11.0+cu130 on 2026-11-21 are replayed;
-        nothing here is measured on this machine (this kernel: torch 2.13.0+cpu)``."""
+        nothing here is measured on this machine (this kernel: torch 2.13.0+cpu)``.
+        ``here``: this kernel's torch, read when the sentence is made (torch is often
+        imported after the replay began): ``reporters/replay.py``."""
         gpu = self.gpu or "GPU"
         what = f"{_article(gpu)} {gpu}"
         if self.torch_version:
             what += f" with torch {self.torch_version}"
         if self.recorded:
             what += f" on {self.recorded}"
-        here = _kernel_torch()
         tail = f" (this kernel: torch {here})" if here else ""
         return (
             f"replay: readings recorded on {what} are replayed; nothing here is measured on "
@@ -112,15 +111,6 @@ def _article(name: str) -> str:
     acronym = name[:2].isupper()
     vowel = first.upper() in "AEIOU" or (acronym and first in "FHLMNRSX")
     return "an" if vowel else "a"
-
-
-def _kernel_torch() -> str | None:
-    """This kernel's torch, if the user imported it (never imported here). Read when a
-    sentence is made, not when the record is: torch is often imported after the replay
-    began."""
-    t = sys.modules.get("torch")
-    version = getattr(t, "__version__", None) if t is not None else None
-    return str(version) if version is not None else None
 
 
 @dataclass(slots=True)

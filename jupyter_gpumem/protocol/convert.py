@@ -15,6 +15,7 @@ from __future__ import annotations
 from functools import singledispatch
 from typing import Any
 
+from ..collectors.torch_build import torch_version
 from ..model import (
     AllocatorStats,
     CellReport,
@@ -132,7 +133,8 @@ WIRES: dict[str, tuple[type, Wire]] = {
     "replay": (
         Replay,
         Wire(
-            extra={"description": lambda r: r.description},  # the sentence every view shows
+            # the sentence every view shows
+            extra={"description": lambda r: r.describe(torch_version())},
             when={"recorded": "not_none"},
             order=("gpu", "torch_version", "description", ...),
         ),

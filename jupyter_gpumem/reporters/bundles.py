@@ -30,6 +30,7 @@ from ..model import (
 from ..model.render import Bundle, register
 from ._rows import cell_sections, compact_line
 from .html import cell_report_html
+from .replay import replay_sentence
 from .text import cell_report_text
 
 
@@ -145,7 +146,7 @@ def marked(bundle: Bundle, replay: Replay | None) -> Bundle:
     if replay is not None:
         from .html import replay_html
 
-        bundle["text/plain"] = replay.description + "\n" + bundle["text/plain"]
+        bundle["text/plain"] = replay_sentence(replay) + "\n" + bundle["text/plain"]
         bundle["text/html"] = replay_html(replay) + bundle["text/html"]
     return bundle
 

@@ -17,6 +17,7 @@ from ._rows import (
     table_rows,
     workers_section,
 )
+from .replay import replay_sentence
 
 _STYLE = (
     "font-family:var(--jp-code-font-family,monospace);font-size:var(--jp-code-font-size,12px);"
@@ -79,7 +80,7 @@ def forecast_html(f: Forecast) -> str:
 
 def replay_html(replay: Replay | str) -> str:
     """The banner above replayed figures (a record, or a protocol object's sentence)."""
-    text = replay.description if isinstance(replay, Replay) else replay
+    text = replay_sentence(replay) if isinstance(replay, Replay) else replay
     return f'<div class="jp-GpuMem-replay" style="{_REPLAY}">{escape(text)}</div>'
 
 

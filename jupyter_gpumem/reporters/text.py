@@ -16,12 +16,13 @@ from ._rows import (
     table_rows,
     workers_section,
 )
+from .replay import replay_sentence
 
 
 def cell_report_text(r: CellReport, sections: list[Section] | None = None) -> str:
     lines = [cell_header(r)]
     if r.after.replay is not None:
-        lines.append("  " + r.after.replay.description)
+        lines.append("  " + replay_sentence(r.after.replay))
     sections = cell_sections(r) if sections is None else sections
     if not sections:
         lines.append("  " + no_device_line(r))
@@ -53,7 +54,7 @@ def table_text(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def measurement_text(m: Measurement) -> str:
     rows = table_rows(m)
-    parts = [m.replay.description] if m.replay is not None else []
+    parts = [replay_sentence(m.replay)] if m.replay is not None else []
     parts.append(table_text(TABLE_COLUMNS, rows) if rows else "no GPU devices")
     parts += measurement_notes(m)
     if m.workers:
