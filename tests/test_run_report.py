@@ -258,3 +258,104 @@ def test_live_figures_have_no_replay_and_no_banner():
     doc["replay"] = {"gpu": "x"}  # a replay says how it was recorded and what it means
     with pytest.raises(jsonschema.ValidationError):
         validate(doc)
+
+
+# -- the JSON document's cells derived from CellRun's fields ----------------------------------
+def test_every_field_of_a_cell_run_is_in_the_schema_or_left_out_by_name():
+    """A field added to CellRun and forgotten in run/schema.json (or the reverse) fails here,
+    naming it."""
+    from dataclasses import fields
+
+    from jupyter_gpumem.run import report
+
+    props = set(schema()["$defs"]["cell"]["properties"])
+    sent = {
+        report._CELL_NAMES.get(f.name, f.name)
+        for f in fields(CellRun)
+        if f.name not in report._CELL_OMIT
+    }
+    assert sent - props == set(), "in CellRun, not in the schema (nor in _CELL_OMIT)"
+    assert props - sent == set(), "in the schema, no CellRun field gives it"
+    names = {f.name for f in fields(CellRun)}
+    assert set(report._CELL_NAMES) | set(report._CELL_VALUES) | report._CELL_OMIT <= names
+
+
+def _old_cell_record(c: CellRun) -> dict:
+    """The document's cell as it was written field by field (the reference)."""
+    return {
+        "index": c.index,
+        "execution_count": c.execution_count,
+        "first_line": c.first_line,
+        "status": c.status,
+        "error": None if c.error is None else {"ename": c.error[0], "evalue": c.error[1]},
+        "expected_error": c.expected_error,
+        "out_of_memory": c.oom,
+        "postmortem_fix": c.oom_fix,
+        "measured": c.measured,
+        "wall_time": c.wall_time,
+        "devices": [
+            {
+                "index": d["index"],
+                "kept": d.get("allocated_delta"),
+                "peak": d.get("peak_allocated"),
+                "peak_above_start": d.get("peak_above_start"),
+                "allocated": d.get("allocated"),
+                "reserved": d.get("reserved"),
+                "reserved_delta": d.get("reserved_delta"),
+                "kept_at": d.get("kept_at"),
+                "ooms": d.get("ooms"),
+                "touched": bool(d.get("touched", True)),
+                **({"worker": d["worker"]} if d.get("worker") else {}),
+                **({"oom": d["oom"]} if d.get("oom") else {}),
+            }
+            for d in c.devices
+        ],
+        "budgets": [r.to_dict() for r in c.results],
+    }
+
+
+def test_a_cells_json_is_what_it_was_byte_for_byte():
+    from jupyter_gpumem.run.budgets import check
+    from jupyter_gpumem.run.report import cell_record
+
+    devices = [
+        {
+            "index": 0,
+            "allocated_delta": 5,
+            "peak_allocated": 9,
+            "peak_above_start": 4,
+            "allocated": 7,
+            "reserved": 11,
+            "reserved_delta": 2,
+            "kept_at": "line 2",
+            "ooms": 1,
+            "touched": False,
+        },
+        {
+            "index": 1,
+            "allocated_delta": None,
+            "peak_allocated": 3,
+            "worker": "rank 1 (pid 7)",
+            "oom": "asked 2 GiB; largest free 1 GiB",
+        },
+    ]
+    budgets = [parse_budget("peak<=8B")]
+    c = CellRun(
+        index=3,
+        first_line="x = f()",
+        budgets=budgets,
+        status="error",
+        execution_count=4,
+        error=("OutOfMemoryError", "CUDA out of memory"),
+        expected_error=True,
+        wall_time=1.5,
+        measured=True,
+        devices=devices,
+        oom=True,
+        oom_fix="halve the batch",
+        results=check(budgets, devices),
+    )
+    assert json.dumps(cell_record(c)) == json.dumps(_old_cell_record(c))
+    assert json.dumps(cell_record(CellRun(0, "", []))) == json.dumps(
+        _old_cell_record(CellRun(0, "", []))
+    )

@@ -181,37 +181,59 @@ def _replay(replay: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
+# A CellRun in the JSON document: each field under the name schema.json gives it, in the
+# schema's order, so a new field is the record's and the schema's only (a field the schema
+# lacks must be named in _CELL_OMIT: tests/test_run_report.py checks both ways).
+_CELL_NAMES = {"oom": "out_of_memory", "oom_fix": "postmortem_fix", "results": "budgets"}
+_CELL_OMIT = frozenset({"budgets"})  # what a cell must satisfy: its results travel instead
+_CELL_VALUES: dict[str, Any] = {
+    "error": lambda e: None if e is None else {"ename": e[0], "evalue": e[1]},
+    "devices": lambda ds: [device_record(d) for d in ds],
+    "results": lambda rs: [r.to_dict() for r in rs],
+}
+# A device row of the kernel's history (the protocol's HistoryCell keys) in the document
+_DEVICE_NAMES = {"allocated_delta": "kept", "peak_allocated": "peak"}
+_DEVICE_OPTIONAL = frozenset({"worker", "oom"})  # sent only when set
+
+
+@cache
+def cell_plan() -> tuple[tuple[str, str], ...]:
+    """(JSON key, CellRun field), in the schema's order."""
+    from dataclasses import fields
+
+    by_key = {_CELL_NAMES.get(f.name, f.name): f.name for f in fields(CellRun)}
+    by_key = {k: f for k, f in by_key.items() if f not in _CELL_OMIT}
+    return tuple((k, by_key[k]) for k in schema()["$defs"]["cell"]["properties"])
+
+
+@cache
+def device_plan() -> tuple[tuple[str, str], ...]:
+    """(JSON key, history device key), in the schema's order."""
+    source = {json: key for key, json in _DEVICE_NAMES.items()}
+    return tuple((k, source.get(k, k)) for k in schema()["$defs"]["cell_device"]["properties"])
+
+
+def device_record(d: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, source in device_plan():
+        value = d.get(source)
+        if key in _DEVICE_OPTIONAL:
+            if value:
+                out[key] = value
+        elif key == "touched":
+            out[key] = bool(d.get("touched", True))
+        else:
+            out[key] = value
+    return out
+
+
 def cell_record(c: CellRun) -> dict[str, Any]:
-    return {
-        "index": c.index,
-        "execution_count": c.execution_count,
-        "first_line": c.first_line,
-        "status": c.status,
-        "error": None if c.error is None else {"ename": c.error[0], "evalue": c.error[1]},
-        "expected_error": c.expected_error,
-        "out_of_memory": c.oom,
-        "postmortem_fix": c.oom_fix,
-        "measured": c.measured,
-        "wall_time": c.wall_time,
-        "devices": [
-            {
-                "index": d["index"],
-                "kept": d.get("allocated_delta"),
-                "peak": d.get("peak_allocated"),
-                "peak_above_start": d.get("peak_above_start"),
-                "allocated": d.get("allocated"),
-                "reserved": d.get("reserved"),
-                "reserved_delta": d.get("reserved_delta"),
-                "kept_at": d.get("kept_at"),
-                "ooms": d.get("ooms"),
-                "touched": bool(d.get("touched", True)),
-                **({"worker": d["worker"]} if d.get("worker") else {}),
-                **({"oom": d["oom"]} if d.get("oom") else {}),
-            }
-            for d in c.devices
-        ],
-        "budgets": [r.to_dict() for r in c.results],
-    }
+    out: dict[str, Any] = {}
+    for key, name in cell_plan():
+        value = getattr(c, name)
+        convert = _CELL_VALUES.get(name)
+        out[key] = convert(value) if convert is not None else value
+    return out
 
 
 def json_document(
