@@ -14,6 +14,7 @@ from .api import _load_jupyter_server_extension as _load_jupyter_server_extensio
 from .api import (
     breakdown,
     dry_run,
+    free,
     history,
     load_ipython_extension,
     report_to_store,
@@ -32,6 +33,7 @@ __all__ = [
     "__version__",
     "breakdown",
     "dry_run",
+    "free",
     "history",
     "load_ipython_extension",
     "report_to_store",

@@ -106,6 +106,29 @@ def who(device: int | None = None, by: str = "variable", n: int | None = None) -
     return pd.DataFrame.from_records(records, columns=columns)
 
 
+def free(*names: str, dry: bool = False) -> Any:
+    """Get the GPU memory of the named objects back without restarting the kernel, as
+    ``%gpumem free`` does: ``free("model", "opt")``. Everything that keeps it alive is let
+    go (the names and their aliases, ``Out[N]`` and ``_``, the kept traceback, optimizers
+    over its parameters, autograd graphs hanging from other names, hooks and closures,
+    accelerate's and vLLM's own references); then ``gc.collect()`` and ``empty_cache()``.
+    ``dry=True``: only the plan. Returns the
+    :class:`~jupyter_gpumem.model.free.FreeReport` (it shows itself): what was let go, the
+    bytes expected back and, per device, the bytes that came back to the driver
+    (``cudaMemGetInfo``) and what still holds the rest. Call it between cells.
+
+    Raises :class:`GpuMemError` with the reason when there is nothing to free (an unknown
+    name, torch not imported, CUDA not initialised, no GPU memory held)."""
+    from .errors import ActionRefused
+    from .reporters import free as _views  # noqa: F401  (registers the view)
+
+    session = _session("free()")
+    try:
+        return session.frees.free(list(names), dry=dry)
+    except ActionRefused as e:
+        raise GpuMemError(f"free(): {e}") from None
+
+
 def breakdown() -> Any:
     """What the peak of the last ``%%gpumem --breakdown`` cell was made of, as a pandas
     DataFrame (one row per device and category: ``device, category, bytes, blocks, share,

@@ -28,6 +28,7 @@ def compose(
     none gets them too) and the tracker."""
     from ..collectors import ATTRIBUTION_ENV, Collector, plugged, worker_sources, workers
     from ..core.breakdown import Breakdowns
+    from ..core.free import Frees
     from ..core.history import History
     from ..core.postmortem import PostMortems
     from ..core.trace import Traces
@@ -53,6 +54,7 @@ def compose(
         PostMortems(workspace, collector, who),
         Traces(who),
         Breakdowns(workspace),
+        Frees(workspace, collector, who),
     )
 
 

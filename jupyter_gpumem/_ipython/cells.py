@@ -7,6 +7,9 @@
 - The user's namespace also holds IPython's own names (``In``, ``_ih``, ``_i3``, ``_3``,
   ``exit``...): ``shell.user_ns_hidden`` lists them; ``Out``, ``_``, ``__`` and ``___`` hold
   outputs, which keep tensors alive.
+- ``%gpumem free`` lets go of each place that keeps objects alive: a name, an output
+  (``Out[N]`` is also ``_N``, and maybe ``_``; each in ``user_ns``, ``user_ns_hidden``, the
+  display hook and the last execution result), the kept traceback.
 - After a failure IPython keeps the traceback in ``sys.last_traceback`` (and
   ``sys.last_value``/``sys.last_exc``), in ``shell.InteractiveTB.tb`` and in the failed
   cell's ``ExecutionResult``; the frames keep their locals alive.
@@ -21,10 +24,13 @@ from collections.abc import Iterator
 from types import FrameType, TracebackType
 from typing import Any
 
-from ..collectors.namespace import Root
+from ..collectors.namespace import Place, Root
 
 _HISTORY_NAME = re.compile(r"^_(?:i+|i?\d+|ih|oh|dh)$")
-_OUTPUT_NAMES = ("_", "__", "___")
+OUTPUT_NAMES = ("_", "__", "___")
+_OUT_ITEM = re.compile(r"^Out\[(\d+)\]$")
+_NUMBERED = re.compile(r"^_(\d+)$")
+TRACEBACK = "the kept traceback"
 
 
 class IPythonCells:
@@ -66,6 +72,15 @@ class IPythonWorkspace:
     def release_traceback(self) -> int:
         return release_traceback(self.shell)
 
+    def places(self, optimizer_type: type | None) -> list[Place]:
+        return places(self.shell, optimizer_type)
+
+    def place(self, name: str) -> Place | None:
+        return resolve(self.shell, name)
+
+    def let_go(self, place: Place) -> None:
+        let_go(self.shell, place)
+
     def variables(self) -> list[tuple[str, Any]]:
         hidden = getattr(self.shell, "user_ns_hidden", {}) or {}
         return [(k, v) for k, v in list(self.shell.user_ns.items()) if k not in hidden]
@@ -93,7 +108,7 @@ def namespace_roots(shell: Any, optimizer_type: type | None = None) -> list[Root
     variables: list[Root] = []
     aliases: list[Root] = []
     for name, value in list(ns.items()):
-        if name in _OUTPUT_NAMES:
+        if name in OUTPUT_NAMES:
             aliases.append(Root(name, value, via="output history"))
             continue
         if name in hidden or _HISTORY_NAME.match(name):
@@ -210,6 +225,83 @@ def release_traceback(shell: Any) -> int:
     if result is not None and getattr(result, "error_in_exec", None) is not None:
         result.error_in_exec = None
     return cleared
+
+
+# -- what %gpumem free lets go of ----------------------------------------------------------
+# Besides the user's names, IPython keeps what a cell shows: ``Out[N]`` (``_oh``, the
+# history manager's ``output_hist``), ``_N``, and ``_``, ``__``, ``___``; each of these is in
+# ``user_ns`` and again in ``user_ns_hidden`` (``shell.push(..., interactive=False)``), the
+# display hook keeps ``_``, ``__``, ``___`` as attributes, and ``last_execution_result.result``
+# holds the last value shown. IPython's own ``%xdel`` clears the same places.
+
+
+def places(shell: Any, optimizer_type: type | None) -> list[Place]:
+    """The user's names, the output history (``Out[N]``, ``_N``, ``_``...) and the kept
+    traceback, each a place of its own."""
+    out: list[Place] = []
+    for root in namespace_roots(shell, optimizer_type):
+        kind = "output" if root.via == "output history" else "name"
+        out.append(Place(root.owner, kind, (root,)))
+    ns = shell.user_ns
+    history = ns.get("Out") if isinstance(ns.get("Out"), dict) else {}
+    for name, value in list(ns.items()):
+        m = _NUMBERED.match(name)
+        if m and value is not None and value != "" and int(m.group(1)) in history:
+            out.append(Place(name, "output", (Root(name, value, via="output history"),)))
+    tb = traceback_roots(shell)
+    if tb:
+        out.append(Place(TRACEBACK, "traceback", tuple(tb)))
+    return out
+
+
+def resolve(shell: Any, name: str) -> Place | None:
+    """The place a user's ``NAME`` argument names: a variable, ``Out[N]``, ``_N``, ``_``."""
+    ns = shell.user_ns
+    m = _OUT_ITEM.match(name)
+    if m:
+        history = ns.get("Out")
+        n = int(m.group(1))
+        if isinstance(history, dict) and n in history:
+            return Place(name, "output", (Root(name, history[n], via="output history"),))
+        return None
+    if name not in ns or not name.isidentifier():
+        return None
+    if name in OUTPUT_NAMES or _NUMBERED.match(name):
+        return Place(name, "output", (Root(name, ns[name], via="output history"),))
+    return Place(name, "name", (Root(name, ns[name]),))
+
+
+def let_go(shell: Any, place: Place) -> None:
+    """Drop the references ``place`` is (and IPython's copies of the same reference)."""
+    if place.kind == "traceback":
+        release_traceback(shell)
+        return
+    ns = shell.user_ns
+    hidden = getattr(shell, "user_ns_hidden", {}) or {}
+    owner = place.owner
+    m = _OUT_ITEM.match(owner) or _NUMBERED.match(owner)
+    if m:  # Out[N] and _N are the same entry
+        n = int(m.group(1))
+        history = ns.get("Out")
+        obj = history.pop(n, None) if isinstance(history, dict) else None
+        for where in (ns, hidden):
+            if f"_{n}" in where:
+                del where[f"_{n}"]
+    elif owner in OUTPUT_NAMES:
+        obj = ns.get(owner)
+        ns[owner] = ""
+        if owner in hidden:
+            hidden[owner] = ""
+        dh = getattr(shell, "displayhook", None)
+        if dh is not None and getattr(dh, owner, None) is obj:
+            setattr(dh, owner, "")
+    else:
+        obj = ns.pop(owner, None)
+        if hidden.get(owner) is obj:
+            del hidden[owner]
+    result = getattr(shell, "last_execution_result", None)
+    if obj is not None and result is not None and getattr(result, "result", None) is obj:
+        result.result = None
 
 
 def _short(path: str) -> str:

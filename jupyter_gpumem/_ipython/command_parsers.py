@@ -90,7 +90,7 @@ def _add_session_commands(sub: argparse._SubParsersAction[MagicArgumentParser]) 
 
 
 def _add_holder_commands(sub: argparse._SubParsersAction[MagicArgumentParser]) -> None:
-    """Who holds the memory: who, segments, track, release-traceback."""
+    """Who holds the memory: who, segments, track, release-traceback, free."""
     w = _command(
         sub,
         "who",
@@ -148,6 +148,18 @@ def _add_holder_commands(sub: argparse._SubParsersAction[MagicArgumentParser]) -
         )
     )
     _command(sub, "release-traceback", "drop the frames the last error's traceback keeps alive")
+    fr = _command(
+        sub,
+        "free",
+        "get the memory of the named objects back without a restart: everything that keeps "
+        "it alive is let go (the names and their aliases, Out[N] and _, the kept traceback, "
+        "optimizers over its parameters, autograd graphs hanging from other names, hooks, "
+        "closures, accelerate's and vLLM's own references), then gc.collect() and "
+        "empty_cache(); says what it let go, what should come back, what came back to the "
+        "driver (cudaMemGetInfo) and what still holds the rest (also jupyter_gpumem.free())",
+    )
+    fr.add_argument("names", nargs="+", metavar="NAME", help="a variable, Out[N] or _")
+    fr.add_argument("--dry", action="store_true", help="only show what it would let go")
 
 
 def _add_process_commands(sub: argparse._SubParsersAction[MagicArgumentParser]) -> None:

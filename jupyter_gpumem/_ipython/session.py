@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ..collectors.snapshot import Trace
     from ..collectors.step import StepRecorder
     from ..core.breakdown import Breakdowns
+    from ..core.free import Frees
     from ..core.history import History
     from ..core.postmortem import PostMortems
     from ..core.trace import Traces
@@ -76,6 +77,7 @@ class Session:
         postmortems: PostMortems,
         traces: Traces,
         breakdowns: Breakdowns,
+        frees: Frees,
     ) -> None:
         """The session over services composed once, by ``_ipython.compose``."""
         self.shell = shell
@@ -87,6 +89,7 @@ class Session:
         self.postmortems = postmortems
         self.traces = traces
         self.breakdowns = breakdowns
+        self.frees = frees
         self.auto: bool = config.auto
         self._pending: CellOptions | None = None
         self._trace: Trace | Failed | None = None  # a running %%gpumem --trace

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..analysis.segments import segment_map
 from ..analysis.who import DeviceHoldings, holdings
-from ..collectors.namespace import NamespaceWalker, Root
+from ..collectors.namespace import NamespaceWalker, Place, Root
 from ..collectors.snapshot import Recording, read_snapshot
 from ..collectors.torch_build import gpu_build, imported_torch, why_no_gpu
 from ..errors import ActionRefused
@@ -45,6 +45,19 @@ class Workspace(Protocol):
 
     def release_traceback(self) -> int:
         """Drop what the front end keeps of the last failure; frames cleared."""
+        ...
+
+    def places(self, optimizer_type: type | None) -> list[Place]:
+        """Every place that keeps objects alive: the user's names, the output history's
+        entries, the kept traceback (``%gpumem free``)."""
+        ...
+
+    def place(self, name: str) -> Place | None:
+        """The place a user's argument names (a variable, ``Out[7]``, ``_``), or None."""
+        ...
+
+    def let_go(self, place: Place) -> None:
+        """Drop the references ``place`` is."""
         ...
 
     def variables(self) -> Iterable[tuple[str, Any]]:

@@ -13,6 +13,7 @@ from . import (
     auto,
     caching,
     empty_cache,
+    free,
     history,
     limit,
     now,
@@ -48,6 +49,7 @@ COMMANDS: dict[str, Command] = {
     "segments": segments,
     "track": track,
     "release-traceback": release_traceback,
+    "free": free,
     "workers": workers,
     "panel": panel,
 }

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from .kinds import ATOMIC, SKIP_PACKAGES, TorchTensors
 from .paths import spell
-from .walk import Limits, Root, Walk
+from .walk import Limits, Place, Root, Walk
 from .walker import NamespaceWalker, collection_paused
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "SKIP_PACKAGES",
     "Limits",
     "NamespaceWalker",
+    "Place",
     "Root",
     "TorchTensors",
     "Walk",

@@ -1,6 +1,7 @@
 """What a namespace walk starts from (:class:`Root`), its limits (:class:`Limits`) and what
 it returns (:class:`Walk`): shared by the walker and its parts (``reach.py``, ``bulk.py``),
-which import them from here and never the walker."""
+which import them from here and never the walker. Also the places ``%gpumem free`` lets go
+of (:class:`Place`), each walked from its roots."""
 
 from __future__ import annotations
 
@@ -18,6 +19,21 @@ class Root:
     obj: Any
     via: Via | None = None  # fixed for everything under it ("output history", "traceback")
     path: str | None = None  # the first path component (default: owner)
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """A place that keeps objects alive (``%gpumem free`` lets go of places): a user's
+    name, an output-history entry, the kept traceback; with the roots a walk of it starts
+    from."""
+
+    owner: str  # "model", "Out[7]", "_7", "_", "the kept traceback"
+    kind: str  # "name", "output", "traceback"
+    roots: tuple[Root, ...]
+
+    @property
+    def obj(self) -> Any:
+        return self.roots[0].obj if len(self.roots) == 1 else None
 
 
 @dataclass(frozen=True, slots=True)
