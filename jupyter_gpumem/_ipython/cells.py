@@ -239,19 +239,33 @@ def places(shell: Any, optimizer_type: type | None) -> list[Place]:
     """The user's names, the output history (``Out[N]``, ``_N``, ``_``...) and the kept
     traceback, each a place of its own."""
     out: list[Place] = []
+    ns = shell.user_ns
+    dh = getattr(shell, "displayhook", None)
     for root in namespace_roots(shell, optimizer_type):
         kind = "output" if root.via == "output history" else "name"
-        out.append(Place(root.owner, kind, (root,)))
-    ns = shell.user_ns
+        if root.owner not in OUTPUT_NAMES:
+            out.append(Place(root.owner, kind, (root,)))
+    for name in OUTPUT_NAMES:  # in the namespace and, maybe another value, the display hook
+        values = [v for v in (ns.get(name), getattr(dh, name, None)) if _shown(v)]
+        if len(values) == 2 and values[0] is values[1]:
+            values.pop()
+        if values:
+            roots = tuple(Root(name, v, via="output history") for v in values)
+            out.append(Place(name, "output", roots))
     history = ns.get("Out") if isinstance(ns.get("Out"), dict) else {}
     for name, value in list(ns.items()):
         m = _NUMBERED.match(name)
-        if m and value is not None and value != "" and int(m.group(1)) in history:
+        if m and _shown(value) and int(m.group(1)) in history:
             out.append(Place(name, "output", (Root(name, value, via="output history"),)))
     tb = traceback_roots(shell)
     if tb:
         out.append(Place(TRACEBACK, "traceback", tuple(tb)))
     return out
+
+
+def _shown(value: Any) -> bool:
+    """An output worth a place (IPython resets ``_`` and friends to ``""``)."""
+    return value is not None and not (isinstance(value, str) and value == "")
 
 
 def resolve(shell: Any, name: str) -> Place | None:
@@ -289,11 +303,14 @@ def let_go(shell: Any, place: Place) -> None:
                 del where[f"_{n}"]
     elif owner in OUTPUT_NAMES:
         obj = ns.get(owner)
-        ns[owner] = ""
+        if owner in ns:
+            ns[owner] = ""
         if owner in hidden:
             hidden[owner] = ""
         dh = getattr(shell, "displayhook", None)
-        if dh is not None and getattr(dh, owner, None) is obj:
+        if dh is not None and _shown(getattr(dh, owner, None)):
+            if obj is None or not _shown(obj):
+                obj = getattr(dh, owner)
             setattr(dh, owner, "")
     else:
         obj = ns.pop(owner, None)

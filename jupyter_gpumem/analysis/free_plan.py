@@ -114,7 +114,7 @@ def plan(
         else:
             dropped |= keys
     freed = dropped - remaining
-    devices = sorted({d for d, _ in target})
+    devices = sorted({k[0] for k in target if k in sizes})
     out = []
     for d in devices:
         held = nbytes(k for k in target if k[0] == d)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import difflib
 import gc
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -86,6 +87,7 @@ class Frees:
         before = self.collector.measure(with_process=False, full=False)
         for step in todo:
             step()
+        del step  # the last step's closure holds its place's object
         todo.clear()
         gc.collect()
         t.cuda.empty_cache()
@@ -342,7 +344,10 @@ def _tensors_on(t: Any, keys: set[Key]) -> list[Any]:
     """Python tensors whose storage is one of ``keys`` (largest blocks first, a few)."""
     out = []
     addresses = {a for _, a in keys}
-    for o in gc.get_objects():
+    with warnings.catch_warnings():  # isinstance on deprecated torch objects warns
+        warnings.simplefilter("ignore")
+        objects = [o for o in gc.get_objects() if isinstance(o, t.Tensor)]
+    for o in objects:
         if isinstance(o, t.Tensor):
             try:
                 if o.is_cuda and o.untyped_storage().data_ptr() in addresses:
