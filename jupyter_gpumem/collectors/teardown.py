@@ -14,9 +14,12 @@ module, from the libraries the user imported.
 from __future__ import annotations
 
 import sys
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from .namespace import Root
 
 ACCELERATE_LISTS = ("_models", "_optimizers", "_schedulers")
 
@@ -85,6 +88,21 @@ def shared_by_accelerate(acc: Any) -> set[int]:
     }
 
 
+def vllm_state_roots() -> list[Root]:
+    """Roots for what vLLM keeps at module level (``vllm.distributed.parallel_state``'s
+    groups and their buffers): its teardown lets go of them."""
+    state = sys.modules.get("vllm.distributed.parallel_state")
+    if state is None:
+        return []
+    name = state.__name__
+    return [
+        Root(f"{name}.{k}", v, path=f"{name}.{k}")
+        for k, v in vars(state).items()
+        if not k.startswith("__")
+        and not isinstance(v, (types.ModuleType, types.FunctionType, type))
+    ]
+
+
 def vllm_teardown(llm: Any, label: str) -> LibraryHold:
     """vLLM's documented teardown for ``llm``."""
 
@@ -125,5 +143,6 @@ __all__ = [
     "is_vllm_engine",
     "prepared",
     "shared_by_accelerate",
+    "vllm_state_roots",
     "vllm_teardown",
 ]

@@ -35,6 +35,7 @@ from ..collectors.teardown import (
     is_vllm_engine,
     prepared,
     shared_by_accelerate,
+    vllm_state_roots,
     vllm_teardown,
 )
 from ..collectors.torch_build import cuda_ready, imported_torch
@@ -166,6 +167,10 @@ class Frees:
                     if id(v) not in skip
                 ]
                 refs = walk(roots)
+            elif owner in names and obj is not None and is_vllm_engine(obj):
+                # the engine's memory includes vLLM's module-level distributed state,
+                # which its teardown lets go of too
+                refs = walk([*p.roots, *vllm_state_roots()])
             else:
                 refs = walk(p.roots)
             holders.append(
