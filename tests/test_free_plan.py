@@ -167,3 +167,41 @@ def test_storages_outside_the_allocator_are_not_counted():
     snap = AllocatorSnapshot(0.0, [], False)  # a tensor from another allocator (DLPack)
     report, freed = plan(["model"], [model()], snap)
     assert report.devices == () and freed == set()
+
+
+def test_a_library_object_built_on_the_model_goes_with_it_and_a_users_own_does_not():
+    def holder(owner, library):
+        return HolderWalk(
+            owner,
+            "name",
+            (
+                ref(owner, A, "attribute", f"{owner}.model.w"),
+                ref(owner, X, "attribute", f"{owner}.buf"),
+            ),
+            type_name="Trainer",
+            library=library,
+        )
+
+    report, _ = plan(["model"], [model(), holder("trainer", "transformers.trainer"),
+                                 holder("exp", "__main__")])  # fmt: skip
+    g = by_holder(report)["trainer"]
+    assert g.action == "delete" and g.why == "a Trainer built on model: it goes with it"
+    assert [k.holder for k in report.kept] == ["exp"]
+
+
+def test_a_librarys_state_torn_down_with_the_named_object_is_expected_back():
+    state = HolderWalk(
+        "vllm.distributed.parallel_state",
+        "library",
+        (ref("state", H, "attribute", "vllm.distributed.parallel_state._TP.buf"),),
+        why="vLLM: torn down as vLLM documents",
+        code="destroy_model_parallel()",
+        goes_with="model",
+    )
+    report, freed = plan(["model"], [model(), state])
+    g = by_holder(report)["vllm.distributed.parallel_state"]
+    assert g.action == "teardown" and g.bytes == SIZE[H]
+    assert (0, H) in freed
+    (d,) = report.devices
+    assert d.held == SIZE[A] + SIZE[B]  # the named object's own
+    assert d.expected_freed == SIZE[A] + SIZE[B] + SIZE[H]

@@ -12,7 +12,8 @@ decided by what else it reaches:
 - a tensor that reaches the target only through its autograd graph (``total_loss``) keeps
   its value and drops its graph (``detach_()``);
 - a holder whose other memory only comes with the target (an optimizer's state, gradients,
-  autograd graphs: AdamW over the model, a ``Trainer``, a ``pipeline``) is deleted;
+  autograd graphs: AdamW over the model) is deleted, as is an object of a library that
+  builds on models (:data:`BUILT_ON`: a ``Trainer``, a ``pipeline``, a PEFT or DDP wrapper);
 - any other holder (a dict that also holds other tensors) is left as it is, and named with
   the bytes it keeps and the line that would drop them.
 
@@ -37,6 +38,24 @@ Key = tuple[int, int]  # (device, address)
 
 # What comes with the target when its holder goes: never data of the user's own.
 DERIVED = frozenset({"optimizer state", "gradients", "autograd graph", "optimizer params"})
+# Libraries whose objects are built on a model (a Trainer, a pipeline, a PEFT or DDP
+# wrapper): one that holds the named model goes with it, whatever buffers it keeps.
+BUILT_ON = frozenset(
+    {
+        "transformers",
+        "accelerate",
+        "peft",
+        "trl",
+        "diffusers",
+        "sentence_transformers",
+        "lightning",
+        "pytorch_lightning",
+        "deepspeed",
+        "vllm",
+        "torch.nn.parallel",
+        "torch.distributed.fsdp",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +70,8 @@ class HolderWalk:
     same_as: str = ""  # the named object this holder is (another name for it)
     code: str = ""  # for hooks and libraries: the Python that lets it go
     why: str = ""  # for hooks and libraries: what it is, in words
+    library: str = ""  # the module its type comes from ("transformers.trainer")
+    goes_with: str = ""  # a library's state that the named object's teardown lets go of
 
 
 def plan(
@@ -84,6 +105,10 @@ def plan(
         if h.owner in names:
             continue
         keys = _keys(h)
+        if h.goes_with:  # torn down with the named object, whether or not it reaches it
+            let_go.append(LetGo(h.owner, "teardown", h.why, nbytes(keys), h.code))
+            dropped |= keys
+            continue
         overlap = keys & target
         if not overlap:
             remaining |= keys
@@ -155,7 +180,17 @@ def _decide(
                 "(optimizer state, gradients, autograd graphs)"
             )
         return "delete", why, f"del {h.owner}"
+    if _built_on(h.library):
+        return (
+            "delete",
+            f"a {h.type_name or 'library object'} built on {first}: it goes with it",
+            f"del {h.owner}",
+        )
     return None
+
+
+def _built_on(module: str) -> bool:
+    return any(module == m or module.startswith(m + ".") for m in BUILT_ON)
 
 
 def _via_of(h: HolderWalk, key: Key) -> str:
@@ -237,4 +272,4 @@ def _returned(
     return back, cached
 
 
-__all__ = ["DERIVED", "HolderKind", "HolderWalk", "plan"]
+__all__ = ["BUILT_ON", "DERIVED", "HolderKind", "HolderWalk", "plan"]

@@ -167,10 +167,6 @@ class Frees:
                     if id(v) not in skip
                 ]
                 refs = walk(roots)
-            elif owner in names and obj is not None and is_vllm_engine(obj):
-                # the engine's memory includes vLLM's module-level distributed state,
-                # which its teardown lets go of too
-                refs = walk([*p.roots, *vllm_state_roots()])
             else:
                 refs = walk(p.roots)
             holders.append(
@@ -181,12 +177,25 @@ class Frees:
                     type_name=type(obj).__name__ if obj is not None else "",
                     is_tensor=isinstance(obj, t.Tensor),
                     same_as=target_ids.get(id(obj), "") if owner not in names else "",
+                    library=(type(obj).__module__ or "") if obj is not None else "",
                 )
             )
             steps[owner] = _let_go(ws, p, obj, t)
             if owner in names and obj is not None and is_vllm_engine(obj):
+                # vLLM's teardown also lets go of its module-level distributed state
                 hold = vllm_teardown(obj, owner)
-                steps[f"{owner} (vLLM)"] = Step(hold.remove, None)
+                label = "vllm.distributed.parallel_state"
+                holders.append(
+                    HolderWalk(
+                        label,
+                        "library",
+                        walk(vllm_state_roots()),
+                        why=hold.why,
+                        code=hold.code,
+                        goes_with=owner,
+                    )
+                )
+                steps[label] = Step(hold.remove, None)
                 notes.append(f"{owner}: {hold.why} ({hold.code})")
         holders += self._hooks(targets, places, holders, steps)
         report, freed = plan(names, holders, snap, notes)
@@ -197,7 +206,6 @@ class Frees:
             )
         # the order: libraries and hooks first, then graphs, then the names themselves
         order = {"teardown": 0, "unhook": 0, "detach": 1, "release": 2, "forget": 3, "delete": 4}
-        todo += [s.drop for k, s in steps.items() if k.endswith("(vLLM)")]
         for lg in sorted(report.let_go, key=lambda x: order[x.action]):
             step = steps.get(lg.holder)
             if step is None:
