@@ -119,7 +119,10 @@ def scenarios() -> dict[str, Scenario]:
         Scenario(
             "out_history",
             (
-                _c("model", GPT2),
+                _c(
+                    "model",
+                    GPT2 + "alias = model  # another name\nwte = model.transformer.wte  # a part\n",
+                ),
                 _c("show", "model"),  # Out[n], _n and _
                 _c("count", "n_params = sum(p.numel() for p in model.parameters())\nn_params"),
                 _c("show_again", "model.eval()"),  # Out[m], _m, _ (and ___ from the first)
@@ -154,6 +157,24 @@ def scenarios() -> dict[str, Scenario]:
                     """,
                 ),
             ),
+        ),
+        Scenario(
+            "unnamed_output",
+            (
+                # never assigned: only Out[n], _n and _ hold it; freed by the name `_`
+                _c(
+                    "show",
+                    """
+                    from transformers import GPT2Config, GPT2LMHeadModel
+                    torch.manual_seed(0)
+                    GPT2LMHeadModel(GPT2Config(n_layer=4)).to(dev)
+                    """,
+                ),
+            ),
+            ("_",),
+            named="_",
+            owner="_",
+            post=(_c("after", "fc.emit('after', out_keys=sorted(Out), underscore=repr(_))"),),
         ),
         Scenario(
             "traceback",

@@ -1,12 +1,13 @@
 """``%gpumem free`` on a GPU (issue 32): each test starts a fresh kernel (a real ipykernel
 over jupyter_client) and runs cells one by one as a user would, until a model's memory is
 held the way users get into it (tests/gpu/free_cases.py has the cells): a model shown in
-``Out[n]`` and ``_``; a forward that raised, its traceback kept; a model with AdamW's
-state and a live graph hanging from ``total_loss``; a ``transformers`` pipeline; a
-``Trainer`` after ``train()`` (freeing the trainer, and freeing the model while the trainer
-is still there); a model and optimizer prepared by accelerate; a dict that also holds other
-GPU memory (it must be left alone and named); a forward hook on another module whose
-closure holds the model; a thread whose frame holds it; vLLM's engine (a stand-in, see
+``Out[n]`` and ``_`` (with other names for it), or held by the output history alone; a
+forward that raised, its traceback kept; a model with AdamW's state and a live graph
+hanging from ``total_loss``; a ``transformers`` pipeline; a ``Trainer`` after ``train()``
+(freeing the trainer, and freeing the model while the trainer is still there); a model and
+optimizer prepared by accelerate; a dict that also holds other GPU memory (it must be left
+alone and named); a forward hook on another module whose closure holds the model; a
+thread whose frame holds it; vLLM's engine (a stand-in, see
 :func:`test_vllm_teardown_against_a_stand_in`).
 
 Each scenario runs in its own process, so that the driver's figures (``cudaMemGetInfo``)
@@ -165,8 +166,9 @@ def scenario(name: str, tmp_path: Path) -> fc.Outcome:
 
 def test_a_model_in_the_output_history(tmp_path):
     """``model`` shown twice (``Out[a]``, ``Out[b]``, ``_a``, ``_b``, ``_`` and ``___``),
-    an int shown between them. The dry run changes nothing; the free forgets every entry
-    that shows the model and leaves the int's."""
+    an int shown between them, and two more names: ``alias`` (the model) and ``wte`` (a
+    part of it). The dry run changes nothing; the free deletes the names, forgets every
+    entry that shows the model and leaves the int's."""
     out = scenario("out_history", tmp_path)
     c = Checks(out)
     a, b, n = out.counts["show"], out.counts["show_again"], out.counts["count"]
@@ -181,6 +183,8 @@ def test_a_model_in_the_output_history(tmp_path):
     c.let_go(
         {
             "model": "delete",
+            "alias": "delete",
+            "wte": "delete",
             f"Out[{a}]": "forget",
             f"Out[{b}]": "forget",
             f"_{a}": "forget",
@@ -194,6 +198,21 @@ def test_a_model_in_the_output_history(tmp_path):
     c.check(after.get("out_keys") == [n], f"Out should keep only Out[{n}]: {after}")
     c.check(after.get("underscores") == ["str", "int", "str"], f"_, __, ___: {after}")
     c.check(after.get("n_params", 0) > 0 and after.get("model_left") is False, str(after))
+    c.done()
+
+
+def test_a_model_only_the_output_history_holds(tmp_path):
+    """A model built as a cell's last expression and never assigned: ``Out[n]``, ``_n``
+    and ``_`` hold it. Freed by the name ``_``."""
+    out = scenario("unnamed_output", tmp_path)
+    c = Checks(out)
+    n = out.counts["show"]
+    c.held_is_the_named_objects()
+    c.memory_came_back()
+    c.let_go({"_": "forget", f"Out[{n}]": "forget", f"_{n}": "forget"})
+    c.controls()
+    after = c.emitted("after")
+    c.check(after.get("out_keys") == [] and after.get("underscore") == "''", str(after))
     c.done()
 
 
