@@ -57,13 +57,13 @@ class Checks:
     def __init__(self, out: fc.Outcome) -> None:
         self.out = out
         self.failed: list[str] = []
-        free = out.emitted.get("free")
-        if free is None or "report" not in free:
-            why = free.get("error") if free else "the free cell did not run"
+        free, truth = out.emitted.get("free"), out.emitted.get("truth")
+        if free is None or "report" not in free or truth is None:
+            why = free.get("error") if free else "the truth or the free cell did not run"
             raise AssertionError(f"no report: {why}\n{out.log()}")
         self.free: dict[str, Any] = free
         self.report: dict[str, Any] = free["report"]
-        self.truth: dict[str, Any] = out.emitted["truth"]
+        self.truth: dict[str, Any] = truth
         self.device: dict[str, Any] = self.report["devices"][0] if self.report["devices"] else {}
 
     def check(self, ok: bool, what: str) -> None:
@@ -176,8 +176,9 @@ def test_a_model_in_the_output_history(tmp_path):
     c.check(dry.get("allocated") == 0, f"the dry run freed allocator memory: {dry}")
     c.check(dry.get("driver_free") == 0, f"the dry run changed the driver's figure: {dry}")
     c.check(dry.get("model_left") is True, "the dry run deleted `model`")
-    c.check("dry run: nothing was let go" in out.text["dry"], out.text["dry"])
-    c.check(f"Out.pop({a})" in out.text["dry"], f"the dry run does not show Out.pop({a})")
+    shown = out.text.get("dry", "")
+    c.check("dry run: nothing was let go" in shown, f"the dry run says: {shown!r}")
+    c.check(f"Out.pop({a})" in shown, f"the dry run does not show Out.pop({a})")
     c.held_is_the_named_objects()
     c.memory_came_back()
     c.let_go(
