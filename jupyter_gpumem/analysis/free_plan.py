@@ -23,6 +23,7 @@ free (``empty_cache`` returns those too).
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,11 @@ Key = tuple[int, int]  # (device, address)
 
 # What comes with the target when its holder goes: never data of the user's own.
 DERIVED = frozenset({"optimizer state", "gradients", "autograd graph", "optimizer params"})
+# How a walk names the kept traceback's places (``traceback: f() at In[3] line 2: x``), and
+# the one place a plan lets go of for all of them.
+TRACEBACK_PREFIX = "traceback:"
+TRACEBACK = "the kept traceback"
+_OUTPUT = re.compile(r"^(?:Out\[\d+\]|_\d+|_{1,3})$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +129,46 @@ def plan(
         out.append(DeviceFree(d, held, nbytes((d, a) for a in freed_d), expected, cached))
     report = FreeReport(tuple(names), tuple(let_go), tuple(kept), tuple(out), notes=tuple(notes))
     return report, {k for k in freed if k in sizes}
+
+
+def unknown_name(name: str, known: Iterable[str]) -> str:
+    """The sentence that refuses a name that is no variable (with the closest ones)."""
+    close = difflib.get_close_matches(name, list(known), n=3)
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    return f"{name!r} is not a variable of this kernel{hint}: name a variable, Out[N] or _"
+
+
+def nothing_to_free(names: Sequence[str]) -> str:
+    """The sentence that refuses names that hold no GPU memory of the allocator."""
+    what = ", ".join(names)
+    return f"{what} hold(s) no GPU memory of this process's allocator: nothing to free"
+
+
+def holder_kind(owner: str) -> HolderKind:
+    """A place's kind from how a walk spells its owner (recorded references carry no
+    other): ``Out[7]``, ``_7``, ``_`` are output history, ``traceback: ...`` the kept
+    traceback, anything else a name."""
+    if owner.startswith(TRACEBACK_PREFIX) or owner == TRACEBACK:
+        return "traceback"
+    return "output" if _OUTPUT.match(owner) else "name"
+
+
+def walks_from_references(refs: Iterable[Reference]) -> list[HolderWalk]:
+    """One :class:`HolderWalk` per owner of a walk's references (recorded ones: a walk of
+    every place at once), in the order met; the kept traceback's frames are one place."""
+    grouped: dict[str, list[Reference]] = {}
+    for r in refs:
+        owner = TRACEBACK if holder_kind(r.owner) == "traceback" else r.owner
+        grouped.setdefault(owner, []).append(r)
+    return [
+        HolderWalk(
+            owner,
+            holder_kind(owner),
+            tuple(rs),
+            is_tensor=any(r.via == "tensor" and r.path == owner for r in rs),
+        )
+        for owner, rs in grouped.items()
+    ]
 
 
 def _decide(
@@ -237,4 +283,14 @@ def _returned(
     return back, cached
 
 
-__all__ = ["DERIVED", "HolderKind", "HolderWalk", "plan"]
+__all__ = [
+    "DERIVED",
+    "TRACEBACK",
+    "HolderKind",
+    "HolderWalk",
+    "holder_kind",
+    "nothing_to_free",
+    "plan",
+    "unknown_name",
+    "walks_from_references",
+]
