@@ -142,6 +142,19 @@ def test_names_are_refused_as_live():
         source.free(["a"], dry=True)
 
 
+def test_the_post_mortem_s_names_are_planned_on_the_failure_s_record():
+    # GIVEN the recorded OOM, whose fix deletes `blocks` (a name of that moment only)
+    source = RecordedAttribution(str(ATTRIBUTION))
+    (pm,) = source.known_postmortems()
+    fix = next(f for f in pm.fixes if f.free_names)
+    assert (fix.command, fix.free_names) == ("del blocks", ("blocks",))
+    # WHEN it is previewed
+    report = source.free(list(fix.free_names), dry=True)
+    # THEN the plan frees the 512 MiB the fix says, and who's record is untouched
+    assert report.held == fix.frees == 512 * MiB
+    assert [g.code for g in report.let_go] == ["del blocks"]
+
+
 def test_the_magic_frees_on_the_replay_kernel(shell, monkeypatch):
     # GIVEN a kernel that replays the readings and the attribution recorded on a GPU
     for k, v in env(str(FIXTURES)).items():
