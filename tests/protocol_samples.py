@@ -29,6 +29,7 @@ from jupyter_gpumem.model import (
     WhoRow,
     WorkerReport,
 )
+from jupyter_gpumem.model.free import DeviceFree, FreeReport, Holder, LetGo
 from jupyter_gpumem.model.measurement import Limit
 from jupyter_gpumem.model.snapshot import BlockView, SegmentView
 from jupyter_gpumem.model.workers import WorkerDevice
@@ -107,7 +108,7 @@ def measurement(n_devices: int = 1, full: bool = True) -> Measurement:
 
 SITE = Site("cell", "<ipython-input-7>", 3, "f", 7, "x = torch.ones(n)", "torch/x.py:1 ones")
 ROW = WhoRow("acts", "a list", 1 * GiB, 3, "acts[0]", "owner", "In[7] line 3")
-FIX = Fix("cap", "raise the cap", 1 * GiB, None, "torch.cuda.x()", True, 512)
+FIX = Fix("cap", "raise the cap", 1 * GiB, None, "torch.cuda.x()", True, 512, ("acts",))
 PM = PostMortem(
     device=0,
     requested=2 * GiB,
@@ -182,6 +183,21 @@ def who_report() -> WhoReport:
     return WhoReport(0, "variable", 2 * GiB, GiB, (ROW,), True, ("a note",), 10, 0.0123456789)
 
 
+LET_GO = LetGo("opt", "delete", "the optimizer of model", 5 * GiB, "del opt")
+KEPT = Holder("results", GiB, "results['model'].fc.weight", "also holds more", "del results")
+FREED = DeviceFree(1, 9 * GiB, 14 * GiB, 12 * GiB, 512, 13 * GiB, 11 * GiB, 4096)
+FREE_REPORT = FreeReport(
+    names=("model", "Out[7]"),
+    let_go=(LET_GO,),
+    kept=(KEPT,),
+    devices=(FREED,),
+    done=True,
+    still=(Holder("no Python object", 4096, "", "a C extension"),),
+    notes=("a note",),
+    elapsed=0.0123456789,
+)
+
+
 def samples() -> dict[str, Any]:
     """Named records: one of every registered type (a Measurement with and without its
     optional parts)."""
@@ -204,4 +220,8 @@ def samples() -> dict[str, Any]:
         "postmortem": PM,
         "history_row": history_row(),
         "segment_map": segment_map(),
+        "free_report": FREE_REPORT,
+        "free_let_go": LET_GO,
+        "free_holder": KEPT,
+        "free_device": FREED,
     }

@@ -205,3 +205,41 @@ def test_a_librarys_state_torn_down_with_the_named_object_is_expected_back():
     (d,) = report.devices
     assert d.held == SIZE[A] + SIZE[B]  # the named object's own
     assert d.expected_freed == SIZE[A] + SIZE[B] + SIZE[H]
+
+
+def test_freeing_the_optimizer_frees_its_state_and_keeps_the_model():
+    opt = HolderWalk(
+        "opt",
+        "name",
+        (
+            ref("opt", A, "optimizer params", "opt.param_groups[0][0]"),
+            ref("opt", B, "gradients", "opt.param_groups[0][0].grad"),
+            ref("opt", S1, "optimizer state", "opt.state[0]['exp_avg']"),
+        ),
+        type_name="AdamW",
+    )
+    net = HolderWalk(
+        "model", "name", (ref("model", A), ref("model", B, "gradients", "model.w.grad"))
+    )
+    report, freed = plan(["opt"], [net, opt])
+    assert [g.holder for g in report.let_go] == ["opt"] and not report.kept
+    assert freed == {(0, S1)}
+    assert report.devices[0].held == SIZE[S1]
+
+
+def test_freeing_a_loss_frees_its_graph_and_keeps_the_model_and_the_input():
+    total = HolderWalk(
+        "total",
+        "name",
+        (
+            ref("total", L, "tensor", "total"),
+            ref("total", G1, "autograd graph", "total.grad_fn…MmBackward0._saved_mat1"),
+            ref("total", X, "autograd graph", "total.grad_fn…MmBackward0._saved_self"),
+            ref("total", A, "autograd graph", "total.grad_fn…leaf"),
+        ),
+        is_tensor=True,
+    )
+    xb = HolderWalk("xb", "name", (ref("xb", X, "tensor", "xb"),), is_tensor=True)
+    report, freed = plan(["total"], [model(), xb, total])
+    assert [g.holder for g in report.let_go] == ["total"] and not report.kept
+    assert freed == {(0, L), (0, G1)}

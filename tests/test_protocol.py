@@ -45,6 +45,7 @@ class FakeSession:
         self.report_listeners = []
         self.who = None
         self.postmortems = None
+        self.frees = None
 
 
 @pytest.fixture
@@ -176,6 +177,34 @@ def test_bad_requests_get_error_replies(handler, content, code, text):
     assert reply["status"] == "error" and reply["error"]["code"] == code
     assert text in reply["error"]["message"]
     assert req(handler, "sample")["status"] == "ok"  # still working
+
+
+def test_free_is_refused_where_the_kernel_cannot_free(handler):
+    # GIVEN a kernel without the free service (a bare session)
+    # WHEN the panel asks to free a name
+    reply = req(handler, "free", names=["model"], dry=True)
+    # THEN a refusal in one sentence, and the kernel keeps answering
+    assert reply["error"] == {
+        "code": "refused",
+        "message": "freeing is not available in this kernel",
+    }
+    assert req(handler, "sample")["status"] == "ok"
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        ({}, "missing argument 'names'"),
+        ({"names": []}, "names has 0 items, at least 1 needed"),
+        ({"names": [""]}, "names[0] is too short"),
+        ({"names": ["a"], "dry": 1}, "dry must be a boolean"),
+        ({"names": "model"}, "names must be an array"),
+    ],
+)
+def test_free_checks_its_arguments(handler, args, text):
+    reply = handler.handle({"protocol": 1, "action": "free", "args": args})
+    check(reply, "reply")
+    assert reply["error"]["code"] == "bad_request" and text in reply["error"]["message"]
 
 
 def test_tool_failure_is_a_failed_reply(handler):
@@ -310,3 +339,67 @@ def test_attribution_actions_validate_against_the_schema(session_handler):
     assert req(h, "segments")["status"] == "ok"  # no namespace needed
     r = req(h, "segments", device=7)
     assert r["error"]["code"] == "refused" and "no device 7" in r["error"]["message"]
+
+
+def _owners(h) -> dict[str, int]:
+    rows = req(h, "who", n=50)["result"]["devices"][0]["by_variable"]["rows"]
+    out: dict[str, int] = {}
+    for r in rows:
+        if r["kind"] == "owner":
+            out[r["key"]] = out.get(r["key"], 0) + r["bytes"]
+    return out
+
+
+def test_free_previews_then_frees_on_the_replay_kernel(session_handler):
+    h, _ = session_handler
+    MiB = 1 << 20
+    # GIVEN the recorded owners: base (64 MiB; view, another name for its storage, shows
+    # as base's, which ranks first)
+    before = _owners(h)
+    assert before["base"] == 64 * MiB and "view" not in before
+    # WHEN the panel asks for the preview
+    preview = req(h, "free", names=["base"], dry=True)["result"]["report"]
+    # THEN the plan: base and view deleted, its 64 MiB segment back to the driver, nothing
+    # measured, nothing let go yet
+    assert preview["done"] is False and preview["names"] == ["base"]
+    assert [(g["holder"], g["action"], g["code"]) for g in preview["let_go"]] == [
+        ("base", "delete", "del base"),
+        ("view", "delete", "del view"),
+    ]
+    (device,) = preview["devices"]
+    assert device["held"] == 64 * MiB and device["expected_returned"] == 64 * MiB
+    assert device["returned"] is None and device["freed"] is None
+    assert any(n.startswith("replayed on recorded data") for n in preview["notes"])
+    assert _owners(h) == before
+    # WHEN it frees
+    result = req(h, "free", names=["base"])["result"]
+    # THEN the same plan, done, with nothing measured; the owners let go are gone from who
+    report = result["report"]
+    assert report["done"] is True and report["let_go"] == preview["let_go"]
+    assert report["devices"][0]["returned"] is None
+    assert result["sample"]["devices"]
+    after = _owners(h)
+    assert after == {k: v for k, v in before.items() if k != "base"}
+    allocated = req(h, "who")["result"]["devices"][0]["by_variable"]["allocated"]
+    assert allocated == 217111552 - 64 * MiB
+    # AND a name let go is unknown from then on, refused with the live sentence
+    r = req(h, "free", names=["base"], dry=True)
+    assert r["error"] == {
+        "code": "refused",
+        "message": "'base' is not a variable of this kernel: name a variable, Out[N] or _",
+    }
+
+
+def test_free_refuses_unknown_names_and_waits_for_the_cell(session_handler):
+    h, session = session_handler
+    r = req(h, "free", names=["modl"], dry=True)
+    assert r["error"]["code"] == "refused"
+    assert r["error"]["message"] == (
+        "'modl' is not a variable of this kernel (did you mean model?): "
+        "name a variable, Out[N] or _"
+    )
+    session.busy = True  # a cell runs: nothing is let go
+    r = req(h, "free", names=["model"])
+    assert r["error"] == {"code": "busy", "message": "busy: available when the cell ends"}
+    session.busy = False
+    assert "model" in _owners(h)

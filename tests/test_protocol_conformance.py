@@ -50,6 +50,13 @@ def values_for(spec: dict[str, Any]) -> list[Any]:
         out += ["a" * spec["minLength"], "a" * max(0, spec["minLength"] - 1)]
     if "maxLength" in spec:
         out += ["a" * spec["maxLength"], "a" * (spec["maxLength"] + 1)]
+    if spec.get("type") == "array":
+        item = _valid(spec.get("items", {}))
+        low, high = spec.get("minItems", 0), spec.get("maxItems")
+        out += [[item] * low, [item] * max(0, low - 1)]
+        if high is not None:
+            out += [[item] * high, [item] * (high + 1)]
+        out += [[v] for v in values_for(spec.get("items", {}))]  # each item's values
     return out
 
 
@@ -77,6 +84,8 @@ def _valid(spec: dict[str, Any]) -> Any:
         return "c" * max(1, spec.get("minLength", 1))
     if kind == "number":
         return 0.5
+    if kind == "array":
+        return [_valid(spec.get("items", {}))] * max(1, spec.get("minItems", 1))
     return spec.get("minimum", 1)
 
 

@@ -40,6 +40,10 @@ DEFS = {
     "process_memory": "postmortem/properties/other_processes/items",
     "history_row": "history_cell",
     "segment_map": "segment_map",
+    "free_report": "free_report",
+    "free_let_go": "free_let_go",
+    "free_holder": "free_holder",
+    "free_device": "free_device",
 }
 
 

@@ -27,6 +27,10 @@ SHORT = {"integer": "int", "boolean": "bool", "string": "str", "number": "number
 
 
 def _bounds(spec: dict[str, Any]) -> str:
+    if spec.get("type") == "array":
+        count = f"{spec.get('minItems', 0)}..{spec.get('maxItems', '')} items"
+        each = _bounds(spec["items"])
+        return f"{count}, each {each}" if each else count
     low = ""
     if "minimum" in spec:
         low = str(spec["minimum"])
@@ -45,7 +49,8 @@ def signature(action: str) -> str:
     required = set(spec.get("required", ()))
     parts = []
     for name, p in spec.get("properties", {}).items():
-        text = f'"{name}": {SHORT[p["type"]]}' + ("" if name in required else "?")
+        kind = f"[{SHORT[p['items']['type']]}]" if p["type"] == "array" else SHORT[p["type"]]
+        text = f'"{name}": {kind}' + ("" if name in required else "?")
         notes = [n for n in (_bounds(p),) if n]
         if "default" in p:
             notes.append(f"default {str(p['default']).lower()}")

@@ -2,7 +2,9 @@
 plain records (what a walk from each holder alone reaches, the allocator's snapshot), so it
 runs unchanged on recorded data.
 
-The named objects' storages are the *target*. Every other holder that reaches part of it is
+The storages the named objects own are the *target* (an optimizer's parameters and what
+an autograd graph saved are referenced, not owned: freeing the optimizer or the loss keeps
+the model and the input). Every other holder that reaches part of it is
 decided by what else it reaches:
 
 - an output-history entry (``Out[7]``, ``_``, ``_7``) is forgotten, the kept traceback is
@@ -24,6 +26,7 @@ free (``empty_cache`` returns those too).
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -56,6 +59,11 @@ BUILT_ON = frozenset(
         "torch.distributed.fsdp",
     }
 )
+# How a walk names the kept traceback's places (``traceback: f() at In[3] line 2: x``), and
+# the one place a plan lets go of for all of them.
+TRACEBACK_PREFIX = "traceback:"
+TRACEBACK = "the kept traceback"
+_OUTPUT = re.compile(r"^(?:Out\[\d+\]|_\d+|_{1,3})$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,15 +95,16 @@ def plan(
     target_of: dict[Key, str] = {}
     for h in targets:
         for r in h.refs:
-            target_of.setdefault((r.device, r.address), h.owner)
-    target = set(target_of)
+            if not _borrowed(r):
+                target_of.setdefault((r.device, r.address), h.owner)
+    target = set(target_of)  # what the named objects own (not what they only reference)
     sizes = _sizes(holders, snapshot)
 
     def nbytes(keys: Iterable[Key]) -> int:
         return sum(sizes.get(k, 0) for k in keys)
 
     let_go = [
-        LetGo(h.owner, _own_action(h), "the name you gave", nbytes(_keys(h)), _own_code(h))
+        LetGo(h.owner, _own_action(h), "the name you gave", nbytes(_keys(h) & target), _own_code(h))
         for h in targets
     ]
     dropped: set[Key] = set().union(*(_keys(h) for h in targets))
@@ -150,6 +159,46 @@ def plan(
     return report, {k for k in freed if k in sizes}
 
 
+def unknown_name(name: str, known: Iterable[str]) -> str:
+    """The sentence that refuses a name that is no variable (with the closest ones)."""
+    close = difflib.get_close_matches(name, list(known), n=3)
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    return f"{name!r} is not a variable of this kernel{hint}: name a variable, Out[N] or _"
+
+
+def nothing_to_free(names: Sequence[str]) -> str:
+    """The sentence that refuses names that hold no GPU memory of the allocator."""
+    what = ", ".join(names)
+    return f"{what} hold(s) no GPU memory of this process's allocator: nothing to free"
+
+
+def holder_kind(owner: str) -> HolderKind:
+    """A place's kind from how a walk spells its owner (recorded references carry no
+    other): ``Out[7]``, ``_7``, ``_`` are output history, ``traceback: ...`` the kept
+    traceback, anything else a name."""
+    if owner.startswith(TRACEBACK_PREFIX) or owner == TRACEBACK:
+        return "traceback"
+    return "output" if _OUTPUT.match(owner) else "name"
+
+
+def walks_from_references(refs: Iterable[Reference]) -> list[HolderWalk]:
+    """One :class:`HolderWalk` per owner of a walk's references (recorded ones: a walk of
+    every place at once), in the order met; the kept traceback's frames are one place."""
+    grouped: dict[str, list[Reference]] = {}
+    for r in refs:
+        owner = TRACEBACK if holder_kind(r.owner) == "traceback" else r.owner
+        grouped.setdefault(owner, []).append(r)
+    return [
+        HolderWalk(
+            owner,
+            holder_kind(owner),
+            tuple(rs),
+            is_tensor=any(r.via == "tensor" and r.path == owner for r in rs),
+        )
+        for owner, rs in grouped.items()
+    ]
+
+
 def _decide(
     h: HolderWalk, keys: set[Key], overlap: set[Key], target: set[Key], first: str
 ) -> tuple[LetGoAction, str, str] | None:
@@ -187,6 +236,15 @@ def _decide(
             f"del {h.owner}",
         )
     return None
+
+
+def _borrowed(r: Reference) -> bool:
+    """A storage the holder only references, owned by others: an optimizer's parameters
+    and their gradients, what an autograd graph saved or accumulates into (freeing the
+    optimizer or the loss does not free the model or the input)."""
+    if r.via in ("optimizer params", "autograd graph"):
+        return True
+    return r.via == "gradients" and (".param_groups[" in r.path or "].param." in r.path)
 
 
 def _built_on(module: str) -> bool:
@@ -272,4 +330,15 @@ def _returned(
     return back, cached
 
 
-__all__ = ["BUILT_ON", "DERIVED", "HolderKind", "HolderWalk", "plan"]
+__all__ = [
+    "BUILT_ON",
+    "DERIVED",
+    "TRACEBACK",
+    "HolderKind",
+    "HolderWalk",
+    "holder_kind",
+    "nothing_to_free",
+    "plan",
+    "unknown_name",
+    "walks_from_references",
+]

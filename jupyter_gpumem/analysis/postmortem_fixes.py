@@ -117,6 +117,7 @@ def _first_steps(held: DeviceHoldings | None, first: FirstSteps, base: _Baseline
                 None,
                 f"del {names}",
                 first_step=True,
+                free_names=tuple(first.names),
             )
         )
     if out:
@@ -281,6 +282,7 @@ def _holder_fixes(
                 ok,
                 f"del {owner}",
                 shortfall=short,
+                free_names=(owner,),
             )
         )
     unreachable = _unreachable(held, room, base)

@@ -26,9 +26,10 @@ from ..errors import ActionRefused
 from ..model import AllocatorSnapshot, PostMortem, SegmentMap
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from ..analysis.sites import CellNames, SiteResolver
+    from ..model.free import FreeReport
 
 
 class Workspace(Protocol):
@@ -102,6 +103,13 @@ class AttributionSource(Protocol):
 
     def known_postmortems(self) -> tuple[PostMortem, ...]:
         """Post-mortems of failures the source knew of before the session saw any."""
+        ...
+
+    def free(self, names: Sequence[str], dry: bool) -> FreeReport | None:
+        """``%gpumem free`` on the source's own records: the plan, and unless ``dry`` the
+        plan played on them (the owners let go are gone from later readings), nothing
+        measured. None: the source reads the live namespace, which ``core/free.py`` lets go
+        of and measures itself. Raises ActionRefused with a sentence."""
         ...
 
 
@@ -206,6 +214,9 @@ class LiveAttribution:
 
     def known_postmortems(self) -> tuple[PostMortem, ...]:
         return ()  # a live session explains the failures it sees
+
+    def free(self, names: Sequence[str], dry: bool) -> FreeReport | None:
+        return None  # the live namespace: core/free.py lets go of it and measures
 
 
 __all__ = [

@@ -17,7 +17,6 @@ Reads and changes the namespace: call only on the shell thread while no cell run
 
 from __future__ import annotations
 
-import difflib
 import gc
 import time
 import warnings
@@ -26,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..analysis.free_plan import HolderWalk, Key, plan
+from ..analysis.free_plan import HolderWalk, Key, nothing_to_free, plan, unknown_name
 from ..collectors.holders import Found, keepers
 from ..collectors.namespace import Place, Root, collection_paused
 from ..collectors.snapshot import read_snapshot
@@ -70,6 +69,10 @@ class Frees:
         names = list(dict.fromkeys(n.strip() for n in names if n.strip()))
         if not names:
             raise ActionRefused("name what to free: %gpumem free NAME [NAME ...]")
+        # A source of its own (recorded data) plans and plays it on its records.
+        recorded = self.who.source.free(names, dry)
+        if recorded is not None:
+            return replace(recorded, elapsed=time.perf_counter() - start)
         for n in names:
             if self.workspace.place(n) is None:
                 raise ActionRefused(_unknown(n, self.workspace))
@@ -200,10 +203,7 @@ class Frees:
         holders += self._hooks(targets, places, holders, steps)
         report, freed = plan(names, holders, snap, notes)
         if report.held == 0 and not any(h.kind == "library" for h in holders) and not notes:
-            what = ", ".join(names)
-            raise ActionRefused(
-                f"{what} hold(s) no GPU memory of this process's allocator: nothing to free"
-            )
+            raise ActionRefused(nothing_to_free(names))
         # the order: libraries and hooks first, then graphs, then the names themselves
         order = {"teardown": 0, "unhook": 0, "detach": 1, "release": 2, "forget": 3, "delete": 4}
         for lg in sorted(report.let_go, key=lambda x: order[x.action]):
@@ -386,10 +386,7 @@ def _returned(b: Any, a: Any) -> int | None:
 
 
 def _unknown(name: str, ws: Workspace) -> str:
-    names = [k for k, _ in ws.variables()]
-    close = difflib.get_close_matches(name, names, n=3)
-    hint = f" (did you mean {', '.join(close)}?)" if close else ""
-    return f"{name!r} is not a variable of this kernel{hint}: name a variable, Out[N] or _"
+    return unknown_name(name, [k for k, _ in ws.variables()])
 
 
 __all__ = ["Frees"]

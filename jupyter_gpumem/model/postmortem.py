@@ -55,6 +55,9 @@ class Fix:
     # (the kept traceback, names the failed cell bound), which a re-run allocates again.
     first_step: bool = False
     shortfall: int | None = None  # bytes still missing after it (when it does not fit)
+    # The names ``%gpumem free`` would let go of to do it (a ``del`` of variables): the
+    # panel's one click; empty when the fix is no such deletion.
+    free_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ from ..model import (
     WorkerDevice,
     WorkerReport,
 )
+from ..model.free import DeviceFree, FreeReport, Holder, LetGo
 from .wire import Convert, Wire, converter
 
 
@@ -198,7 +199,7 @@ WIRES: dict[str, tuple[type, Wire]] = {
             value={"rows": _each, "notes": list, "elapsed": lambda s: round(s * 1000, 3)},
         ),
     ),
-    "fix": (Fix, Wire()),
+    "fix": (Fix, Wire(value={"free_names": list}, when={"free_names": "truthy"})),
     "postmortem": (
         PostMortem,
         Wire(
@@ -231,6 +232,21 @@ WIRES: dict[str, tuple[type, Wire]] = {
             order=("device", "summary", "segments", "labels", ...),
         ),
     ),
+    "free_report": (
+        FreeReport,
+        Wire(
+            rename={"elapsed": "elapsed_ms"},
+            value={
+                **dict.fromkeys(("let_go", "kept", "devices", "still"), _each),
+                "names": list,
+                "notes": list,
+                "elapsed": lambda s: round(s * 1000, 3),
+            },
+        ),
+    ),
+    "free_let_go": (LetGo, Wire()),
+    "free_holder": (Holder, Wire()),
+    "free_device": (DeviceFree, Wire()),
     # blocks: written by _map_segments (a block is an array, its site an index)
     "segment_map.segments": (SegmentView, Wire(omit=("blocks",))),
     "segment_map.summary": (

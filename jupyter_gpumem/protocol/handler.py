@@ -19,6 +19,7 @@ from .convert import to_protocol
 
 if TYPE_CHECKING:
     from ..collectors import Collector
+    from ..core.free import Frees
     from ..core.history import History
     from ..core.postmortem import PostMortems
     from ..core.who import Who
@@ -43,6 +44,11 @@ class Services(Protocol):
     @property
     def postmortems(self) -> PostMortems | None:
         """The last failure's post-mortems, the kept traceback (None: not available)."""
+        ...
+
+    @property
+    def frees(self) -> Frees | None:
+        """Letting go of what holds named objects (None: not available in this kernel)."""
         ...
 
 
@@ -240,10 +246,21 @@ class Handler:
 
         return self.on_shell(release)
 
+    def free(self, names: list[str], dry: bool = False) -> dict[str, Any]:
+        frees = self.services.frees
+        if frees is None:
+            raise ActionRefused("freeing is not available in this kernel")
+
+        def free() -> dict[str, Any]:
+            report = frees.free(names, dry=dry)
+            return {"report": to_protocol(report), "sample": to_protocol(self.collector.measure())}
+
+        return self.on_shell(free)
+
 
 # Actions that read the user's namespace: the kernel runs them on the shell thread, between
 # cells, and replies when they end (the control thread stays free for samples).
-READS_NAMESPACE = frozenset({"who", "release_traceback"})
+READS_NAMESPACE = frozenset({"who", "release_traceback", "free"})
 # Actions that wait for a worker process when given ``rank`` or ``pid``: the kernel runs
 # them off its control thread and replies when they end.
 WAITS_FOR_A_WORKER = frozenset({"segments"})
@@ -262,4 +279,5 @@ ACTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "release_traceback": Handler.release_traceback,
     "segments": Handler.segments,
     "history": Handler.history,
+    "free": Handler.free,
 }

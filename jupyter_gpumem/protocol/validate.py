@@ -10,7 +10,8 @@ request in about 20 microseconds. ``tests/test_protocol_conformance.py`` checks 
 
 Keywords: ``type`` (one or a list), ``const``, ``enum``, ``properties``, ``required``,
 ``additionalProperties``, ``items``, ``prefixItems``, ``minimum``, ``maximum``,
-``exclusiveMinimum``, ``exclusiveMaximum``, ``minLength``, ``maxLength``, ``oneOf``,
+``exclusiveMinimum``, ``exclusiveMaximum``, ``minLength``, ``maxLength``, ``minItems``,
+``maxItems``, ``oneOf``,
 ``anyOf``, ``$ref`` (``#/...`` in the same schema). Booleans are not numbers, as in JSON.
 """
 
@@ -133,6 +134,10 @@ class Validator:
                 self.check(v, extra, inner)
 
     def _array(self, value: Any, schema: Mapping[str, Any], where: str) -> None:
+        if "minItems" in schema and len(value) < schema["minItems"]:
+            raise Invalid(where, f"has {len(value)} items, at least {schema['minItems']} needed")
+        if "maxItems" in schema and len(value) > schema["maxItems"]:
+            raise Invalid(where, f"has {len(value)} items, at most {schema['maxItems']} allowed")
         prefix = schema.get("prefixItems", ())
         for i, (v, s) in enumerate(zip(value, prefix, strict=False)):
             self.check(v, s, f"{where}[{i}]")

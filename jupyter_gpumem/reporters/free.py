@@ -57,6 +57,8 @@ def _expected(devices: tuple[DeviceFree, ...]) -> str:
 
 def _came_back(d: DeviceFree) -> str:
     where = cuda_label(d.device)
+    if d.returned is None and d.freed is None:
+        return f"{where}: nothing was measured"
     if d.returned is None:
         return f"{where}: the driver's figure could not be read; freed {format_bytes(d.freed)}"
     s = f"came back to the driver on {where}: {format_bytes(d.returned)} (cudaMemGetInfo)"

@@ -162,10 +162,12 @@ class PlayerAttribution(RecordedAttribution):
 
     def __init__(self) -> None:
         self.data = {}
+        self.frees = {}
         self._cell: Mapping[str, Any] | None = None
         self._oom: Mapping[str, Any] | None = None
 
     def settle(self, cell: RecordedCell) -> None:
+        self.frees = {}  # what was freed is the recording's own from here on
         self._cell = cell.attribution
         if cell.attribution is not None and "oom" in cell.attribution:
             self._oom = cell.attribution

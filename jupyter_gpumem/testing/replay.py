@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..analysis.postmortem import explain_oom
@@ -42,9 +42,11 @@ from ..model import (
     Replay,
     SegmentMap,
 )
+from .recorded_free import RecordedFrees
 
 if TYPE_CHECKING:
     from ..core.attribution import AttributionSource
+    from ..model.free import FreeReport
 
 
 def device_from_raw(raw: Mapping[str, Any]) -> DeviceSample:
@@ -262,11 +264,13 @@ class RecordedCells:
 class RecordedAttribution:
     """What ``who`` reads, as recorded on a GPU (attribution.json): a
     :class:`~jupyter_gpumem.core.attribution.AttributionSource`. Tracking is simulated:
-    sites are recorded when the user wants them."""
+    sites are recorded when the user wants them; ``free`` plays its plan on the records
+    (``recorded_free.py``)."""
 
     def __init__(self, path: str) -> None:
         with open(path) as f:
             self.data: dict[str, Any] = json.load(f)
+        self.frees: dict[str, RecordedFrees] = {}  # by record
 
     @classmethod
     def beside(cls, fixture: str) -> RecordedAttribution | None:
@@ -294,7 +298,7 @@ class RecordedAttribution:
         walked when it was recorded)."""
         tracking = self.tracking(recording)
         rec = self.record("cells")
-        snap = snapshot_from_dict(rec, tracking=tracking)
+        snap = self.freed("cells").snapshot(snapshot_from_dict(rec, tracking=tracking))
         if not tracking:  # as if recorded without sites
             segments = [
                 {**seg, "blocks": [{**b, "frames": []} for b in seg.get("blocks", ())]}
@@ -302,7 +306,7 @@ class RecordedAttribution:
             ]
             snap = AllocatorSnapshot(snap.time, segments, False)  # type: ignore[arg-type]
         resolver = SiteResolver(RecordedCells(rec), rec["library_dirs"])
-        refs = [Reference(*r) for r in rec["refs"]]
+        refs = self.freed("cells").references(rec["refs"])
         before = frozenset(tuple(k) for k in rec["before"])
         return {d: holdings(snap, d, refs, resolver, before) for d in devices or [0]}
 
@@ -312,6 +316,26 @@ class RecordedAttribution:
     def known_postmortems(self) -> tuple[PostMortem, ...]:
         """The recorded OOM's post-mortem."""
         return (recorded_postmortem(self.record("oom_fragmentation")),)
+
+    def freed(self, record: str) -> RecordedFrees:
+        """What the frees played so far took from one record."""
+        return self.frees.setdefault(record, RecordedFrees())
+
+    def free(self, names: Sequence[str], dry: bool) -> FreeReport:
+        """The plan for ``names`` from the references and snapshot ``who`` reads; unless
+        ``dry``, played on them. Names of the recorded out-of-memory error's moment (its
+        post-mortem's fixes) are planned on that record."""
+        name = "cells"
+        for other in ("cells", "oom_fragmentation"):
+            try:
+                known = self.freed(other).owners(self.record(other))
+            except KeyError:  # not recorded
+                continue
+            if all(n in known for n in names):
+                name = other
+                break
+        rec = self.record(name)
+        return self.freed(name).free(rec, snapshot_from_dict(rec, tracking=True), names, dry)
 
 
 def recorded_segment_maps(

@@ -19,6 +19,7 @@ import { IKernelLike, IKernelSource } from './kernel/types';
 import type { IServerApi } from './server/serverApi';
 import { clampInterval, DEFAULT_SETTINGS, ISettings } from './settings';
 import {
+  FreeOrigin,
   GpuMemStore,
   IGpuMemState,
   ISegmentsSource,
@@ -263,6 +264,41 @@ export class GpuMemModel implements IDisposable {
    */
   releaseTraceback(): Promise<void> {
     return this._client.perform('release_traceback', {});
+  }
+
+  /**
+   * Preview freeing `names` (`%gpumem free --dry`): what would be let go,
+   * what is left as it is, what should come back to the driver. Shown at
+   * `origin` (an owner row, a post-mortem's fix).
+   */
+  previewFree(names: readonly string[], origin: FreeOrigin): Promise<void> {
+    return this._client.free(names, true, origin);
+  }
+
+  /**
+   * Free what the open preview names (`%gpumem free`): everything that keeps
+   * their GPU memory alive is let go; then `who` is read again.
+   */
+  confirmFree(): Promise<void> {
+    const free = this._store.state.process.free;
+    if (free === null) {
+      return Promise.resolve();
+    }
+    return this._client.free(free.names, false, free.origin);
+  }
+
+  /** Ask again what the last Free request asked (after `busy`, a failure). */
+  retryFree(): Promise<void> {
+    const free = this._store.state.process.free;
+    if (free === null) {
+      return Promise.resolve();
+    }
+    return this._client.free(free.names, free.dry, free.origin);
+  }
+
+  /** Close the Free's preview or result. */
+  closeFree(): void {
+    this._store.dispatch({ type: 'free_closed' });
   }
 
   /** Report an error found before anything was sent (bad input). */

@@ -4,6 +4,7 @@
 import {
   ACTIONS,
   IDevice,
+  IFreeReport,
   IPostMortem,
   ISample,
   IWhoReport,
@@ -232,3 +233,55 @@ export function whoResult(overrides: Partial<IWhoResult> = {}): IWhoResult {
     ...overrides
   };
 }
+
+/**
+ * The recorded plan for freeing `base` (64 MiB, and `view`, another name for
+ * its storage): its segment goes back to the driver. `done` with what came
+ * back (`returned`; null: nothing measured, as on a replay kernel).
+ */
+export function freeReport(
+  overrides: Partial<IFreeReport> = {},
+  returned: number | null = null
+): IFreeReport {
+  const done = overrides.done === true;
+  return {
+    names: ['base'],
+    let_go: [
+      {
+        holder: 'base',
+        action: 'delete',
+        why: 'the name you gave',
+        bytes: 64 * MiB,
+        code: 'del base'
+      },
+      {
+        holder: 'view',
+        action: 'delete',
+        why: 'a part of base',
+        bytes: 64 * MiB,
+        code: 'del view'
+      }
+    ],
+    kept: [],
+    devices: [
+      {
+        device: 0,
+        held: 64 * MiB,
+        expected_freed: 64 * MiB,
+        expected_returned: 64 * MiB,
+        cached_free: 0,
+        freed: done && returned !== null ? 64 * MiB : null,
+        returned: done ? returned : null,
+        still_held: done && returned !== null ? 0 : null
+      }
+    ],
+    done,
+    still: [],
+    notes: [],
+    elapsed_ms: 3.5,
+    ...overrides
+  };
+}
+
+/** What a kernel of revision 12 offers: every action but `free`. */
+export const ACTIONS_BEFORE_FREE: string[] = ACTIONS.filter(a => a !== 'free');

@@ -19,6 +19,11 @@ import {
   IDevice,
   IFix,
   IForecast,
+  IFreeDevice,
+  IFreeHolder,
+  IFreeLetGo,
+  IFreeReport,
+  IFreeResult,
   IHelloResult,
   IHistoryCell,
   IHistoryCellDevice,
@@ -180,7 +185,8 @@ const fix: Required<IFix> = {
   fits: null,
   command: '',
   first_step: false,
-  shortfall: null
+  shortfall: null,
+  free_names: []
 };
 const otherProcess: Required<IOtherProcess> = { pid: 1, name: '', bytes: 0 };
 const postmortem: Required<IPostMortem> = {
@@ -292,6 +298,41 @@ const historyCell: Required<IHistoryCell> = {
 };
 const history: Required<IHistoryResult> = { cells: [] };
 const released: Required<IReleaseTracebackResult> = { frames: 0, freed: {} };
+const letGo: Required<IFreeLetGo> = {
+  holder: 'model',
+  action: 'delete',
+  why: '',
+  bytes: 0,
+  code: 'del model'
+};
+const freeHolder: Required<IFreeHolder> = {
+  holder: '',
+  bytes: 0,
+  example: '',
+  why: '',
+  fix: ''
+};
+const freeDevice: Required<IFreeDevice> = {
+  device: 0,
+  held: 0,
+  expected_freed: 0,
+  expected_returned: 0,
+  cached_free: 0,
+  freed: null,
+  returned: null,
+  still_held: null
+};
+const freeReport: Required<IFreeReport> = {
+  names: ['model'],
+  let_go: [letGo],
+  kept: [freeHolder],
+  devices: [freeDevice],
+  done: false,
+  still: [],
+  notes: [],
+  elapsed_ms: 0
+};
+const freed: Required<IFreeResult> = { report: freeReport, sample };
 
 const result = (action: string) =>
   sorted(Object.keys(schema.$defs.results[action].properties));
@@ -414,6 +455,25 @@ describe('protocol mirror', () => {
     expect(sorted(Object.keys(released))).toEqual(result('release_traceback'));
     expect(sorted(Object.keys(segments))).toEqual(result('segments'));
     expect(sorted(Object.keys(history))).toEqual(result('history'));
+    expect(sorted(Object.keys(freed))).toEqual(result('free'));
+  });
+
+  it('has the fields of the free report (revision 13)', () => {
+    expect(sorted(Object.keys(freeReport))).toEqual(props('free_report'));
+    expect(sorted(Object.keys(letGo))).toEqual(props('free_let_go'));
+    expect(sorted(Object.keys(freeHolder))).toEqual(props('free_holder'));
+    expect(sorted(Object.keys(freeDevice))).toEqual(props('free_device'));
+    const actions: IFreeLetGo['action'][] = [
+      'delete',
+      'forget',
+      'release',
+      'detach',
+      'unhook',
+      'teardown'
+    ];
+    expect(sorted(actions)).toEqual(
+      sorted(schema.$defs.free_let_go.properties.action.enum)
+    );
   });
 
   it('uses only the kinds the schema allows', () => {

@@ -1,11 +1,12 @@
 /**
- * What the user asks of the followed kernel: load the extension (Attach), and
- * the allocator actions of the panel's buttons, one at a time. No DOM.
+ * What the user asks of the followed kernel: load the extension (Attach), the
+ * allocator actions of the panel's buttons, one at a time, and the Who tab's
+ * Free (its preview, then the free). No DOM.
  */
 import { KernelMessage } from '@jupyterlab/services';
 
 import { Action } from '../protocol';
-import { UserAction } from '../state';
+import { FreeOrigin, freeInFlight, UserAction } from '../state';
 import { IClientContext } from './context';
 
 /** Code run by Attach. */
@@ -19,7 +20,12 @@ export class ActionSender {
       attached: () => Promise<void>;
       /** An action changed what `who` shows (tracking, a released traceback). */
       whoChanged: () => void;
-    }
+    },
+    /**
+     * Time to wait for `free`: it runs on the kernel's shell thread, as `who`
+     * does (the kernel waits up to 10.5 s for it).
+     */
+    private readonly _freeTimeoutMs: number
   ) {}
 
   /**
@@ -109,6 +115,55 @@ export class ActionSender {
       case 'error':
         ctx.dispatch({ type: 'pending', action: null });
         ctx.dispatch({ type: 'local_error', action, message: outcome.message });
+        break;
+    }
+  }
+
+  /**
+   * Ask the kernel to free `names` (with `dry`: the preview only) and apply
+   * its answer where the Free was opened; after a real free, read `who`
+   * again. Not while another `free` waits for its answer.
+   */
+  async free(
+    names: readonly string[],
+    dry: boolean,
+    origin: FreeOrigin
+  ): Promise<void> {
+    const ctx = this._ctx;
+    const kernel = ctx.kernel;
+    if (!kernel || names.length === 0 || freeInFlight(ctx.state.process.free)) {
+      return;
+    }
+    const generation = ctx.generation;
+    const args = { names: [...names], dry };
+    ctx.dispatch({ type: 'free_sent', names, dry, origin });
+    const outcome = await ctx.request('free', args, this._freeTimeoutMs);
+    if (generation !== ctx.generation || kernel !== ctx.kernel) {
+      return;
+    }
+    switch (outcome.kind) {
+      case 'reply':
+        ctx.dispatch({
+          type: 'reply',
+          action: 'free',
+          reply: outcome.reply,
+          args
+        });
+        if (outcome.reply.status === 'ok' && !dry) {
+          // What was let go leaves the table.
+          this._on.whoChanged();
+        }
+        break;
+      case 'timeout':
+      case 'stale':
+        ctx.dispatch({ type: 'free_failed', code: 'timeout', message: '' });
+        break;
+      case 'error':
+        ctx.dispatch({
+          type: 'free_failed',
+          code: 'local',
+          message: outcome.message
+        });
         break;
     }
   }

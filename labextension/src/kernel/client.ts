@@ -14,7 +14,7 @@ import { IDisposable } from '@lumino/disposable';
 import { Signal } from '@lumino/signaling';
 
 import { Action, IHelloResult } from '../protocol';
-import { GpuMemEvent, IGpuMemState, ReadingView } from '../state';
+import { FreeOrigin, GpuMemEvent, IGpuMemState, ReadingView } from '../state';
 import { GpuMemStore } from '../state';
 import { ActionSender } from './actions';
 import { IClientContext } from './context';
@@ -44,10 +44,14 @@ export class GpuMemClient implements IDisposable, IClientContext {
       greeted: (kernel, result) => this._greeted(kernel, result)
     });
     this._glance = new GlanceReader(this, () => this._start());
-    this._actions = new ActionSender(this, {
-      attached: () => this._greeter.hello(false),
-      whoChanged: () => this._readings.whoChanged()
-    });
+    this._actions = new ActionSender(
+      this,
+      {
+        attached: () => this._greeter.hello(false),
+        whoChanged: () => this._readings.whoChanged()
+      },
+      options.whoTimeoutMs ?? 15000
+    );
   }
 
   // -- the context the collaborators share ------------------------------------
@@ -216,6 +220,15 @@ export class GpuMemClient implements IDisposable, IClientContext {
   /** Send a user action and apply its reply; one at a time. */
   perform(action: Action, args: Record<string, unknown>): Promise<void> {
     return this._actions.perform(action, args);
+  }
+
+  /** Free `names` (with `dry`: the preview only), shown at `origin`. */
+  free(
+    names: readonly string[],
+    dry: boolean,
+    origin: FreeOrigin
+  ): Promise<void> {
+    return this._actions.free(names, dry, origin);
   }
 
   // -- following the kernel ------------------------------------------------------

@@ -5,6 +5,7 @@
 import { formatBytes, formatPercent } from './format';
 import { IDevice } from '../protocol';
 import {
+  freeInFlight,
   IActionError,
   IGpuMemState,
   Notice,
@@ -244,6 +245,8 @@ export function actionLabel(action: string, trans: ITrans): string {
       return trans.__('Allocation tracking');
     case 'release_traceback':
       return trans.__('Release traceback');
+    case 'free':
+      return trans.__('Free');
     case 'segments':
       return trans.__('Segments');
     case 'history':
@@ -323,7 +326,7 @@ function initializedDevices(state: IGpuMemState): IDevice[] {
  */
 export function availability(
   state: IGpuMemState,
-  action: UserAction | 'who' | ReadingView,
+  action: UserAction | 'who' | 'free' | ReadingView,
   trans: ITrans,
   device?: IDevice
 ): IAvailability {
@@ -353,6 +356,12 @@ export function availability(
     // A reading, not an action: the other actions do not wait for it.
     return state.process.who.status === 'loading'
       ? disabled(trans.__('Reading who holds the memory…'))
+      : ENABLED;
+  }
+  if (action === 'free') {
+    // One Free at a time; the other actions do not wait for it.
+    return freeInFlight(state.process.free)
+      ? disabled(trans.__('Waiting for the kernel to answer…'))
       : ENABLED;
   }
   if (action === 'segments' || action === 'history') {

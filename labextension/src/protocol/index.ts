@@ -14,6 +14,7 @@ import {
   IDevice,
   IHistoryCell,
   IFix,
+  IFreeLetGo,
   IPostMortem,
   ISample,
   ISegmentMap,
@@ -26,7 +27,8 @@ import {
 export * from './schema.generated';
 
 /**
- * What `who` and `release_traceback` answer while a cell runs (code `busy`).
+ * What `who`, `release_traceback` and `free` answer while a cell runs (code
+ * `busy`).
  */
 export const BUSY_MESSAGE = 'busy: available when the cell ends';
 
@@ -63,6 +65,8 @@ export type IWhoDevice = IWhoResult['devices'][number];
 export type ISegmentsResult = IActionResults['segments'];
 export type IHistoryResult = IActionResults['history'];
 export type IReleaseTracebackResult = IActionResults['release_traceback'];
+export type IFreeResult = IActionResults['free'];
+export type FreeAction = IFreeLetGo['action'];
 /** `track`'s result; `tracking` was a boolean before revision 3. */
 export type ITrackResult = Omit<IActionResults['track'], 'tracking'> & {
   tracking: ITracking | boolean;

@@ -7,7 +7,7 @@
 export const PROTOCOL_VERSION = 1;
 
 /** Additions an older peer can ignore raise the revision. */
-export const PROTOCOL_REVISION = 12;
+export const PROTOCOL_REVISION = 13;
 
 export const REQUEST_MSG_TYPE = 'gpumem_request';
 
@@ -29,7 +29,8 @@ export const ACTIONS = [
   'track',
   'release_traceback',
   'segments',
-  'history'
+  'history',
+  'free'
 ] as const;
 
 export type Action = (typeof ACTIONS)[number];
@@ -276,6 +277,7 @@ export interface IFix {
   command: string;
   first_step?: boolean;
   shortfall?: number | null;
+  free_names?: string[];
 }
 
 export interface IPostMortem {
@@ -304,6 +306,44 @@ export interface IPostMortem {
   hint?: string;
 }
 
+export interface IFreeReport {
+  names: string[];
+  let_go: IFreeLetGo[];
+  kept: IFreeHolder[];
+  devices: IFreeDevice[];
+  done: boolean;
+  still: IFreeHolder[];
+  notes: string[];
+  elapsed_ms: number;
+}
+
+export interface IFreeLetGo {
+  holder: string;
+  action: 'delete' | 'forget' | 'release' | 'detach' | 'unhook' | 'teardown';
+  why: string;
+  bytes: number;
+  code: string;
+}
+
+export interface IFreeHolder {
+  holder: string;
+  bytes: number;
+  example: string;
+  why: string;
+  fix: string;
+}
+
+export interface IFreeDevice {
+  device: number;
+  held: number;
+  expected_freed: number;
+  expected_returned: number;
+  cached_free: number;
+  freed: number | null;
+  returned: number | null;
+  still_held: number | null;
+}
+
 /** Each action's arguments. */
 export interface IActionArgs {
   hello: Record<string, never>;
@@ -324,6 +364,7 @@ export interface IActionArgs {
     pid?: number;
   };
   history: { n?: number };
+  free: { names: string[]; dry?: boolean };
 }
 
 /** Each action's result (the `result` of an ok reply). */
@@ -357,6 +398,7 @@ export interface IActionResults {
   release_traceback: { frames: number; freed: Record<string, number> };
   segments: { devices: ISegmentMap[]; worker?: ISegmentsWorker };
   history: { cells: IHistoryCell[] };
+  free: { report: IFreeReport; sample: ISample };
 }
 
 /** What the kernel pushes on the comm. */

@@ -4,5 +4,6 @@
 export * from './types';
 export { reduce } from './reducer';
 export { applySample } from './samples';
+export { freeInFlight, sameOrigin } from './free';
 export { readTracking } from './replies';
 export { GpuMemStore } from './store';

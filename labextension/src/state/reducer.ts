@@ -20,6 +20,7 @@ import {
   WHO_IDLE,
   withProcess
 } from './types';
+import { freeClosed, freeFailed, freeSent } from './free';
 import { whoFailed, whoSent } from './who';
 
 function isGone(state: IGpuMemState): boolean {
@@ -59,7 +60,8 @@ function notLoaded(state: IGpuMemState): IGpuMemState {
       readings: NO_READINGS,
       segmentsSource: null,
       postmortems: [],
-      forecast: null
+      forecast: null,
+      free: null
     }
   };
 }
@@ -68,6 +70,9 @@ function notLoaded(state: IGpuMemState): IGpuMemState {
 function noReply(state: IGpuMemState, action: Action): IGpuMemState {
   if (action === 'who') {
     return whoFailed(state, 'timeout', '');
+  }
+  if (action === 'free') {
+    return freeFailed(state, 'timeout', '');
   }
   if (isReadingView(action)) {
     return readingFailed(state, action, 'timeout', '');
@@ -130,6 +135,12 @@ export function reduce(state: IGpuMemState, event: GpuMemEvent): IGpuMemState {
       return whoSent(state);
     case 'who_failed':
       return whoFailed(state, event.code, event.message);
+    case 'free_sent':
+      return freeSent(state, event.names, event.dry, event.origin);
+    case 'free_failed':
+      return freeFailed(state, event.code, event.message);
+    case 'free_closed':
+      return freeClosed(state);
     case 'reading_sent':
       return readingSent(state, event.view);
     case 'segments_source':

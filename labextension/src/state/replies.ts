@@ -17,6 +17,7 @@ import {
   Reply
 } from '../protocol';
 import { applySample, withCommId } from './samples';
+import { applyFree } from './free';
 import { applyReading, isReadingView } from './readings';
 import { IGpuMemState, UserAction, withProcess } from './types';
 import { applyWho } from './who';
@@ -54,6 +55,10 @@ export function applyReply(
 ): IGpuMemState {
   if (action === 'who') {
     return applyWho(state, reply, at);
+  }
+  if (action === 'free') {
+    // Shown in the Who tab where it was asked, not in the status line.
+    return applyFree(state, reply, args);
   }
   if (isReadingView(action)) {
     return applyReading(state, action, reply, at);

@@ -7,6 +7,7 @@ import {
   CommData,
   ICellMarker,
   IForecast,
+  IFreeReport,
   IHistoryResult,
   ILimit,
   IPostMortem,
@@ -113,6 +114,38 @@ export const WHO_IDLE: IWhoState = {
 };
 
 /**
+ * Where a Free was asked from, so that the view shows its preview and result
+ * there: an owner row of a device's Who table, or a fix of a device's
+ * out-of-memory post-mortem (by its place in the list).
+ */
+export type FreeOrigin =
+  | { kind: 'owner'; device: number; key: string }
+  | { kind: 'fix'; device: number; index: number };
+
+/**
+ * Where a Free stands: its preview (a dry run) on its way, shown, the free on
+ * its way, done; `busy` (a cell runs: the kernel lets go of nothing then) and
+ * `error` (refused, failed, no answer) for the last request (`dry` says which).
+ */
+export type FreeStatus =
+  'previewing' | 'preview' | 'freeing' | 'done' | 'busy' | 'error';
+
+export interface IFreeState {
+  /** The names to free (a variable, `Out[N]`, `_`). */
+  names: readonly string[];
+  origin: FreeOrigin;
+  status: FreeStatus;
+  /** The last request (or the one on its way) was a dry run. */
+  dry: boolean;
+  /** The plan, from the dry run; kept while the free goes. */
+  preview: IFreeReport | null;
+  /** What was let go and what came back. */
+  result: IFreeReport | null;
+  /** Why the last request failed (status `error`). */
+  error: IActionError | null;
+}
+
+/**
  * Whose segment map the Segments tab reads: a worker process of the kernel
  * (by pid, with its rank as the sample showed it); null: the kernel's own.
  */
@@ -202,6 +235,8 @@ export interface IProcessState {
    * touched a device (its marker); null before any.
    */
   forecast: IForecastState | null;
+  /** The Free opened in the Who tab (one at a time); null: none. */
+  free: IFreeState | null;
 }
 
 /** The process fields before a process talked, and after it went. */
@@ -221,7 +256,8 @@ export const NO_PROCESS: Readonly<IProcessState> = {
   readings: NO_READINGS,
   segmentsSource: null,
   postmortems: [],
-  forecast: null
+  forecast: null,
+  free: null
 };
 
 export interface IGpuMemState {
@@ -266,6 +302,17 @@ export type GpuMemEvent =
       at?: number;
     }
   | { type: 'who_sent' }
+  /** A `free` request went out (a preview when `dry`). */
+  | {
+      type: 'free_sent';
+      names: readonly string[];
+      dry: boolean;
+      origin: FreeOrigin;
+    }
+  /** A `free` request got no protocol reply (timeout, no kernel, bad reply). */
+  | { type: 'free_failed'; code: string; message: string }
+  /** The Free's preview or result was closed (Cancel, Close). */
+  | { type: 'free_closed' }
   | { type: 'reading_sent'; view: ReadingView }
   /** The Segments tab's chooser: a worker process's map, or the kernel's. */
   | { type: 'segments_source'; source: ISegmentsSource | null }

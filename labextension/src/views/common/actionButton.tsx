@@ -17,6 +17,8 @@ export function ActionButton(props: {
   onClick: () => void;
   onRefused: (reason: string) => void;
   className?: string;
+  /** For a button that opens something below it: whether it is open. */
+  expanded?: boolean;
 }): JSX.Element {
   const { enabled, reason } = props.availability;
   return (
@@ -25,6 +27,7 @@ export function ActionButton(props: {
       className={`jp-GpuMem-button jp-mod-styled ${props.className ?? ''}`}
       aria-label={props.ariaLabel}
       aria-disabled={!enabled}
+      aria-expanded={props.expanded}
       title={enabled ? props.help : reason}
       onClick={() => (enabled ? props.onClick() : props.onRefused(reason))}
     >

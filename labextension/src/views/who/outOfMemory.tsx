@@ -2,8 +2,9 @@
  * The out-of-memory block of the Who tab: why the failed request did not fit
  * (asked, free, cached, fragmented, outside PyTorch, other processes) and
  * what would fix it, each fix judged against what the failed cell needs
- * (first steps, fits, maybe, no, with the shortfall). Every string the kernel
- * sends is rendered as text.
+ * (first steps, fits, maybe, no, with the shortfall). A fix that deletes
+ * names is one click: *Free* previews it, as an owner row's does. Every string
+ * the kernel sends is rendered as text.
  */
 import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
@@ -11,7 +12,10 @@ import * as React from 'react';
 import { formatSize } from '../../present/format';
 import { deviceLabel } from '../../present/messages';
 import { IFix, IPostMortem } from '../../protocol';
+import { FreeOrigin } from '../../state';
 import { Figure } from '../overview/figures';
+import { IViewProps } from '../props';
+import { canFree, freeAt, FreeButton, FreePanel } from './freePreview';
 
 type Verdict = 'first' | 'yes' | 'maybe' | 'no';
 
@@ -62,9 +66,18 @@ function fitsHelp(
   }
 }
 
-function Fix(props: { fix: IFix; trans: TranslationBundle }): JSX.Element {
-  const { fix, trans } = props;
+function Fix(props: {
+  fix: IFix;
+  trans: TranslationBundle;
+  /** Given, with the fix's place: a `del` of names gets *Free*. */
+  free: IViewProps | null;
+  origin: FreeOrigin;
+}): JSX.Element {
+  const { fix, trans, free, origin } = props;
   const verdict = verdictOf(fix);
+  const names = fix.free_names ?? [];
+  const freeing = free !== null && names.length > 0;
+  const open = freeing ? freeAt(free.state, origin) : null;
   return (
     <li className="jp-GpuMem-fix" data-fix={fix.kind} data-fits={verdict}>
       <span
@@ -82,6 +95,13 @@ function Fix(props: { fix: IFix; trans: TranslationBundle }): JSX.Element {
           </>
         )}
       </span>
+      {freeing && (
+        <>
+          {' '}
+          <FreeButton {...free} names={names} origin={origin} />
+        </>
+      )}
+      {free !== null && open !== null && <FreePanel {...free} free={open} />}
     </li>
   );
 }
@@ -94,8 +114,11 @@ function Fix(props: { fix: IFix; trans: TranslationBundle }): JSX.Element {
 export function OutOfMemory(props: {
   postmortem: IPostMortem;
   trans: TranslationBundle;
+  /** Given: fixes that delete names get *Free* (when the kernel offers it). */
+  free?: IViewProps;
 }): JSX.Element {
   const { postmortem: p, trans } = props;
+  const free = props.free && canFree(props.free.state) ? props.free : null;
   const bytes = (n: number) => formatSize(n);
   const title = trans.__('Out of memory on %1', deviceLabel(p.device, trans));
   return (
@@ -197,7 +220,13 @@ export function OutOfMemory(props: {
           </h4>
           <ol className="jp-GpuMem-fixes">
             {p.fixes.map((fix, i) => (
-              <Fix key={`${i}-${fix.kind}`} fix={fix} trans={trans} />
+              <Fix
+                key={`${i}-${fix.kind}`}
+                fix={fix}
+                trans={trans}
+                free={free}
+                origin={{ kind: 'fix', device: p.device, index: i }}
+              />
             ))}
           </ol>
         </>

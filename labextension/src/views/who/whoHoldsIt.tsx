@@ -1,7 +1,8 @@
 /**
  * The "Who holds it" tab: which names of the kernel (and, with allocation
- * tracking on, which lines) hold the allocated memory of each device, and,
- * after an out-of-memory error, why the request failed and what would fix it.
+ * tracking on, which lines) hold the allocated memory of each device (each
+ * owner with *Free*), and, after an out-of-memory error, why the request
+ * failed and what would fix it.
  *
  * Read with the kernel's `who` action; kernel/client.ts says when (only while
  * this tab is shown in the visible panel). Every string the kernel sends is
@@ -10,17 +11,14 @@
 import { TranslationBundle } from '@jupyterlab/translation';
 import * as React from 'react';
 
-import { formatPercent, formatSize } from '../../present/format';
 import { availability, deviceLabel } from '../../present/messages';
-import { IWhoReport } from '../../protocol';
 import { IGpuMemState, IWhoState } from '../../state';
 import { ActionButton } from '../common/actionButton';
 import { OutOfMemory } from './outOfMemory';
 import { Message, NoDeviceMessage, TooOldMessage } from '../common/message';
 import { IViewProps } from '../props';
-
-/** Prefix of the owners a kept traceback holds (`traceback: frame: name`). */
-const TRACEBACK_PREFIX = 'traceback:';
+import { FreePanel } from './freePreview';
+import { TRACEBACK_PREFIX, WhoTable } from './whoTable';
 
 /**
  * The tab. While it is mounted (its tab selected) the model may read `who`.
@@ -59,6 +57,13 @@ export function WhoView(props: IViewProps): JSX.Element | null {
   const who = state.process.who;
   const data = who.data;
   const stale = data !== null && who.status !== 'ok';
+  // A Free of an owner whose device left the reading (all of it was freed).
+  const free = state.process.free;
+  const gone =
+    free !== null &&
+    free.origin.kind === 'owner' &&
+    data !== null &&
+    !data.devices.some(d => d.index === free.origin.device);
   return (
     <div
       className="jp-GpuMem-who"
@@ -67,6 +72,7 @@ export function WhoView(props: IViewProps): JSX.Element | null {
     >
       <WhoControls {...props} />
       <WhoStatus who={who} trans={trans} />
+      {free !== null && gone && <FreePanel {...props} free={free} />}
       {data !== null && (
         <div
           className={
@@ -96,7 +102,11 @@ export function WhoView(props: IViewProps): JSX.Element | null {
                   {deviceName(state, device.index)}
                 </span>
               </h3>
-              <WhoTable report={device.by_variable} trans={trans} />
+              <WhoTable
+                report={device.by_variable}
+                trans={trans}
+                free={props}
+              />
               {device.by_line ? (
                 <WhoTable report={device.by_line} trans={trans} />
               ) : (
@@ -119,6 +129,7 @@ export function WhoView(props: IViewProps): JSX.Element | null {
           key={`${postmortem.device}-${i}`}
           postmortem={postmortem}
           trans={trans}
+          free={props}
         />
       ))}
     </div>
@@ -309,110 +320,4 @@ function ReadAt(props: {
       {trans.__('Read at %1', clock(who.fetchedAt))}
     </p>
   );
-}
-
-/**
- * One report as a compact table: a row per owner or line with its share of
- * the allocated bytes as a small bar, then how much the names explain and the
- * kernel's notes.
- */
-export function WhoTable(props: {
-  report: IWhoReport;
-  trans: TranslationBundle;
-}): JSX.Element {
-  const { report, trans } = props;
-  const byLine = report.by === 'line';
-  const title = byLine ? trans.__('Lines') : trans.__('Owners');
-  const allocated = report.allocated;
-  const share = (bytes: number) =>
-    allocated > 0 ? Math.min(1, Math.max(0, bytes / allocated)) : 0;
-  return (
-    <div className="jp-GpuMem-whoReport" data-by={report.by}>
-      <table className="jp-GpuMem-whoTable" data-by={report.by}>
-        <caption className="jp-GpuMem-whoCaption">{title}</caption>
-        <thead>
-          <tr>
-            <th scope="col">{byLine ? trans.__('Line') : trans.__('Name')}</th>
-            <th scope="col" className="jp-GpuMem-whoBytes">
-              {trans.__('Size')}
-            </th>
-          </tr>
-        </thead>
-        <tbody>
-          {report.rows.map((row, i) => (
-            <tr
-              key={`${i}-${row.key}`}
-              className={`jp-GpuMem-whoRow jp-GpuMem-whoRow-${row.kind}`}
-              data-key={row.key}
-              data-kind={row.kind}
-              data-bytes={row.bytes}
-            >
-              <td className="jp-GpuMem-whoName">
-                <span className="jp-GpuMem-whoKey">{row.key}</span>
-                {row.detail !== '' && (
-                  <span className="jp-GpuMem-whoDetail">{row.detail}</span>
-                )}
-                {!byLine && row.site && (
-                  <span className="jp-GpuMem-whoSite">
-                    {trans.__('allocated at %1', row.site)}
-                  </span>
-                )}
-                {row.example !== '' && row.example !== row.key && (
-                  <span className="jp-GpuMem-whoExample">
-                    {byLine ? row.example : trans.__('e.g. %1', row.example)}
-                  </span>
-                )}
-                <span className="jp-GpuMem-share" aria-hidden="true">
-                  <span
-                    className="jp-GpuMem-shareFill"
-                    style={{ width: `${(share(row.bytes) * 100).toFixed(2)}%` }}
-                  />
-                </span>
-              </td>
-              <td
-                className="jp-GpuMem-whoBytes"
-                title={trans._n(
-                  '%2 of allocated, %1 block',
-                  '%2 of allocated, %1 blocks',
-                  row.blocks,
-                  formatPercent(share(row.bytes))
-                )}
-              >
-                {formatSize(row.bytes)}
-              </td>
-            </tr>
-          ))}
-        </tbody>
-      </table>
-      <p className="jp-GpuMem-whoExplained">{explainedText(report, trans)}</p>
-      {report.outside_allocator > 0 && (
-        <p className="jp-GpuMem-whoNote">
-          {trans.__(
-            "%1 more is outside PyTorch's allocator",
-            formatSize(report.outside_allocator)
-          )}
-        </p>
-      )}
-      {report.notes.length > 0 && (
-        <ul className="jp-GpuMem-whoNotes">
-          {report.notes.map((note, i) => (
-            <li key={i}>{note}</li>
-          ))}
-        </ul>
-      )}
-    </div>
-  );
-}
-
-function explainedText(report: IWhoReport, trans: TranslationBundle): string {
-  const allocated = report.allocated;
-  if (allocated <= 0) {
-    return trans.__('Nothing is allocated on this device.');
-  }
-  const explained = formatSize(report.explained);
-  const total = formatSize(allocated);
-  const percent = formatPercent(report.explained / allocated);
-  return report.by === 'line'
-    ? trans.__('lines explain %1 of %2 (%3)', explained, total, percent)
-    : trans.__('names explain %1 of %2 (%3)', explained, total, percent);
 }
