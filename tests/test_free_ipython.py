@@ -99,10 +99,14 @@ def test_free_from_python_raises_a_gpumem_error_with_the_reason(sh):
 
 
 # -- the referrer search (collectors/holders.py) ------------------------------------------
+def _closure_over(obj):
+    return lambda *a: obj
+
+
 def test_a_hook_on_another_module_is_found_and_removed_alone():
     target = Model()
     other = Model()
-    other._forward_hooks[7] = lambda *a: target  # a closure over the target
+    other._forward_hooks[7] = _closure_over(target)
     other._forward_hooks[8] = lambda *a: None  # not about the target
     found = keepers(target, {}, {id(other): "other"})
     hooks = [f for f in found if f.kind == "hook"]

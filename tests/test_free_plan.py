@@ -9,8 +9,16 @@ from jupyter_gpumem.model import AllocatorSnapshot, Reference
 
 MiB = 1 << 20
 A, B, S1, S2, L, G1, X, H = (0x1000 * (i + 1) for i in range(8))
-SIZE = {A: 64 * MiB, B: 32 * MiB, S1: 64 * MiB, S2: 32 * MiB, L: 512, G1: 8 * MiB, X: 4 * MiB,
-        H: 16 * MiB}  # fmt: skip
+SIZE = {
+    A: 64 * MiB,
+    B: 32 * MiB,
+    S1: 64 * MiB,
+    S2: 32 * MiB,
+    L: 512,
+    G1: 8 * MiB,
+    X: 4 * MiB,
+    H: 16 * MiB,
+}
 
 
 def ref(owner, address, via="parameters", path=None, device=0):
@@ -125,8 +133,13 @@ def test_a_block_another_name_reaches_is_not_expected_back():
 
 def test_expected_back_to_the_driver_counts_whole_segments_and_the_free_cache():
     def block(address, size, state="active_allocated"):
-        return {"address": address, "size": size, "requested_size": size, "state": state,
-                "frames": []}  # fmt: skip
+        return {
+            "address": address,
+            "size": size,
+            "requested_size": size,
+            "state": state,
+            "frames": [],
+        }
 
     segments = [
         # the model's two blocks fill one segment: it goes back whole
@@ -135,21 +148,21 @@ def test_expected_back_to_the_driver_counts_whole_segments_and_the_free_cache():
             "address": A,
             "total_size": 96 * MiB,
             "blocks": [block(A, SIZE[A]), block(B, SIZE[B])],
-        },  # fmt: skip
+        },
         # a segment shared with a live block that stays: nothing back
         {
             "device": 0,
             "address": S1,
             "total_size": 80 * MiB,
             "blocks": [block(S1, 64 * MiB), block(X, 16 * MiB)],
-        },  # fmt: skip
+        },
         # already free in the cache: empty_cache returns it too
         {
             "device": 0,
             "address": H,
             "total_size": 20 * MiB,
             "blocks": [block(H, 20 * MiB, "inactive")],
-        },  # fmt: skip
+        },
     ]
     snap = AllocatorSnapshot(0.0, segments, False)
     opt = HolderWalk(
@@ -182,8 +195,9 @@ def test_a_library_object_built_on_the_model_goes_with_it_and_a_users_own_does_n
             library=library,
         )
 
-    report, _ = plan(["model"], [model(), holder("trainer", "transformers.trainer"),
-                                 holder("exp", "__main__")])  # fmt: skip
+    report, _ = plan(
+        ["model"], [model(), holder("trainer", "transformers.trainer"), holder("exp", "__main__")]
+    )
     g = by_holder(report)["trainer"]
     assert g.action == "delete" and g.why == "a Trainer built on model: it goes with it"
     assert [k.holder for k in report.kept] == ["exp"]
