@@ -142,3 +142,65 @@ def test_a_module_global_is_named_with_its_path():
         assert found[0].kind == "global"
     finally:
         del sys.modules[mod.__name__]
+
+
+def test_the_plan_of_a_real_session_with_cpu_tensors_standing_in_for_gpu_ones(sh, monkeypatch):
+    """The whole planning path of ``%gpumem free --dry`` in a real shell: every place walked
+    alone, the hook and the closure found from the model's referrers. Without a GPU, CPU
+    tensors stand in (the walk is told to count them; there is no allocator snapshot, so
+    sizes are the storages'); nothing is let go."""
+    torch = pytest.importorskip("torch")
+    from jupyter_gpumem._ipython import SESSIONS
+    from jupyter_gpumem.collectors.namespace import NamespaceWalker, TorchTensors
+    from jupyter_gpumem.core import free as core_free
+
+    session = SESSIONS[id(sh)]
+    monkeypatch.setattr(core_free, "why_nothing", lambda t: None)
+    monkeypatch.setattr(core_free, "cuda_ready", lambda t: True)
+    monkeypatch.setattr(core_free, "read_snapshot", lambda t: None)
+    everything = NamespaceWalker(TorchTensors(torch, include=lambda x: True))
+    monkeypatch.setattr(session.who, "walker", lambda t: everything)
+    cell = """
+import torch
+model = torch.nn.Linear(256, 256)
+opt = torch.optim.AdamW(model.parameters())
+model(torch.ones(4, 256)).sum().backward()
+opt.step()
+total = model(torch.ones(4, 256)).sum()
+def closing_over(m):
+    return lambda *a: m
+step = closing_over(model)
+other = torch.nn.Linear(2, 2)
+hook = other.register_forward_hook(closing_over(model))
+results = {"model": model, "x": torch.ones(1000)}
+keep = torch.arange(10.0)
+"""
+    assert sh.run_cell(cell).error_in_exec is None
+    try:
+        report = session.frees.free(["model"], dry=True)
+        got = {g.holder: g.action for g in report.let_go}
+        assert got.pop("model") == "delete" and got.pop("opt") == "delete"
+        assert got.pop("total") == "detach" and got.pop("step") == "delete"
+        (hook_label,) = [k for k in got if k.startswith("other._forward_hooks[")]
+        assert got.pop(hook_label) == "unhook"
+        assert not got, got  # nothing else
+        assert [k.holder for k in report.kept] == ["results"]
+        assert report.kept[0].fix == "del results['model']"
+        params = 256 * 256 * 4 + 256 * 4
+        assert report.devices[0].held == 2 * params  # weights and bias, and their gradients
+        assert not report.done
+        assert sh.user_ns["model"] is sh.user_ns["results"]["model"]  # nothing was let go
+        assert len(sh.user_ns["other"]._forward_hooks) == 1
+    finally:
+        for name in (
+            "model",
+            "opt",
+            "total",
+            "closing_over",
+            "step",
+            "other",
+            "hook",
+            "results",
+            "keep",
+        ):
+            sh.user_ns.pop(name, None)

@@ -229,6 +229,7 @@ class Frees:
         module_names = {id(p.obj): o for o, p in places.items() if p.obj is not None}
         by_owner = {h.owner: h for h in holders}
         out: list[HolderWalk] = []
+        found: set[str] = set()
         for p in targets:
             if p.obj is None or p.owner not in by_owner:
                 continue
@@ -239,7 +240,10 @@ class Frees:
                     steps[f.label] = Step(f.remove, None)
             for name, value in list(ns.items()):
                 closure = getattr(value, "__closure__", None)
-                if closure and name not in steps and _closes_over(closure, p.obj):
+                # a function is a place of its own, but the walk does not look into
+                # closures: the one that closes over the named object is a holder
+                if closure and name not in found and _closes_over(closure, p.obj):
+                    found.add(name)
                     out.append(
                         HolderWalk(
                             name,
