@@ -75,6 +75,12 @@ class BudgetError(GpuMemError, ValueError):
     """A budget that does not parse; the message shows the accepted form."""
 
 
+class DiffInputError(GpuMemError, ValueError):
+    """A run document or a tolerance that a comparison of runs cannot use (not a
+    ``jupyter-gpumem run`` document, a version it does not read, ``1`` for ``1%``); the
+    message says what was expected."""
+
+
 class RunError(GpuMemError):
     """A notebook could not be run (``jupyter-gpumem run`` exits 2); the message says why."""
 

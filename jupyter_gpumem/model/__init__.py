@@ -16,6 +16,7 @@ plus the exact in-cell peaks and what the analyses found.
 - ``planning``: a step's breakdown, scans
 - ``workers``: worker processes' own figures, per rank and device
 - ``forecast``: memory that grows cell after cell, and when it would run out
+- ``run_diff``: two runs of a notebook compared cell by cell
 - ``render``: records that show themselves (the views register)
 
 Records are values: nothing changes one once it is made. Most are frozen dataclasses. The
@@ -89,6 +90,20 @@ from .postmortem import (
     TracebackHoldings,
 )
 from .process import OomEvent, ProcessMemory
+from .run_diff import (
+    CellDiff,
+    CellRef,
+    DeviceDiff,
+    FigureChange,
+    Judged,
+    MatchKind,
+    Outcome,
+    RunDiff,
+    Spread,
+    Tolerance,
+    Why,
+    WhyKind,
+)
 from .snapshot import (
     ACTIVE,
     AllocatorSnapshot,
@@ -130,10 +145,13 @@ __all__ = [
     "Breakdown",
     "Category",
     "CategoryShare",
+    "CellDiff",
+    "CellRef",
     "CellReport",
     "CellTrace",
     "DeviceAttribution",
     "DeviceCellReport",
+    "DeviceDiff",
     "DeviceRow",
     "DeviceSample",
     "DryRun",
@@ -142,6 +160,7 @@ __all__ = [
     "DryScan",
     "DryScanPoint",
     "Failed",
+    "FigureChange",
     "Fit",
     "FitKind",
     "Fix",
@@ -150,21 +169,25 @@ __all__ = [
     "Frame",
     "FreeSpace",
     "HistoryRow",
+    "Judged",
     "Limit",
     "LimitKind",
     "LineShare",
     "Mark",
+    "MatchKind",
     "Measurement",
     "ModuleCall",
     "ModuleShare",
     "Observed",
     "OomEvent",
+    "Outcome",
     "Phase",
     "Pool",
     "PostMortem",
     "ProcessMemory",
     "Reference",
     "Replay",
+    "RunDiff",
     "RunKind",
     "ScanResult",
     "ScanRun",
@@ -173,10 +196,12 @@ __all__ = [
     "SegmentView",
     "Site",
     "SiteKind",
+    "Spread",
     "State",
     "StepRecord",
     "Target",
     "Timeline",
+    "Tolerance",
     "TraceAllocation",
     "TracebackHolding",
     "TracebackHoldings",
@@ -184,6 +209,8 @@ __all__ = [
     "WhoReport",
     "WhoRow",
     "WhoRowKind",
+    "Why",
+    "WhyKind",
     "WorkerDevice",
     "WorkerOomSnapshot",
     "WorkerReport",

@@ -22,6 +22,7 @@ from ..model import (
     HistoryRow,
     Measurement,
     Replay,
+    RunDiff,
     ScanResult,
     SegmentMap,
     WhoReport,
@@ -141,6 +142,14 @@ def history(
     return marked(bundle, replay)
 
 
+def run_diff(diff: RunDiff) -> Bundle:
+    """Two runs compared: the regressions and why, the runs side by side."""
+    from .run_diff import diff_text
+    from .run_diff_html import diff_html
+
+    return {"text/plain": diff_text(diff), "text/html": diff_html(diff)}
+
+
 def marked(bundle: Bundle, replay: Replay | None) -> Bundle:
     """``bundle`` under the replay's line when its figures are replayed, else unchanged."""
     if replay is not None:
@@ -159,3 +168,4 @@ register(Breakdown, lambda b: breakdown([b]))
 register(ScanResult, scan)
 register(DryRun, dry_run)
 register(DryScan, dry_scan)
+register(RunDiff, run_diff)
