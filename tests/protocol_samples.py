@@ -8,6 +8,8 @@ from typing import Any
 
 from jupyter_gpumem.model import (
     AllocatorStats,
+    Breakdown,
+    CategoryShare,
     CellReport,
     DeviceAttribution,
     DeviceCellReport,
@@ -19,6 +21,7 @@ from jupyter_gpumem.model import (
     HistoryRow,
     LineShare,
     Measurement,
+    ModuleShare,
     OomEvent,
     PostMortem,
     ProcessMemory,
@@ -161,6 +164,23 @@ def cell() -> CellReport:
     )
 
 
+BREAKDOWN = Breakdown(
+    device=0,
+    peak=5 * GiB,
+    base=GiB,
+    categories=(CategoryShare("parameters", GiB, 4), CategoryShare("activations", 4 * GiB, 9)),
+    phase="forward",
+    modules=(ModuleShare("model.fc1", 3 * GiB, 512), ModuleShare("model.fc2", GiB, 0)),
+    reserved_at_peak=6 * GiB,
+    outside_torch=500 << 20,
+    exact=False,
+    events=1234,
+    peak_event=77,
+    counter_peak=5 * GiB + 512,
+    note="the trace wrapped",
+)
+
+
 def history_row() -> HistoryRow:
     own = DeviceRow(0, GiB, 5, 2 * GiB, 6, 3 * GiB, 7, 8, 9, "In[7] line 3")
     theirs = DeviceRow(1, GiB, 5, 2 * GiB, 6, 3 * GiB, 7, 8, 9, None, "rank 1 (pid 4242)", 2, "OOM")
@@ -224,4 +244,5 @@ def samples() -> dict[str, Any]:
         "free_let_go": LET_GO,
         "free_holder": KEPT,
         "free_device": FREED,
+        "breakdown": BREAKDOWN,
     }

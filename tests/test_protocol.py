@@ -43,6 +43,7 @@ class FakeSession:
         self.history = History(10)
         self.busy = False
         self.report_listeners = []
+        self.last_report = None
         self.who = None
         self.postmortems = None
         self.frees = None

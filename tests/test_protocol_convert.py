@@ -44,6 +44,7 @@ DEFS = {
     "free_let_go": "free_let_go",
     "free_holder": "free_holder",
     "free_device": "free_device",
+    "breakdown": "breakdown",
 }
 
 
@@ -119,3 +120,25 @@ def test_a_forgotten_field_fails():
     cls, wire = WIRES["forecast"]
     grown = make_dataclass("Grown", [("new_figure", int, 0)], bases=(cls,), frozen=True)
     assert unsent(grown, wire, properties("forecast")) == ["new_figure (as 'new_figure')"]
+
+
+def test_last_cell_carries_peak_reserved_every_kept_line_and_the_breakdown():
+    """The ``last_cell`` action's object (what ``jupyter-gpumem run --save`` records):
+    the kept lines are all of them, not the marker's first three."""
+    from dataclasses import replace
+
+    from jupyter_gpumem.protocol.convert import last_cell
+    from tests.protocol_samples import BREAKDOWN, cell
+
+    report = replace(cell(), breakdowns=(BREAKDOWN,), breakdown_note=None)
+    obj = last_cell(report)
+    jsonschema.validate(obj, {**schema(), "$ref": "#/$defs/last_cell"})
+    (d,) = obj["devices"]
+    assert (d["index"], d["peak_reserved"], d["peak_exact"]) == (0, 6 << 30, True)
+    assert len(d["kept_lines"]) == len(report.attribution[0].lines) == 4
+    assert len(to_protocol(report)["devices"][0]["kept_at"]) == 3  # the marker's
+    assert d["breakdown"] == to_protocol(BREAKDOWN)
+    bare = last_cell(replace(cell(), attribution=(), breakdowns=(), breakdown_note="no GPU"))
+    jsonschema.validate(bare, {**schema(), "$ref": "#/$defs/last_cell"})
+    assert bare["devices"][0]["kept_lines"] is None and bare["devices"][0]["breakdown"] is None
+    assert bare["breakdown_note"] == "no GPU"

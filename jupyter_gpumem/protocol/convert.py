@@ -18,6 +18,8 @@ from typing import Any
 from ..collectors.torch_build import torch_version
 from ..model import (
     AllocatorStats,
+    Breakdown,
+    CategoryShare,
     CellReport,
     DeviceRow,
     DeviceSample,
@@ -28,6 +30,7 @@ from ..model import (
     Limit,
     LineShare,
     Measurement,
+    ModuleShare,
     PostMortem,
     ProcessMemory,
     Replay,
@@ -98,6 +101,33 @@ def _cell_devices(r: CellReport) -> list[dict[str, Any]]:
             row["kept_at"] = [to_protocol(s) for s in attribution.lines[:3]]
         out.append(row)
     return out
+
+
+def last_cell(r: CellReport) -> dict[str, Any]:
+    """A cell's report in more detail than its history row (the ``last_cell`` action):
+    per device its peak reserved, the lines that allocated what it kept (tracking on:
+    all of them, largest first; None: not recorded) and its breakdown (--breakdown)."""
+    breakdowns = {b.device: b for b in r.breakdowns}
+    devices = []
+    for d in r.devices:
+        attribution = r.device_attribution(d.index)
+        b = breakdowns.get(d.index)
+        devices.append(
+            {
+                "index": d.index,
+                "peak_reserved": d.peak_reserved,
+                "peak_exact": d.peak_exact,
+                "kept_lines": None
+                if attribution is None
+                else [to_protocol(s) for s in attribution.lines],
+                "breakdown": None if b is None else to_protocol(b),
+            }
+        )
+    return {
+        "execution_count": r.execution_count,
+        "devices": devices,
+        "breakdown_note": r.breakdown_note,
+    }
 
 
 def _map_labels(m: SegmentMap) -> list[str]:
@@ -191,6 +221,17 @@ WIRES: dict[str, tuple[type, Wire]] = {
         ),
     ),
     "line_share": (LineShare, Wire(omit=("site",))),  # the line is the cell's own
+    "breakdown": (
+        Breakdown,
+        Wire(
+            value={
+                "categories": _each_as("breakdown.categories"),
+                "modules": _each_as("breakdown.modules"),
+            }
+        ),
+    ),
+    "breakdown.categories": (CategoryShare, Wire()),
+    "breakdown.modules": (ModuleShare, Wire()),
     "who_row": (WhoRow, Wire()),
     "who_report": (
         WhoReport,

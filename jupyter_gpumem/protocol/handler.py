@@ -15,7 +15,7 @@ from .._version import __version__
 from ..core import actions
 from ..errors import ActionRefused, ProtocolError
 from . import BUSY, PROTOCOL_VERSION, check_request, error_reply, schema
-from .convert import to_protocol
+from .convert import last_cell, to_protocol
 
 if TYPE_CHECKING:
     from ..collectors import Collector
@@ -34,6 +34,7 @@ class Services(Protocol):
     collector: Collector
     history: History
     busy: bool  # a cell is running
+    last_report: CellReport | None  # the last measured cell's report
     report_listeners: list[Callable[[CellReport], None]]  # called with each cell's report
 
     @property
@@ -225,6 +226,10 @@ class Handler:
     def history(self, n: int = 200) -> dict[str, Any]:
         return {"cells": [to_protocol(row) for row in self.services.history.last(n)]}
 
+    def last_cell(self) -> dict[str, Any]:
+        report = self.services.last_report
+        return {"cell": None if report is None else last_cell(report)}
+
     def _tracking(self) -> dict[str, bool]:
         """``active``: sites are being recorded; ``wanted``: asked for (recording starts
         once torch is imported)."""
@@ -280,4 +285,5 @@ ACTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "segments": Handler.segments,
     "history": Handler.history,
     "free": Handler.free,
+    "last_cell": Handler.last_cell,
 }

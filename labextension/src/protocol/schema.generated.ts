@@ -7,7 +7,7 @@
 export const PROTOCOL_VERSION = 1;
 
 /** Additions an older peer can ignore raise the revision. */
-export const PROTOCOL_REVISION = 13;
+export const PROTOCOL_REVISION = 14;
 
 export const REQUEST_MSG_TYPE = 'gpumem_request';
 
@@ -30,7 +30,8 @@ export const ACTIONS = [
   'release_traceback',
   'segments',
   'history',
-  'free'
+  'free',
+  'last_cell'
 ] as const;
 
 export type Action = (typeof ACTIONS)[number];
@@ -226,6 +227,34 @@ export interface IHistoryCell {
   }[];
 }
 
+export interface ILastCell {
+  execution_count: number | null;
+  devices: {
+    index: number;
+    peak_reserved: number | null;
+    peak_exact: boolean;
+    kept_lines: null | ILineShare[];
+    breakdown: null | IBreakdown;
+  }[];
+  breakdown_note: string | null;
+}
+
+export interface IBreakdown {
+  device: number;
+  peak: number;
+  base: number;
+  categories: { category: string; bytes: number; blocks: number }[];
+  phase: 'forward' | 'backward' | 'optimizer step' | 'other';
+  modules: { module: string; activations: number; temporaries: number }[];
+  reserved_at_peak: number | null;
+  outside_torch: number | null;
+  exact: boolean;
+  events: number;
+  peak_event: number;
+  counter_peak: number | null;
+  note: string;
+}
+
 export interface ILineShare {
   line: number;
   text: string;
@@ -365,6 +394,7 @@ export interface IActionArgs {
   };
   history: { n?: number };
   free: { names: string[]; dry?: boolean };
+  last_cell: Record<string, never>;
 }
 
 /** Each action's result (the `result` of an ok reply). */
@@ -399,6 +429,7 @@ export interface IActionResults {
   segments: { devices: ISegmentMap[]; worker?: ISegmentsWorker };
   history: { cells: IHistoryCell[] };
   free: { report: IFreeReport; sample: ISample };
+  last_cell: { cell: null | ILastCell };
 }
 
 /** What the kernel pushes on the comm. */
