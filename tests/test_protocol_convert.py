@@ -131,14 +131,16 @@ def test_last_cell_carries_peak_reserved_every_kept_line_and_the_breakdown():
     from tests.protocol_samples import BREAKDOWN, cell
 
     report = replace(cell(), breakdowns=(BREAKDOWN,), breakdown_note=None)
-    obj = last_cell(report)
+    obj = last_cell(report, tracking=True)
     jsonschema.validate(obj, {**schema(), "$ref": "#/$defs/last_cell"})
     (d,) = obj["devices"]
     assert (d["index"], d["peak_reserved"], d["peak_exact"]) == (0, 6 << 30, True)
     assert len(d["kept_lines"]) == len(report.attribution[0].lines) == 4
     assert len(to_protocol(report)["devices"][0]["kept_at"]) == 3  # the marker's
     assert d["breakdown"] == to_protocol(BREAKDOWN)
-    bare = last_cell(replace(cell(), attribution=(), breakdowns=(), breakdown_note="no GPU"))
+    bare = replace(cell(), attribution=(), breakdowns=(), breakdown_note="no GPU")
+    assert last_cell(bare, tracking=True)["devices"][0]["kept_lines"] == []  # kept nothing
+    bare = last_cell(bare, tracking=False)
     jsonschema.validate(bare, {**schema(), "$ref": "#/$defs/last_cell"})
     assert bare["devices"][0]["kept_lines"] is None and bare["devices"][0]["breakdown"] is None
     assert bare["breakdown_note"] == "no GPU"

@@ -286,6 +286,7 @@ def _old_cell_record(c: CellRun) -> dict:
         "index": c.index,
         "execution_count": c.execution_count,
         "first_line": c.first_line,
+        "source": c.source,
         "status": c.status,
         "error": None if c.error is None else {"ename": c.error[0], "evalue": c.error[1]},
         "expected_error": c.expected_error,
@@ -302,7 +303,11 @@ def _old_cell_record(c: CellRun) -> dict:
                 "allocated": d.get("allocated"),
                 "reserved": d.get("reserved"),
                 "reserved_delta": d.get("reserved_delta"),
+                "peak_reserved": d.get("peak_reserved"),
                 "kept_at": d.get("kept_at"),
+                **({"kept_lines": d["kept_lines"]} if "kept_lines" in d else {}),
+                **({"breakdown": d["breakdown"]} if d.get("breakdown") else {}),
+                **({"spread": d["spread"]} if d.get("spread") else {}),
                 "ooms": d.get("ooms"),
                 "touched": bool(d.get("touched", True)),
                 **({"worker": d["worker"]} if d.get("worker") else {}),
@@ -327,7 +332,9 @@ def test_a_cells_json_is_what_it_was_byte_for_byte():
             "allocated": 7,
             "reserved": 11,
             "reserved_delta": 2,
+            "peak_reserved": 12,
             "kept_at": "line 2",
+            "kept_lines": None,
             "ooms": 1,
             "touched": False,
         },
@@ -343,6 +350,7 @@ def test_a_cells_json_is_what_it_was_byte_for_byte():
     c = CellRun(
         index=3,
         first_line="x = f()",
+        source="# a comment\nx = f()",
         budgets=budgets,
         status="error",
         execution_count=4,
@@ -359,3 +367,49 @@ def test_a_cells_json_is_what_it_was_byte_for_byte():
     assert json.dumps(cell_record(CellRun(0, "", []))) == json.dumps(
         _old_cell_record(CellRun(0, "", []))
     )
+
+
+def test_asked_details_are_written_trimmed_and_validate():
+    """--save's details: the kept lines and the breakdown's modules, the 20 largest; the
+    breakdown without the protocol's device and event counts; a spread of --repeat."""
+    from jupyter_gpumem.run.report import LINES_KEPT, device_record
+
+    lines = [{"line": i, "text": f"x{i} = f()", "bytes": 100 - i, "blocks": 1} for i in range(30)]
+    modules = [{"module": f"m.{i}", "activations": 10, "temporaries": i} for i in range(25)]
+    breakdown = {
+        "device": 0,
+        "peak": 9,
+        "base": 1,
+        "categories": [{"category": "activations", "bytes": 8, "blocks": 2}],
+        "phase": "backward",
+        "modules": modules,
+        "reserved_at_peak": 20,
+        "outside_torch": None,
+        "exact": True,
+        "events": 40,
+        "peak_event": 12,
+        "counter_peak": 9,
+        "note": "",
+    }
+    row = dev()
+    row.update(
+        peak_reserved=4 * GiB,
+        kept_lines=lines,
+        breakdown=breakdown,
+        spread={"runs": 3, "reserved": [GiB, 2 * GiB], "peak_reserved": None},
+    )
+    rec = device_record(row)
+    assert [x["line"] for x in rec["kept_lines"]] == list(range(LINES_KEPT))
+    assert rec["breakdown"]["modules"] == modules[:LINES_KEPT]
+    assert "device" not in rec["breakdown"] and "events" not in rec["breakdown"]
+    assert rec["breakdown"]["phase"] == "backward" and rec["peak_reserved"] == 4 * GiB
+    assert rec["spread"] == {"runs": 3, "reserved": [GiB, 2 * GiB], "peak_reserved": None}
+    r = result(cell(0, "a", [row]))
+    r.cells[0].devices = [row]
+    doc = json_document(r, judge(r, [], None), "nb.ipynb", [], None, details=True, track=True)
+    validate(doc)
+    assert doc["cells"][0]["devices"][0]["kept_lines"][0]["text"] == "x0 = f()"
+    assert doc["options"]["details"] is True and doc["options"]["track"] is True
+    plain = device_record(dev())  # not asked: none of the keys
+    assert not {"kept_lines", "breakdown", "spread"} & set(plain)
+    assert plain["peak_reserved"] is None

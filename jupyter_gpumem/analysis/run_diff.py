@@ -21,7 +21,6 @@ session's history as one: ``analysis/run_documents.py``), so it runs on recorded
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -40,6 +39,7 @@ from ..model import (
 )
 from .allocator_rules import LARGE_BUFFER
 from .cell_match import match_cells
+from .run_documents import device_key
 
 EXACT = ("peak", "kept", "allocated")
 SPREAD = ("peak_reserved", "reserved")
@@ -168,7 +168,8 @@ class _Judge:
             )
             for name in (*EXACT, *SPREAD)
         )
-        d = DeviceDiff(int(db.get("index", da.get("index", 0))), _worker(db or da), figures)
+        key = device_key(db)
+        d = DeviceDiff(key[1], key[0], figures)
         if not d.regressions:
             return d
         why, notes = explain(da, db, d.regressions, self.names)
@@ -226,19 +227,13 @@ def _judged(name: str) -> Judged:
     return "spread" if name in SPREAD else "exact"
 
 
-def _worker(d: Mapping[str, Any]) -> str | None:
-    """A worker's label without its pid (a new run has new pids): ``rank 1``."""
-    w = d.get("worker")
-    return re.sub(r"\s*\(pid \d+\)$", "", str(w)) if w else None
-
-
 def _keys(*sides: Mapping[tuple[str | None, int], Any]) -> list[tuple[str | None, int]]:
     keys = {k for side in sides for k in side}
     return sorted(keys, key=lambda k: (k[0] is not None, k[0] or "", k[1]))
 
 
 def _devices(cell: Mapping[str, Any]) -> dict[tuple[str | None, int], dict[str, Any]]:
-    return {(_worker(d), int(d["index"])): d for d in cell.get("devices", []) if "index" in d}
+    return {device_key(d): d for d in cell.get("devices", []) if "index" in d}
 
 
 def _zero(key: tuple[str | None, int]) -> dict[str, Any]:

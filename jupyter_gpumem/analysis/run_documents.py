@@ -14,6 +14,7 @@ from ..units import parse_size
 from .cell_match import normalized
 
 VERSION = 1  # the run document's version this reads
+MAX_BYTES = 256 << 20  # the largest run document read
 DEFAULT_TOLERANCE = "1%"
 
 
@@ -105,3 +106,10 @@ def session_document(rows: Sequence[HistoryRow], sources: Mapping[int, str]) -> 
             ],
         }
     return {"version": VERSION, "cells": list(latest.values()), "summary": None}
+
+
+def device_key(d: Mapping[str, Any]) -> tuple[str | None, int]:
+    """What names a device row across runs: a worker's label without its pid (a new run
+    has new pids: ``rank 1``), and the device's index."""
+    w = d.get("worker")
+    return (re.sub(r"\s*\(pid \d+\)$", "", str(w)) if w else None, int(d["index"]))

@@ -103,10 +103,11 @@ def _cell_devices(r: CellReport) -> list[dict[str, Any]]:
     return out
 
 
-def last_cell(r: CellReport) -> dict[str, Any]:
+def last_cell(r: CellReport, tracking: bool) -> dict[str, Any]:
     """A cell's report in more detail than its history row (the ``last_cell`` action):
-    per device its peak reserved, the lines that allocated what it kept (tracking on:
-    all of them, largest first; None: not recorded) and its breakdown (--breakdown)."""
+    per device its peak reserved, the lines that allocated what it kept (``tracking``: all
+    of them, largest first, none when it kept nothing; None: tracking is off) and its
+    breakdown (--breakdown)."""
     breakdowns = {b.device: b for b in r.breakdowns}
     devices = []
     for d in r.devices:
@@ -117,9 +118,11 @@ def last_cell(r: CellReport) -> dict[str, Any]:
                 "index": d.index,
                 "peak_reserved": d.peak_reserved,
                 "peak_exact": d.peak_exact,
-                "kept_lines": None
-                if attribution is None
-                else [to_protocol(s) for s in attribution.lines],
+                "kept_lines": [to_protocol(s) for s in attribution.lines]
+                if attribution is not None
+                else []
+                if tracking
+                else None,
                 "breakdown": None if b is None else to_protocol(b),
             }
         )

@@ -228,7 +228,9 @@ class Handler:
 
     def last_cell(self) -> dict[str, Any]:
         report = self.services.last_report
-        return {"cell": None if report is None else last_cell(report)}
+        if report is None:
+            return {"cell": None}
+        return {"cell": last_cell(report, self._tracking()["active"])}
 
     def _tracking(self) -> dict[str, bool]:
         """``active``: sites are being recorded; ``wanted``: asked for (recording starts

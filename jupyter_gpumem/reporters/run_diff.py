@@ -218,7 +218,9 @@ def carried_text(c: CellDiff) -> str:
     return f"{c.ref.label}: {figures}"
 
 
-def diff_text(diff: RunDiff) -> str:
+def diff_text(diff: RunDiff, verdict: bool = True) -> str:
+    """The comparison for a terminal: each regression and why, what improved, the cells
+    that moved, changed, came or went; ``verdict``: and the verdict line last."""
     lines = [f"GPU memory: {diff.after} against {diff.before}", judged_sentence(diff)]
     lines += [f"warning: {w}" for w in diff.warnings]
     for c in diff.cells:
@@ -263,7 +265,8 @@ def diff_text(diff: RunDiff) -> str:
     lines += [f"  {c.ref.label}: {n}" for c, n in notes]
     lines += ["", f"cells: {match_summary(diff)}"]
     lines += [f"whole run: {r}" for r in whole_run_text(diff)]
-    lines.append(verdict_line(diff))
+    if verdict:
+        lines.append(verdict_line(diff))
     return "\n".join(lines)
 
 
@@ -292,7 +295,7 @@ def _md_cell(c: CellDiff) -> str:
 
 def diff_markdown(diff: RunDiff, title: str = "GPU memory") -> str:
     word = {0: "✅ no regression", 1: "❌ regression", 2: "⚠️ incomplete"}[diff.exit_code]
-    out = [f"### {md_text(title)}: {word}", ""]
+    out = [f"### {md_text(title)} · {word}", ""]
     out.append(f"{md_text(diff.after)} against {md_text(diff.before)}: {md_text(headline(diff))}")
     out.append("")
     out += [f"> ⚠️ {md_text(w)}" for w in diff.warnings]

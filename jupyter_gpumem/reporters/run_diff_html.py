@@ -204,6 +204,15 @@ def _charts(diff: RunDiff, sides: Sequence[Sequence[Mapping[str, Any]]]) -> str:
     return "".join(out)
 
 
+def comparison_html(
+    diff: RunDiff,
+    before_cells: Sequence[Mapping[str, Any]],
+    after_cells: Sequence[Mapping[str, Any]],
+) -> str:
+    """The comparison and each run's chart, side by side (a part of a page)."""
+    return diff_html(diff) + _charts(diff, (before_cells, after_cells))
+
+
 def diff_page(
     diff: RunDiff,
     before_cells: Sequence[Mapping[str, Any]],
@@ -219,8 +228,7 @@ def diff_page(
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
             f"<title>{_e(heading)}</title><style>{PAGE_CSS}</style></head><body>",
             f"<h1>{_e(heading)}</h1>",
-            diff_html(diff),
-            _charts(diff, (before_cells, after_cells)),
+            comparison_html(diff, before_cells, after_cells),
             "</body></html>",
         ]
     )

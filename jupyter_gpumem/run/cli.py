@@ -1,14 +1,16 @@
-"""``jupyter-gpumem run NOTEBOOK``: run a notebook headless and check GPU memory budgets.
+"""``jupyter-gpumem run NOTEBOOK``: run a notebook headless and check GPU memory budgets,
+or compare it with a saved run (``--baseline``); ``jupyter-gpumem diff`` (``diff_cli``)
+and ``jupyter-gpumem demo`` (``demo``).
 
 Exit codes: 0 every budget held; 1 a budget failed (or, with ``--fits``, a cell ran out of
-memory); 2 usage errors and notebooks that fail to run. Details: ``docs/run.md``.
+memory; or, with ``--baseline``, a figure grew past the tolerance); 2 usage errors and
+notebooks that fail to run. Details: ``docs/run.md``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,6 +18,10 @@ from typing import Any, NoReturn
 
 from .._version import __version__
 from ..errors import CliUsageError
+from .diff_cli import DESCRIPTION as DIFF_DESCRIPTION
+from .diff_cli import EPILOG as DIFF_EPILOG
+from .diff_cli import add_arguments as add_diff_arguments
+from .diff_cli import add_tolerance
 
 PROG = "jupyter-gpumem"
 USAGE_ERROR = 2
@@ -25,8 +31,9 @@ Run a notebook headless (through nbclient, with jupyter-gpumem in auto mode) and
 what each cell does to PyTorch GPU memory.
 
 Exit codes: 0 every budget held (or none was given); 1 a budget failed, or with --fits a
-cell ran out of GPU memory; 2 usage errors, a notebook that fails to run (a cell raised,
-the kernel died) and budgets given where the kernel has no GPU figures.
+cell ran out of GPU memory, or with --baseline a figure grew past the tolerance; 2 usage
+errors, a notebook that fails to run (a cell raised, the kernel died) and budgets given
+where the kernel has no GPU figures.
 """
 
 RUN_EPILOG = """\
@@ -41,9 +48,17 @@ budgets:
   whole run's peak). A cell's own budgets go in its tags: 'gpumem: peak<=4GiB' (several
   tags, or ';' between budgets); a tag's metric replaces --budget's for that cell.
 
+comparing runs:
+  --save FILE writes the run document with what a comparison needs (each cell's code, peak
+  reserved, the lines that allocated what it kept, its --breakdown); --baseline FILE
+  compares this run with a saved one, cell by cell, and fails (exit 1) when a figure grew
+  past --tolerance; `jupyter-gpumem diff A.json B.json` compares two saved runs.
+
 examples:
   jupyter-gpumem run train.ipynb --budget 'peak<=20GiB' --budget 'kept<=1GiB'
   jupyter-gpumem run train.ipynb --fits 23GiB --json gpumem.json --html gpumem.html
+  jupyter-gpumem run train.ipynb --save base.json --repeat 3
+  jupyter-gpumem run train.ipynb --baseline base.json --tolerance 1% --markdown diff.md
 """
 
 
@@ -105,6 +120,47 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep going after a cell raises; report it instead of exit 2",
     )
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines and no table")
+    compare = run.add_argument_group("comparing runs (docs/run.md)")
+    compare.add_argument(
+        "--save",
+        metavar="PATH",
+        help="write the run document (as --json) with what a comparison needs: each cell's "
+        "code, peak reserved, the lines that allocated what it kept (tracking on) and its "
+        "--breakdown",
+    )
+    compare.add_argument(
+        "--baseline",
+        metavar="PATH",
+        help="compare this run with a saved one (--save), cell by cell; a figure that grew "
+        "past the tolerance fails the run (exit 1)",
+    )
+    add_tolerance(compare)
+    compare.add_argument(
+        "--markdown",
+        metavar="PATH",
+        help="with --baseline: write the comparison as Markdown (a pull request comment)",
+    )
+    compare.add_argument(
+        "--repeat",
+        type=_positive_count,
+        metavar="N",
+        help="with --save: run the notebook N times, each in a fresh kernel, and record how "
+        "far reserved figures move between runs (their spread)",
+    )
+    compare.add_argument(
+        "--no-track",
+        action="store_true",
+        help="with --save or --baseline: leave allocation tracking off (no kept lines; "
+        "tracking costs about 1 us per allocation)",
+    )
+    diff = sub.add_parser(
+        "diff",
+        help="compare two saved runs of a notebook, cell by cell",
+        description=DIFF_DESCRIPTION,
+        epilog=DIFF_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_diff_arguments(diff)
     demo = sub.add_parser(
         "demo",
         help="open JupyterLab on GPU memory readings recorded on an H200, replayed (no GPU needed)",
@@ -129,6 +185,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of runs: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 run: {text!r}")
+    return value
+
+
 def say(msg: str) -> None:
     print(f"{PROG}: {msg}", file=sys.stderr, flush=True)
 
@@ -136,7 +202,7 @@ def say(msg: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command not in ("run", "demo"):
+    if args.command not in ("run", "demo", "diff"):
         parser.print_help(sys.stderr)
         return USAGE_ERROR
     try:
@@ -144,6 +210,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ..demo import run as demo
 
             return demo(args, say)
+        if args.command == "diff":
+            from .diff_cli import run as diff
+
+            return diff(args, say)
         return run(args)
     except CliUsageError as e:
         say(f"error: {e}")
@@ -157,46 +227,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 # -- run ----------------------------------------------------------------------------------
-def _outputs(args: argparse.Namespace, notebook: Path) -> dict[str, Path]:
-    """The output files, checked before the notebook runs: a new file in a folder we may
-    write to, or (with --force) a regular file we may overwrite."""
-    outs: dict[str, Path] = {}
-    for kind in ("json", "html", "output"):
-        value = getattr(args, kind)
-        if value is None:
-            continue
-        path = Path(value).expanduser()
-        if path.is_dir():
-            raise CliUsageError(f"--{kind} {value}: is a folder; give a file name")
-        if path.is_symlink() and not path.exists():
-            raise CliUsageError(
-                f"--{kind} {value}: a link to {os.readlink(path)}, which does not exist; "
-                "give a file name"
-            )
-        if path.exists() and not args.force:
-            raise CliUsageError(f"--{kind} {value} exists; choose a new file name or add --force")
-        if path.exists() and not path.is_file():
-            raise CliUsageError(
-                f"--{kind} {value}: not a regular file (a device, FIFO or socket); give a file name"
-            )
-        parent = path.resolve().parent
-        if not parent.is_dir():
-            raise CliUsageError(f"--{kind} {value}: no folder {parent}")
-        if path.exists() and not os.access(path, os.W_OK):
-            raise CliUsageError(f"--{kind} {value}: not writable")
-        if not path.exists() and not os.access(parent, os.W_OK | os.X_OK):
-            raise CliUsageError(f"--{kind} {value}: cannot create files in {parent}")
-        if path.resolve() == notebook.resolve() and not args.force:
-            raise CliUsageError(f"--{kind} would overwrite the notebook itself")
-        outs[kind] = path
-    seen: dict[Path, str] = {}
-    for kind, path in outs.items():
-        other = seen.setdefault(path.resolve(), kind)
-        if other != kind:
-            raise CliUsageError(f"--{other} and --{kind} name the same file {path}")
-    return outs
-
-
 # The largest notebook read (outputs included); a device like /dev/zero never ends.
 MAX_NOTEBOOK_BYTES = 1 << 30
 
@@ -238,11 +268,40 @@ def _short(e: BaseException) -> str:
     return (text[:300] + "…") if len(text) > 300 else text or type(e).__name__
 
 
+def _comparing(args: argparse.Namespace) -> tuple[Any, Any]:
+    """--baseline's document and --tolerance, read before anything runs; the options that
+    only go with --save or --baseline refused without them."""
+    from ..analysis.run_documents import DEFAULT_TOLERANCE, parse_tolerance
+    from ..errors import DiffInputError
+    from .baseline import load_document
+
+    for option, value, needs in (
+        ("--tolerance", args.tolerance, args.baseline),
+        ("--markdown", args.markdown, args.baseline),
+        ("--repeat", args.repeat, args.save),
+        ("--no-track", args.no_track, args.save or args.baseline),
+    ):
+        if value and not needs:
+            wanted = "--save" if option == "--repeat" else "--baseline"
+            if option == "--no-track":
+                wanted = "--save or --baseline"
+            raise CliUsageError(f"{option} goes with {wanted}")
+    if args.baseline is None:
+        return None, None
+    try:
+        return load_document(args.baseline, "--baseline"), parse_tolerance(
+            args.tolerance or DEFAULT_TOLERANCE
+        )
+    except DiffInputError as e:
+        raise CliUsageError(str(e)) from None
+
+
 def run(args: argparse.Namespace) -> int:
     from ..errors import BudgetError, RunError
     from ..units import format_bytes, parse_size
     from .budgets import effective, parse_budget, tag_budgets
-    from .execute import CellRun, first_code_line, run_notebook
+    from .execute import CellRun, RunResult, first_code_line, run_notebook
+    from .files import check_outputs, write
     from .report import (
         annotate_notebook,
         html_report,
@@ -264,7 +323,12 @@ def run(args: argparse.Namespace) -> int:
             raise CliUsageError(f"--fits: {e}") from None
     notebook = Path(args.notebook).expanduser()
     nb = _read_notebook(notebook)
-    outs = _outputs(args, notebook)
+    baseline, tolerance = _comparing(args)
+    inputs = [notebook, *([Path(args.baseline)] if args.baseline else [])]
+    kinds = ("json", "save", "html", "markdown", "output")
+    outs = check_outputs(args, kinds, inputs)
+    details = bool(args.save or args.baseline)
+    track = details and not args.no_track
 
     cells: list[CellRun] = []
     for i, cell in enumerate(nb.cells):
@@ -275,7 +339,7 @@ def run(args: argparse.Namespace) -> int:
             own = tag_budgets(cell.metadata.get("tags", []))
         except BudgetError as e:
             raise CliUsageError(f"cell {i + 1} `{first[:60]}`: bad budget tag: {e}") from None
-        cells.append(CellRun(i, first, effective(budgets, own)))
+        cells.append(CellRun(i, first, effective(budgets, own), source=cell.source))
 
     def progress(cell: CellRun, k: int, total: int) -> None:
         if not args.quiet:
@@ -285,30 +349,57 @@ def run(args: argparse.Namespace) -> int:
     setup = (
         "%load_ext jupyter_gpumem; "
         + (f"import torch; cap cuda:0 at {format_bytes(fits)} (set_limit); " if fits else "")
+        + ("%gpumem track on; " if track else "")
         + "%gpumem auto on"
     )
     if not args.quiet:
         kernel = args.kernel or nb.metadata.get("kernelspec", {}).get("name") or "python3"
         say(f"running {notebook} ({len(cells)} code cells) with kernel {kernel}")
+    options: dict[str, Any] = {
+        "kernel": args.kernel,
+        "fits": fits,
+        "allow_errors": args.allow_errors,
+        "timeout": args.timeout,
+        "detail": details,
+        "track": track,
+    }
     try:
-        result = run_notebook(
-            nb,
-            notebook,
-            cells,
-            kernel=args.kernel,
-            fits=fits,
-            allow_errors=args.allow_errors,
-            timeout=args.timeout,
-            progress=progress,
-        )
+        result = run_notebook(nb, notebook, cells, progress=progress, **options)
+        again: list[RunResult] = []
+        if (args.repeat or 1) > 1 and result.stopped is None:
+            from .repeat import record_spreads, repeat
+
+            again, failed = repeat(
+                args.repeat,
+                lambda: _read_notebook(notebook),
+                notebook,
+                cells,
+                run_notebook,
+                (lambda _: None) if args.quiet else say,
+                **options,
+            )
+            result.notes += failed + record_spreads(result, again)
     except RunError as e:
         say(f"error: {e}")
         return USAGE_ERROR
 
     verdict = judge(result, budgets, fits)
-    document = json_document(result, verdict, str(notebook), budgets, fits)
+    extra = (details, track, 1 + len(again) if again else 1)
+    document = json_document(result, verdict, str(notebook), budgets, fits, *extra)
+    diff = None
+    if baseline is not None:
+        from .baseline import baseline_summary, with_baseline
+
+        diff = _compare(baseline, document, tolerance, Path(args.baseline).name)
+        verdict = with_baseline(verdict, diff)
+        document = json_document(result, verdict, str(notebook), budgets, fits, *extra)
+        document["summary"]["baseline"] = baseline_summary(diff, str(args.baseline))
     if not args.quiet and cells:
         print(table_text(result.cells), flush=True)
+    if diff is not None and not args.quiet:
+        from ..reporters.run_diff import diff_text
+
+        print("\n" + diff_text(diff, verdict=False), flush=True)
     if document.get("replay"):
         say(document["replay"]["description"])
     for w in verdict.warnings:
@@ -318,15 +409,22 @@ def run(args: argparse.Namespace) -> int:
     failed_write = None
     try:
         for kind, path in outs.items():
-            if kind == "json":
+            if kind in ("json", "save"):
                 text = json.dumps(document, indent=2) + "\n"
             elif kind == "html":
-                text = html_report(result, verdict, document)
+                text = html_report(
+                    result, verdict, document, _side_by_side(diff, baseline, document)
+                )
+            elif kind == "markdown":
+                from ..reporters.run_diff import diff_markdown
+
+                assert diff is not None
+                text = diff_markdown(diff, f"GPU memory: {notebook.name}")
             else:
                 import nbformat
 
                 text = nbformat.writes(annotate_notebook(result, document, setup))
-            _write(path, text, args.force)
+            write(path, text, args.force)
             if not args.quiet:
                 say(f"wrote {path} (--{kind})")
     except OSError as e:
@@ -339,9 +437,19 @@ def run(args: argparse.Namespace) -> int:
     return verdict.exit_code
 
 
-def _write(path: Path, text: str, force: bool) -> None:
-    with open(path, "w" if force else "x", encoding="utf-8") as f:
-        f.write(text)
+def _compare(baseline: Any, document: dict[str, Any], tolerance: Any, name: str) -> Any:
+    from ..analysis.run_diff import compare
+
+    return compare(baseline, document, tolerance, (name, "this run"))
+
+
+def _side_by_side(diff: Any, baseline: Any, document: dict[str, Any]) -> str | None:
+    """The HTML report's comparison with the baseline, the runs side by side."""
+    if diff is None:
+        return None
+    from ..reporters.run_diff_html import comparison_html
+
+    return comparison_html(diff, baseline["cells"], document["cells"])
 
 
 if __name__ == "__main__":  # pragma: no cover

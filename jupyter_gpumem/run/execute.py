@@ -42,13 +42,15 @@ class CellRun:
     index: int  # position in the notebook, 0-based
     first_line: str
     budgets: list[Budget]  # what this cell must satisfy (its tags, then the global ones)
+    source: str = ""  # the cell's code (what a comparison of runs matches cells by)
     status: CellStatus = "not_run"
     execution_count: int | None = None
     error: tuple[str, str] | None = None  # (ename, evalue)
     expected_error: bool = False  # tagged raises-exception
     wall_time: float | None = None  # the kernel's figure when measured, else ours
     measured: bool = False  # the kernel has a history record for it
-    # HistoryCell devices: the kernel's, then its workers' (with "worker": "rank 1 (pid 7)")
+    # HistoryCell devices: the kernel's, then its workers' (with "worker": "rank 1 (pid 7)");
+    # with ``detail``, the kernel's also have LastCell's peak_reserved, kept_lines, breakdown
     devices: list[dict[str, Any]] = field(default_factory=list)
     oom: bool = False  # ran out of GPU memory (errors.is_out_of_memory_text)
     oom_fix: str | None = None  # the first fix of the kernel's post-mortem
@@ -121,6 +123,8 @@ class Runner:
         timeout: int | None = None,
         startup_timeout: int = 60,
         progress: Callable[[CellRun, int, int], None] | None = None,
+        detail: bool = False,
+        track: bool = False,
     ) -> None:
         self.nb = nb
         self.path = path
@@ -131,6 +135,8 @@ class Runner:
         self.timeout = timeout
         self.startup_timeout = startup_timeout
         self.progress = progress
+        self.detail = detail  # ask for each cell's last_cell (peak reserved, lines, breakdown)
+        self.track = track  # tracking on in the setup step (the lines that allocated what is kept)
         self.client: Any = None
         self._reply: dict[str, Any] | None = None
         self._answering = True  # the kernel answers gpumem requests
@@ -190,6 +196,16 @@ class Runner:
             )
         if self.fits is not None:
             await self.cap(result)
+        if self.detail and "last_cell" not in info.get("actions", []):
+            raise RunError(
+                f"the kernel's jupyter-gpumem {info.get('version')} is too old to record each "
+                "cell's peak reserved, kept lines and breakdown (the protocol's last_cell "
+                "action): upgrade it in the kernel's environment"
+            )
+        if self.track:
+            reply = await self.silent("%gpumem track on")
+            if reply["status"] != "ok":
+                raise RunError(f"could not switch tracking on: {reply.get('evalue')}")
         reply = await self.silent("%gpumem auto on")
         if reply["status"] != "ok":
             raise RunError(f"could not switch auto mode on: {reply.get('evalue')}")
@@ -230,6 +246,26 @@ class Runner:
             cell.wall_time = float(row["wall_time"])
             if all(d.get("worker") for d in cell.devices):  # none of the kernel's own
                 await self.untouched(cell)
+            if self.detail:
+                await self.details(cell)
+
+    async def details(self, cell: CellRun) -> None:
+        """The kernel's devices' peak reserved, the lines that allocated what the cell
+        kept (tracking on) and its breakdown (``--breakdown``): the ``last_cell`` action,
+        when it is this cell."""
+        reply = await self.request("last_cell")
+        if reply is None or reply.get("status") != "ok":
+            return
+        last = reply["result"]["cell"]
+        if last is None or last["execution_count"] != cell.execution_count:
+            return
+        found = {d["index"]: d for d in last["devices"]}
+        for d in cell.devices:
+            extra = found.get(d["index"]) if not d.get("worker") else None
+            if extra is not None:
+                d["peak_reserved"] = extra["peak_reserved"]
+                d["kept_lines"] = extra["kept_lines"]
+                d["breakdown"] = extra["breakdown"]
 
     async def untouched(self, cell: CellRun) -> None:
         """A history record lists only the devices a cell changed. On the others the cell
@@ -249,6 +285,7 @@ class Runner:
                         "reserved_delta": 0,
                         "peak_allocated": d["allocated"],
                         "peak_above_start": 0,
+                        "peak_reserved": d["reserved"],
                         "kept_at": None,
                         "ooms": 0,
                         "touched": False,

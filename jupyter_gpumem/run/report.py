@@ -195,6 +195,9 @@ _CELL_VALUES: dict[str, Any] = {
 # A device row of the kernel's history (the protocol's HistoryCell keys) in the document
 _DEVICE_NAMES = {"allocated_delta": "kept", "peak_allocated": "peak"}
 _DEVICE_OPTIONAL = frozenset({"worker", "oom"})  # sent only when set
+# Recorded only when asked (--save, --baseline, --repeat): sent when the row has the key
+_DEVICE_ASKED = frozenset({"kept_lines", "breakdown", "spread"})
+LINES_KEPT = 20  # kept lines and breakdown modules written per device, largest first
 
 
 @cache
@@ -221,10 +224,26 @@ def device_record(d: dict[str, Any]) -> dict[str, Any]:
         if key in _DEVICE_OPTIONAL:
             if value:
                 out[key] = value
+        elif key in _DEVICE_ASKED:
+            if key == "kept_lines" and source in d:
+                out[key] = None if value is None else value[:LINES_KEPT]
+            elif key == "breakdown" and value is not None:
+                out[key] = _breakdown(value)
+            elif value is not None:
+                out[key] = value
         elif key == "touched":
             out[key] = bool(d.get("touched", True))
         else:
             out[key] = value
+    return out
+
+
+def _breakdown(b: dict[str, Any]) -> dict[str, Any]:
+    """The protocol's Breakdown as the document keeps it: the largest modules, no
+    device (the row's) and no event counts."""
+    keys = schema()["$defs"]["breakdown"]["properties"]
+    out = {k: b.get(k) for k in keys}
+    out["modules"] = list(b.get("modules") or [])[:LINES_KEPT]
     return out
 
 
@@ -243,6 +262,9 @@ def json_document(
     notebook: str,
     budgets: Sequence[Budget],
     fits: int | None,
+    details: bool = False,
+    track: bool = False,
+    repeat: int = 1,
 ) -> dict[str, Any]:
     top = peak_cell(result.cells)
     results = [r for c in result.cells for r in c.results]
@@ -256,6 +278,9 @@ def json_document(
         "options": {
             "budgets": [b.text for b in budgets],
             "fits": fits,
+            "details": details,
+            "track": track,
+            "repeat": repeat,
         },
         "limit": result.limit,
         "gpu": _gpu(result.sample),
@@ -373,7 +398,14 @@ def _chart(result: RunResult) -> str:
     )
 
 
-def html_report(result: RunResult, verdict: Verdict, document: dict[str, Any]) -> str:
+def html_report(
+    result: RunResult,
+    verdict: Verdict,
+    document: dict[str, Any],
+    comparison: str | None = None,
+) -> str:
+    """The run's page; ``comparison`` (``--baseline``: the two runs side by side) takes
+    the place of this run's chart."""
     title = f"GPU memory: {document['notebook']}"
     cls = verdict.result
     word = {"pass": "PASS", "fail": "FAIL", "error": "ERROR"}[cls]
@@ -400,7 +432,7 @@ def html_report(result: RunResult, verdict: Verdict, document: dict[str, Any]) -
             '<ul class="warn">' + "".join(f"<li>{_e(w)}</li>" for w in verdict.warnings) + "</ul>"
         )
     parts.append(f'<p class="meta">{_meta(document)}</p>')
-    parts.append(_chart(result))
+    parts.append(_chart(result) if comparison is None else comparison)
     parts.append("<h2>Cells</h2><table><thead><tr>")
     parts += [
         f'<th style="text-align:right">{_e(h)}</th>' if i in _RIGHT else f"<th>{_e(h)}</th>"
