@@ -55,6 +55,13 @@ class IPythonCells:
         return frozenset(f for f, n in self._map.items() if n == execution_count)
 
 
+def cell_sources(shell: Any) -> dict[int, str]:
+    """Each execution count's cell as typed (IPython's raw input history; ``%%`` lines
+    included, as the notebook has them)."""
+    raw = getattr(getattr(shell, "history_manager", None), "input_hist_raw", None) or []
+    return {n: str(code) for n, code in enumerate(raw) if n and code}
+
+
 class IPythonWorkspace:
     """:class:`~jupyter_gpumem.core.attribution.Workspace` of one IPython shell: its user
     namespace, cells, kept traceback and input transforms."""

@@ -72,6 +72,19 @@ def _add_session_commands(sub: argparse._SubParsersAction[MagicArgumentParser]) 
     h.add_argument(
         "--plot", action="store_true", help="draw allocated, reserved and the peak after each cell"
     )
+    h.add_argument(
+        "--diff",
+        metavar="FILE",
+        help="compare this session's cells with a run saved by `jupyter-gpumem run --save "
+        "FILE`, matched by their code (each cell's latest run): what grew past the tolerance, "
+        "and why",
+    )
+    h.add_argument(
+        "--tolerance",
+        metavar="TOL",
+        help="with --diff: how much an exact figure may grow, 1%% (of the saved figure), "
+        "64MiB, or the larger of both, 1%%,64MiB (default 1%%)",
+    )
     _device(h)
     _command(sub, "empty-cache", "gc.collect() + torch.cuda.empty_cache(); the bytes released")
     _on_off(_command(sub, "caching", "switch the caching allocator off and on (torch >= 2.6)"))

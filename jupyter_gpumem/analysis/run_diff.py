@@ -323,13 +323,8 @@ def explain(
             f"kept most at {db.get('kept_at') or 'no recorded line'} "
             f"({names[0]}: {da.get('kept_at') or 'no recorded line'})"
         )
-    if (
-        not (ba or bb)
-        and la is None
-        and lb is None
-        and not da.get("kept_at")
-        and not db.get("kept_at")
-    ):
+    recorded = ba or bb or la is not None or lb is not None
+    if not (recorded or da.get("kept_at") or db.get("kept_at")) and len(carried) < len(regressions):
         notes.append(
             "nothing recorded says why: record the lines that allocate what a cell keeps "
             "with tracking on (`run --save` has it on; `%gpumem track on`), and what its "

@@ -147,7 +147,7 @@ def run_diff(diff: RunDiff) -> Bundle:
     from .run_diff import diff_text
     from .run_diff_html import diff_html
 
-    return {"text/plain": diff_text(diff), "text/html": diff_html(diff)}
+    return {"text/plain": diff_text(diff, exit_code=False), "text/html": diff_html(diff)}
 
 
 def marked(bundle: Bundle, replay: Replay | None) -> Bundle:

@@ -171,9 +171,13 @@ def headline(diff: RunDiff) -> str:
     return what + run
 
 
-def verdict_line(diff: RunDiff) -> str:
-    word = {0: "OK", 1: "FAIL", 2: "ERROR"}[diff.exit_code]
-    return f"{word} (exit {diff.exit_code}): {headline(diff)}"
+def verdict_line(diff: RunDiff, exit_code: bool = True) -> str:
+    """``FAIL (exit 1): ...`` for a command; ``REGRESSION: ...`` in a notebook."""
+    if exit_code:
+        word = {0: "OK", 1: "FAIL", 2: "ERROR"}[diff.exit_code]
+        return f"{word} (exit {diff.exit_code}): {headline(diff)}"
+    word = {0: "OK", 1: "REGRESSION", 2: "INCOMPLETE"}[diff.exit_code]
+    return f"{word}: {headline(diff)}"
 
 
 def match_summary(diff: RunDiff) -> str:
@@ -218,9 +222,10 @@ def carried_text(c: CellDiff) -> str:
     return f"{c.ref.label}: {figures}"
 
 
-def diff_text(diff: RunDiff, verdict: bool = True) -> str:
+def diff_text(diff: RunDiff, verdict: bool = True, exit_code: bool = True) -> str:
     """The comparison for a terminal: each regression and why, what improved, the cells
-    that moved, changed, came or went; ``verdict``: and the verdict line last."""
+    that moved, changed, came or went; ``verdict``: and the verdict line last (with the
+    exit code: ``exit_code``)."""
     lines = [f"GPU memory: {diff.after} against {diff.before}", judged_sentence(diff)]
     lines += [f"warning: {w}" for w in diff.warnings]
     for c in diff.cells:
@@ -262,11 +267,13 @@ def diff_text(diff: RunDiff, verdict: bool = True) -> str:
             lines.append(f"  {cell_title(c, diff)}")
             lines += [f"    code: {line}" for line in c.code]
     notes = [(c, n) for c in diff.cells if not c.regressions for n in c.notes]
-    lines += [f"  {c.ref.label}: {n}" for c, n in notes]
+    if notes:
+        lines += ["", "notes:"]
+        lines += [f"  {c.ref.label}: {n}" for c, n in notes]
     lines += ["", f"cells: {match_summary(diff)}"]
     lines += [f"whole run: {r}" for r in whole_run_text(diff)]
     if verdict:
-        lines.append(verdict_line(diff))
+        lines.append(verdict_line(diff, exit_code))
     return "\n".join(lines)
 
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-from ..model import CellDiff, CellRef, DeviceDiff, DeviceRow, HistoryRow, RunDiff
+from ..model import CellDiff, DeviceDiff, DeviceRow, HistoryRow, RunDiff
 from ..units import format_bytes
 from .page import PAGE_CSS
 from .run_diff import (
@@ -34,7 +34,8 @@ _STYLE = """
 .jp-GpuMem-diff .reg { color: var(--jp-error-color1, var(--fail, #c62828)); font-weight: 600; }
 .jp-GpuMem-diff .better { color: var(--jp-success-color1, var(--ok, #1b7f3b)); }
 .jp-GpuMem-diff .change { display: block; font-size: .85em; opacity: .85; }
-.jp-GpuMem-diff .why td { border-bottom: none; font-size: .9em; }
+.jp-GpuMem-diff .why td { font-size: .9em; }
+.jp-GpuMem-diff td.cell { min-width: 14em; max-width: 24em; overflow-wrap: anywhere; }
 .jp-GpuMem-runs { display: flex; gap: 1em; flex-wrap: wrap; }
 .jp-GpuMem-runs > div { flex: 1 1 420px; min-width: 0; }
 """
@@ -44,10 +45,14 @@ def _e(v: Any) -> str:
     return escape(str(v), quote=True)
 
 
-def _ref(ref: CellRef | None) -> str:
-    if ref is None:
-        return "<td>-</td>"
-    return f'<td title="{_e(ref.first_line)}"><code>{_e(ref.label)}</code></td>'
+def _cell(c: CellDiff) -> str:
+    """The cell as the second run has it (a removed one: as the first run had it), and
+    where it was when that differs."""
+    ref = c.ref
+    was = ""
+    if c.before is not None and c.after is not None and c.before.label != c.after.label:
+        was = f'<span class="change">was {_e(c.before.label)}</span>'
+    return f'<td class="cell" title="{_e(ref.first_line)}"><code>{_e(ref.label)}</code>{was}</td>'
 
 
 def _values(d: DeviceDiff | None, side: str) -> str:
@@ -73,20 +78,22 @@ def _rows(c: CellDiff, diff: RunDiff) -> list[str]:
     if c.similarity is not None:
         match += f" ({c.similarity * 100:.0f}%)"
     outcome = "regression" if c.regressions else ""
+    if c.carried_only:
+        outcome = "regression (carried from earlier cells)"
     if not outcome and any(f.outcome == "improvement" for d in c.devices for f in d.figures):
         outcome = "improved"
     out = []
     devices: Sequence[DeviceDiff | None] = c.devices or [None]
     for k, d in enumerate(devices):
         first = k == 0
-        head = f"<td>{_e(match)}</td>" if first else "<td></td>"
         device = _e(where(d)) if d is not None else _e("; ".join(c.notes) or "no figures")
-        left = _ref(c.before) if first else "<td></td>"
-        right = _ref(c.after) if first else "<td></td>"
-        cls = ' class="reg"' if outcome == "regression" else ""
+        cls = ' class="reg"' if c.regressions else ""
         out.append(
-            f"<tr>{head}<td>{device}</td>{left}{_values(d, 'before')}{right}"
-            f"{_values(d, 'after')}<td{cls}>{_e(outcome) if first else ''}</td></tr>"
+            "<tr>"
+            + (_cell(c) if first else "<td></td>")
+            + (f"<td>{_e(match)}</td>" if first else "<td></td>")
+            + f"<td>{device}</td>{_values(d, 'before')}{_values(d, 'after')}"
+            + f"<td{cls}>{_e(outcome) if first else ''}</td></tr>"
         )
     reasons = [f"<li>the code changed: <code>{_e(x)}</code></li>" for x in c.code]
     if c.regressions:
@@ -98,23 +105,19 @@ def _rows(c: CellDiff, diff: RunDiff) -> list[str]:
                 ]
                 reasons += [f"<li>{_e(where(d))}: {_e(n)}</li>" for n in d.notes]
     if reasons and (c.regressions or c.code):
-        out.append(
-            f'<tr class="why"><td></td><td colspan="10"><ul>{"".join(reasons)}</ul></td></tr>'
-        )
+        out.append(f'<tr class="why"><td colspan="10"><ul>{"".join(reasons)}</ul></td></tr>')
     return out
 
 
 def diff_html(diff: RunDiff) -> str:
-    """The verdict, the regressions' reasons and the two runs side by side."""
+    """The verdict, the two runs side by side, each regression's reasons below its cell."""
     word = {0: "OK", 1: "REGRESSION", 2: "INCOMPLETE"}[diff.exit_code]
     cls = {0: "pass", 1: "fail", 2: "error"}[diff.exit_code]
+    style = "font-weight:600;padding:.3em .6em;border-left:4px solid"
     heads = "".join(f'<th style="text-align:right">{_e(LABELS[n])}</th>' for n in SHOWN)
     parts = [
         f"<style>{_STYLE}</style>",
-        (
-            f'<p class="verdict {cls}"><b>{word}</b> (exit code {diff.exit_code}): '
-            f"{_e(headline(diff))}</p>"
-        ),
+        f'<p class="verdict {cls}" style="{style}"><b>{word}</b>: {_e(headline(diff))}</p>',
     ]
     if diff.warnings:
         parts.append(
@@ -122,21 +125,20 @@ def diff_html(diff: RunDiff) -> str:
         )
     parts.append(
         '<table class="jp-GpuMem-diff"><thead>'
-        f'<tr><th></th><th></th><th colspan="4" class="side">{_e(diff.before)}</th>'
-        f'<th colspan="4" class="side">{_e(diff.after)}</th><th></th></tr>'
-        f"<tr><th>match</th><th>device</th><th>cell</th>{heads}<th>cell</th>{heads}"
-        "<th></th></tr></thead><tbody>"
+        '<tr><th colspan="3"></th>'
+        f'<th colspan="3" class="side">{_e(diff.before)}</th>'
+        f'<th colspan="3" class="side">{_e(diff.after)}</th><th></th></tr>'
+        f"<tr><th>cell</th><th>match</th><th>device</th>{heads}{heads}<th></th></tr>"
+        "</thead><tbody>"
     )
     for c in diff.cells:
         parts += _rows(c, diff)
-    whole = []
     for d in diff.run:
-        whole.append(
-            f"<tr><td>whole run</td><td>{_e(where(d))}</td><td></td>{_values(d, 'before')}"
-            f'<td></td>{_values(d, "after")}<td class="{"reg" if d.regressions else ""}">'
-            f"{'regression' if d.regressions else ''}</td></tr>"
+        mark = "regression" if d.regressions else ""
+        parts.append(
+            f"<tr><td>whole run</td><td></td><td>{_e(where(d))}</td>{_values(d, 'before')}"
+            f'{_values(d, "after")}<td class="{"reg" if mark else ""}">{mark}</td></tr>'
         )
-    parts += whole
     parts.append("</tbody></table>")
     parts.append(f'<p class="meta">{_e(judged_sentence(diff))}</p>')
     return "\n".join(parts)

@@ -272,8 +272,8 @@ def _comparing(args: argparse.Namespace) -> tuple[Any, Any]:
     """--baseline's document and --tolerance, read before anything runs; the options that
     only go with --save or --baseline refused without them."""
     from ..analysis.run_documents import DEFAULT_TOLERANCE, parse_tolerance
+    from ..core.saved_runs import load_document
     from ..errors import DiffInputError
-    from .baseline import load_document
 
     for option, value, needs in (
         ("--tolerance", args.tolerance, args.baseline),

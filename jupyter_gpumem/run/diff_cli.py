@@ -56,10 +56,10 @@ def add_tolerance(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
 def run(args: argparse.Namespace, say: Callable[[str], None]) -> int:
     from ..analysis.run_diff import compare
     from ..analysis.run_documents import parse_tolerance
+    from ..core.saved_runs import load_document
     from ..errors import CliUsageError, DiffInputError
     from ..reporters.run_diff import diff_markdown, diff_text, verdict_line
     from ..reporters.run_diff_html import diff_page
-    from .baseline import load_document
     from .files import check_outputs, write
 
     try:
@@ -90,4 +90,3 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> int:
             say(f"wrote {path} (--{kind})")
     say(verdict_line(diff))
     return diff.exit_code
-

@@ -1,5 +1,6 @@
-"""``%gpumem history [-n N] [--csv PATH] [--clear] [--plot] [-d N]``: one row per measured
-cell, written to a new CSV file, forgotten, or drawn."""
+"""``%gpumem history [-n N] [--csv PATH] [--clear] [--plot] [-d N] [--diff FILE
+[--tolerance TOL]]``: one row per measured cell, written to a new CSV file, forgotten,
+drawn, or compared with a saved run."""
 
 from __future__ import annotations
 
@@ -31,6 +32,11 @@ def run(session: Session, args: argparse.Namespace) -> None:
     if args.csv:
         _write_csv(session, args)
         return
+    if args.tolerance is not None and args.diff is None:
+        raise UsageError("--tolerance goes with --diff FILE")
+    if args.diff is not None:
+        _diff(session, args)
+        return
     rows = h.last(args.n)
     if not rows:
         print("gpumem: no measured cells yet (use %%gpumem or %gpumem auto on)")
@@ -43,6 +49,31 @@ def run(session: Session, args: argparse.Namespace) -> None:
     display(bundles.history(HEADER, history_rows(rows), plot, device or 0, replay), raw=True)
     for line in worker_oom_lines(rows):
         print(line)
+
+
+def _diff(session: Session, args: argparse.Namespace) -> None:
+    """This session's measured cells against a saved run: each cell's latest run, matched
+    by its code."""
+    from IPython.display import display
+
+    from ...analysis.run_diff import compare
+    from ...analysis.run_documents import DEFAULT_TOLERANCE, parse_tolerance, session_document
+    from ...core.saved_runs import load_document
+    from ...errors import DiffInputError
+    from ..cells import cell_sources
+
+    try:
+        tolerance = parse_tolerance(args.tolerance or DEFAULT_TOLERANCE)
+        saved = load_document(args.diff)
+    except DiffInputError as e:
+        raise UsageError(str(e)) from None
+    rows = session.history.last(args.n)
+    mine = session_document(rows, cell_sources(session.shell))
+    if not mine["cells"]:
+        print("gpumem: no measured cells yet to compare (use %%gpumem or %gpumem auto on)")
+        return
+    name = os.path.basename(os.path.expanduser(args.diff))
+    display(compare(saved, mine, tolerance, (name, "this session"), order_matters=False))
 
 
 def _write_csv(session: Session, args: argparse.Namespace) -> None:
