@@ -36,7 +36,9 @@ def parse_tolerance(text: str) -> Tolerance:
             if not 0 <= share < 1e6:  # also refuses nan and inf
                 raise DiffInputError(f"--tolerance {text!r}: a share must be 0% or more")
             relative = max(relative, share / 100)
-        elif re.fullmatch(r"[0-9.]+", part) and float(part) != 0:
+        elif re.fullmatch(r"0*\.?0*", part):
+            continue  # 0: no growth allowed
+        elif re.fullmatch(r"[0-9.]+", part):
             raise DiffInputError(
                 f"--tolerance {text!r}: a bare number is ambiguous; write {part}% (of the "
                 f"first run's figure) or a size such as {part}MiB"

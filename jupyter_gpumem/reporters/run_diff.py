@@ -162,8 +162,8 @@ def headline(diff: RunDiff) -> str:
     elif diff.run_regressions:
         what = "the whole run grew past what is allowed"
     else:
-        compared = sum(1 for c in diff.cells if c.devices)
-        return f"no figure grew past what is allowed ({compared} cells compared){run}"
+        n = sum(1 for c in diff.cells if c.devices and c.before and c.after)
+        return f"no figure grew past what is allowed ({n} cell{'s' if n != 1 else ''} compared){run}"
     if carried:
         what += (
             f"; {carried} cell{'s' if carried != 1 else ''} only because earlier cells keep more"
