@@ -163,7 +163,8 @@ def headline(diff: RunDiff) -> str:
         what = "the whole run grew past what is allowed"
     else:
         n = sum(1 for c in diff.cells if c.devices and c.before and c.after)
-        return f"no figure grew past what is allowed ({n} cell{'s' if n != 1 else ''} compared){run}"
+        cells = f"{n} cell{'s' if n != 1 else ''}"
+        return f"no figure grew past what is allowed ({cells} compared){run}"
     if carried:
         what += (
             f"; {carried} cell{'s' if carried != 1 else ''} only because earlier cells keep more"

@@ -49,7 +49,7 @@ def add_tolerance(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
         metavar="TOL",
         help="how much an exact figure may grow: a share of the first run's figure (1%%), a "
         "size (64MiB), or the larger of both (1%%,64MiB); reserved figures get it on top of "
-        f"their spread (default {DEFAULT_TOLERANCE})",
+        f"their spread (default {DEFAULT_TOLERANCE.replace('%', '%%')})",
     )
 
 
@@ -75,7 +75,8 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> int:
     diff = compare(before, after, tolerance, names)
     if not args.quiet:
         print(diff_text(diff, verdict=False), flush=True)
-    title = f"GPU memory: {after.get('notebook') or before.get('notebook') or 'notebook'}"
+    notebook = after.get("notebook") or before.get("notebook")
+    title = f"GPU memory: {Path(str(notebook)).name}" if notebook else "GPU memory"
     for kind, path in outs.items():
         if kind == "markdown":
             text = diff_markdown(diff, title)
