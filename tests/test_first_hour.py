@@ -61,7 +61,10 @@ def test_cost_tables_are_written_from_the_results():
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-@pytest.mark.parametrize("path", [*USER_DOCS, ROOT / "examples" / "ci" / "gpumem-budget.yml"])
+CI = [ROOT / "examples" / "ci" / "gpumem-budget.yml", ROOT / "examples" / "ci" / "gpumem-diff.yml"]
+
+
+@pytest.mark.parametrize("path", [*USER_DOCS, *CI])
 def test_no_install_command_names_an_unpublished_package(path):
     # the package is not on PyPI: `pip install jupyter-gpumem` ends in "No matching
     # distribution found"
@@ -298,3 +301,28 @@ def test_the_demo_names_the_player_as_the_player_names_itself():
 
     assert demo.PLAYER == player.EXTENSION
     assert demo.kernel_env() == player.env(str(demo.recording()))
+
+
+@pytest.mark.parametrize("path", CI)
+def test_the_ci_examples_commands_are_ones_the_tool_takes(path):
+    """Each `jupyter-gpumem` command of an example workflow parses, with its continuation
+    lines; the ones that compare runs name files the others write."""
+    import shlex
+
+    from jupyter_gpumem.run.cli import build_parser
+
+    text = path.read_text().replace("\\\n", " ")
+    commands = [
+        shlex.split(m.group(0).replace('"$NOTEBOOK"', "nb.ipynb").split(" | ")[0])
+        for m in re.finditer(r"^\s*jupyter-gpumem (run|diff) [^\n]*", text, re.MULTILINE)
+    ]
+    assert commands
+    for argv in commands:
+        argv = argv[argv.index("jupyter-gpumem") :]
+        build_parser().parse_args(argv[1:])  # exits 2 on an unknown option
+    if path.name == "gpumem-diff.yml":
+        parsed = [build_parser().parse_args(c[c.index("jupyter-gpumem") + 1 :]) for c in commands]
+        saved = {a.save for a in parsed if a.save}
+        baselines = {a.baseline for a in parsed} - {None}
+        assert baselines and baselines <= saved
+        assert "gpumem-baseline.json" in saved
