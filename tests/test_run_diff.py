@@ -188,12 +188,17 @@ def test_reserved_is_judged_against_the_spread_measured_over_repeated_runs():
         )
     )
     tol = TOL.allowed(GiB)
-    ok = doc(cell(1, "x = f()", dev(reserved=GiB + 300 * MiB + tol)))
+    ok = doc(cell(1, "x = f()", dev(reserved=GiB + 300 * MiB + tol, peak_reserved=GiB)))
     f = figure(compare(a, ok, TOL), 0, "reserved")
     assert f.spread is not None and f.spread.measured and f.spread.runs == 3
     assert (f.allowed, f.outcome) == (300 * MiB + tol, "within")
-    bad = doc(cell(1, "x = f()", dev(reserved=GiB + 300 * MiB + tol + 1)))
+    bad = doc(cell(1, "x = f()", dev(reserved=GiB + 300 * MiB + tol + 1, peak_reserved=GiB)))
     assert figure(compare(a, bad, TOL), 0, "reserved").outcome == "regression"
+    # the whole run's reserved (what the last cell left) is judged the same way
+    (whole,) = compare(a, ok, TOL).run
+    assert whole.figure("reserved").spread.measured
+    assert whole.figure("reserved").outcome == "within" and not whole.regressions
+    assert compare(a, bad, TOL).run[0].figure("reserved").outcome == "regression"
     # a figure without a measured spread (peak_reserved: None) falls back to the default
     assert not figure(compare(a, ok, TOL), 0, "peak_reserved").spread.measured
     # exact figures never use a spread

@@ -215,8 +215,11 @@ class _Judge:
         out = []
         for k in _keys(ra, rb):
             da, db = ra.get(k) or _zero(k), rb.get(k) or _zero(k)
+            spread = da.get("spread") or {}
             figures = tuple(
-                self.figure(name, da.get(name), db.get(name))
+                self.figure(
+                    name, da.get(name), db.get(name), None, spread.get(name), spread.get("runs", 0)
+                )
                 for name in ("peak", "allocated", "peak_reserved", "reserved")
             )
             out.append(DeviceDiff(k[1], k[0], figures))
@@ -275,17 +278,26 @@ def _carried(
 
 
 def _whole(cells: Iterable[Mapping[str, Any]]) -> dict[tuple[str | None, int], dict[str, Any]]:
+    """Per device: the largest peaks of the cells, what the last cell left, and the spread
+    measured for those figures (the cell's each came from)."""
     out: dict[tuple[str | None, int], dict[str, Any]] = {}
     for c in cells:
         if not _has_figures(c):
             continue
         for k, d in _devices(c).items():
             w = out.setdefault(k, {"index": k[1], "peak": None, "peak_reserved": None})
-            for name in ("peak", "peak_reserved"):
-                v = d.get(name)
-                if v is not None:
-                    w[name] = v if w[name] is None else max(w[name], v)
+            spread = w.setdefault("spread", {})
+            measured = d.get("spread") or {}
+            v = d.get("peak")
+            if v is not None and (w["peak"] is None or v > w["peak"]):
+                w["peak"] = v
+            v = d.get("peak_reserved")
+            if v is not None and (w["peak_reserved"] is None or v > w["peak_reserved"]):
+                w["peak_reserved"] = v
+                spread["peak_reserved"] = measured.get("peak_reserved")
             w["allocated"], w["reserved"] = d.get("allocated"), d.get("reserved")
+            spread["reserved"] = measured.get("reserved")
+            spread["runs"] = measured.get("runs", 0)
     return out
 
 
