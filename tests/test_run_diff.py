@@ -245,7 +245,9 @@ def test_what_a_cell_began_with_is_carried_not_its_own():
     peak = figure(d, 1, "peak")
     assert (peak.change, peak.carried, peak.own, peak.inherited) == (GiB, GiB, 0, True)
     (why,) = second.devices[0].why
-    assert (why.kind, why.before, why.after) == ("carried", GiB, 2 * GiB)
+    assert (why.kind, why.name, why.before, why.after) == ("carried", "allocated", GiB, 2 * GiB)
+    said = "it began with +1.00 GiB allocated (1.00 GiB -&gt; 2.00 GiB): earlier cells keep more"
+    assert said in diff_html(d)
     assert not second.devices[0].notes  # nothing else to explain
     assert d.exit_code == 1
     assert headline(d).startswith(

@@ -317,7 +317,7 @@ def explain(
         f = carried[0]
         name = "reserved" if f.figure in SPREAD else "allocated"
         k = 1 if f.figure in SPREAD else 0
-        why.append(Why("carried", f"{name} when the cell began", _start(da)[k], _start(db)[k]))
+        why.append(Why("carried", name, _start(da)[k], _start(db)[k]))
     ba, bb = da.get("breakdown"), db.get("breakdown")
     if ba and bb:
         why += _changed("category", _categories(ba), _categories(bb))

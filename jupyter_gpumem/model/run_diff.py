@@ -13,6 +13,7 @@ from .render import ShowsItself
 # that kept their code; edited: similar code (``similarity``); added: only in the second
 # run; removed: only in the first
 MatchKind = Literal["same", "moved", "edited", "added", "removed"]
+MATCH_KINDS: tuple[MatchKind, ...] = ("same", "moved", "edited", "added", "removed")
 # exact: PyTorch's own counters (allocated, peaks, kept), judged against the tolerance;
 # spread: reserved, which depends on the allocator's history, judged against its spread
 Judged = Literal["exact", "spread"]
@@ -87,7 +88,9 @@ class Why(NamedTuple):
     """One reason for a change: a category, module or line whose bytes changed."""
 
     kind: WhyKind
-    name: str  # "activations", "model.layers.3", "line 4 `h = block(x)`"
+    # "activations", "model.layers.3", "line 4 `h = block(x)`"; carried: what the cell began
+    # with more of, "allocated" or "reserved"
+    name: str
     before: int | None
     after: int | None
 

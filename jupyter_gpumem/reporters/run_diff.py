@@ -8,6 +8,7 @@ import re
 from html import escape
 
 from ..model import CellDiff, DeviceDiff, FigureChange, RunDiff, Why
+from ..model.run_diff import MATCH_KINDS
 from ..units import cuda_label, format_bytes, format_delta
 
 LABELS = {
@@ -66,7 +67,7 @@ def why_text(w: Why, before: str) -> str:
     """One reason, in words."""
     if w.kind == "carried":
         return (
-            f"it began with {format_delta(w.change)} {w.name.split(' when')[0]} "
+            f"it began with {format_delta(w.change)} {w.name} "
             f"({format_bytes(w.before)} -> {format_bytes(w.after)}): earlier cells keep more"
         )
     if w.kind == "new_line":
@@ -182,7 +183,7 @@ def verdict_line(diff: RunDiff, exit_code: bool = True) -> str:
 
 
 def match_summary(diff: RunDiff) -> str:
-    counts = [(k, diff.count(k)) for k in MATCH_WORDS]  # type: ignore[arg-type]
+    counts = [(k, diff.count(k)) for k in MATCH_KINDS]
     return ", ".join(f"{n} {MATCH_WORDS[k]}" for k, n in counts if n or k == "same")
 
 
