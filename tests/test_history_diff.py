@@ -1,6 +1,6 @@
-"""`%gpumem history --diff FILE` through a real IPython shell: this session's cells against a
-saved run, matched by their code. The session counts GPU memory with the counting test
-backend, so each cell's figures are the bytes it allocates."""
+"""`%gpumem history --diff FILE` through a real IPython shell: the cells the kernel
+measured against a saved run, matched by their code. The shell counts GPU memory with the
+counting test backend, so each cell's figures are the bytes it allocates."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def test_this_session_against_a_saved_run(counted, tmp_path):
     assert result.success, result.error_in_exec
     (shown,) = cap.outputs
     text = shown.data["text/plain"]
-    assert text.startswith("GPU memory: this session against base.json")
+    assert text.startswith("GPU memory: this kernel against base.json")
     n = counted.execution_count - 2  # the edited cell's
     assert f"REGRESSION cell [{n}] `counting.allocate(3 * G)` (edited" in text
     assert "code: -counting.allocate(2 * G)\n  code: +counting.allocate(3 * G)" in text

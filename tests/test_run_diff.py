@@ -495,7 +495,7 @@ def test_html_side_by_side_is_escaped_and_self_contained():
     assert "REGRESSION" in diff_html(d) and "+2.00 GiB (+200.0%)" in diff_html(d)
 
 
-# -- this session as a run --------------------------------------------------------------------
+# -- the kernel's history as a run ----------------------------------------------------------
 def test_a_session_is_each_codes_latest_run():
     def row(n, first, kept):
         return HistoryRow(
@@ -516,7 +516,7 @@ def test_a_session_is_each_codes_latest_run():
     ]
     sources = {1: "x = f()", 2: "y = g()", 3: "x = f()  "}  # [4] has no source: left out
     mine = session_document(rows, sources)
-    check_document(mine, "this session")
+    check_document(mine, "this kernel")
     assert [(c["execution_count"], c["devices"][0]["kept"]) for c in mine["cells"]] == [
         (2, 2 * GiB),
         (3, 3 * GiB),
@@ -525,7 +525,7 @@ def test_a_session_is_each_codes_latest_run():
         cell(1, "x = f()", dev(kept=GiB, allocated=GiB, peak=GiB)),
         cell(2, "y = g()", dev(kept=2 * GiB, allocated=2 * GiB, peak=2 * GiB)),
     )
-    d = compare(saved, mine, TOL, ("base.json", "this session"), order_matters=False)
+    d = compare(saved, mine, TOL, ("base.json", "this kernel"), order_matters=False)
     assert {c.match for c in d.cells} == {"same"}
     own = [(c.ref.first_line, f.figure) for c, _, f in d.regressions if not f.inherited]
     assert own == [("x = f()", "peak"), ("x = f()", "kept"), ("x = f()", "allocated")]

@@ -75,9 +75,9 @@ def _add_session_commands(sub: argparse._SubParsersAction[MagicArgumentParser]) 
     h.add_argument(
         "--diff",
         metavar="FILE",
-        help="compare this session's cells with a run saved by `jupyter-gpumem run --save "
-        "FILE`, matched by their code (each cell's latest run): what grew past the tolerance, "
-        "and why",
+        help="compare the cells this kernel measured with a run saved by `jupyter-gpumem run "
+        "--save FILE`, matched by their code (each cell's latest run): what grew past the "
+        "tolerance, and why",
     )
     h.add_argument(
         "--tolerance",

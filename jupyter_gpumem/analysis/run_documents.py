@@ -1,5 +1,5 @@
 """What a comparison of runs reads: run documents (``jupyter-gpumem run --save``/
-``--json``, version 1, checked by :func:`check_document`), this session's history as one
+``--json``, version 1, checked by :func:`check_document`), the kernel's history as one
 (:func:`session_document`), and the tolerance as typed (:func:`parse_tolerance`)."""
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def check_document(doc: Any, name: str) -> None:
 
 
 def session_document(rows: Sequence[HistoryRow], sources: Mapping[int, str]) -> dict[str, Any]:
-    """This session's measured cells as a run document: each distinct code's latest run
+    """The kernel's measured cells (its history) as a run document: each distinct code's latest run
     (``sources``: execution count -> the cell's code as typed)."""
     latest: dict[str, dict[str, Any]] = {}
     for row in rows:

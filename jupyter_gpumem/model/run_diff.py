@@ -167,7 +167,7 @@ class CellDiff:
 class RunDiff(ShowsItself):
     """The second run (``after``) against the first (``before``)."""
 
-    before: str  # what each run is, in words: "base.json", "this run", "this session"
+    before: str  # what each run is, in words: "base.json", "this run", "this kernel"
     after: str
     tolerance: Tolerance
     # reserved without a measured spread: this fraction of the figure, at least floor bytes

@@ -52,7 +52,7 @@ def run(session: Session, args: argparse.Namespace) -> None:
 
 
 def _diff(session: Session, args: argparse.Namespace) -> None:
-    """This session's measured cells against a saved run: each cell's latest run, matched
+    """The cells this kernel measured against a saved run: each cell's latest run, matched
     by its code."""
     from IPython.display import display
 
@@ -73,7 +73,7 @@ def _diff(session: Session, args: argparse.Namespace) -> None:
         print("gpumem: no measured cells yet to compare (use %%gpumem or %gpumem auto on)")
         return
     name = os.path.basename(os.path.expanduser(args.diff))
-    display(compare(saved, mine, tolerance, (name, "this session"), order_matters=False))
+    display(compare(saved, mine, tolerance, (name, "this kernel"), order_matters=False))
 
 
 def _write_csv(session: Session, args: argparse.Namespace) -> None:
