@@ -275,6 +275,36 @@ def test_auto_mode_compact_line(ip, spike):
     assert texts == []
 
 
+def test_auto_mode_with_breakdown_gives_every_cell_the_breakdown_s_options(ip, spike):
+    from jupyter_gpumem._ipython import session as session_module
+
+    _, _, cap = run(ip, "%gpumem auto on --breakdown")
+    assert "auto mode on, each cell's peak broken down" in cap.stdout
+    s = current()
+    assert s.auto and s.auto_breakdown
+    begun = []
+    real_begin = s.begin
+    s.begin = lambda opts: (begun.append(opts), real_begin(opts))[1]
+    try:
+        run(ip, "k = 1")
+        first = s.last_report
+        run(ip, "%gpumem history")  # own commands are not measured
+        run(ip, "%gpumem auto on")  # plain auto mode: no breakdown
+        run(ip, "k = 2")
+    finally:
+        s.begin = real_begin
+    assert [o.breakdown for o in begun] == [True, False]
+    assert begun[0] is session_module._AUTO_BREAKDOWN and begun[0].compact
+    assert begun[0].entries == session_module.BREAKDOWN_ENTRIES
+    # this scripted device has no torch: the cell ran and its report says why no breakdown
+    assert first.first_line == "k = 1" and "torch" in first.breakdown_note, first.breakdown_note
+    res, _, _ = run(ip, "%gpumem auto off --breakdown")
+    assert "--breakdown goes with `on`" in str(res.error_in_exec)
+    assert s.auto  # a refused command changes nothing
+    run(ip, "%gpumem auto off")
+    assert not s.auto and not s.auto_breakdown
+
+
 def test_history_commands(ip, spike, tmp_path):
     for i in range(3):
         run(ip, f"%%gpumem -q\nh{i} = {i}")

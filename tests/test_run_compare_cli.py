@@ -45,6 +45,7 @@ def test_save_records_what_a_comparison_needs(tmp_path):
         "details": True,
         "track": True,
         "repeat": 1,
+        "breakdown_all": False,
     }
     cells = doc["cells"]
     assert [c["source"] for c in cells] == [SETUP, KEEP.format(1), SPIKE, "x = 1"]
@@ -144,6 +145,22 @@ def test_repeat_measures_the_spread_of_reserved(tmp_path):
     assert high <= G + (64 << 20)
 
 
+def test_breakdown_all_puts_auto_mode_s_breakdown_on_in_the_setup_step(tmp_path):
+    nb = notebook(tmp_path / "nb.ipynb", SETUP, KEEP.format(1))
+    saved = tmp_path / "b.json"
+    out = tmp_path / "executed.ipynb"
+    p = counted("run", nb, "--save", saved, "--breakdown-all", "--output", out, "-q")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(saved.read_text())
+    validate(doc)
+    assert doc["options"]["breakdown_all"] is True
+    setup = json.loads(out.read_text())["metadata"]["jupyter_gpumem"]["run"]["setup"]
+    assert setup.endswith("%gpumem auto on --breakdown")
+    # the counting device has no torch to break a peak down with: figures, no breakdown
+    keep = doc["cells"][1]["devices"][0]
+    assert keep["kept"] == G and "breakdown" not in keep
+
+
 def test_usage_errors_are_exit_2_and_write_nothing(tmp_path):
     nb, saved = base(tmp_path)
     (tmp_path / "not-a-run.json").write_text(json.dumps({"cells": []}))
@@ -155,6 +172,7 @@ def test_usage_errors_are_exit_2_and_write_nothing(tmp_path):
         (["run", nb, "--repeat", "3"], "--repeat goes with --save"),
         (["run", nb, "--repeat", "0", "--save", tmp_path / "x.json"], "must be at least 1 run"),
         (["run", nb, "--no-track"], "--no-track goes with --save or --baseline"),
+        (["run", nb, "--breakdown-all"], "--breakdown-all goes with --save or --baseline"),
         (["run", nb, "--baseline", tmp_path / "nope.json"], "--baseline "),
         (["run", nb, "--baseline", saved, "--tolerance", "1"], "a bare number is ambiguous"),
         (["run", nb, "--baseline", tmp_path / "v9.json"], "version 9; this jupyter-gpumem"),

@@ -60,7 +60,14 @@ def _on_off(c: MagicArgumentParser) -> None:
 
 def _add_session_commands(sub: argparse._SubParsersAction[MagicArgumentParser]) -> None:
     """auto, history and the allocator's switches: empty-cache, caching, limit, reset-peak."""
-    _on_off(_command(sub, "auto", "a one-line report after every cell"))
+    a = _command(sub, "auto", "a one-line report after every cell")
+    _on_off(a)
+    a.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="with on: every cell also gets --breakdown (what its peak is made of, by "
+        "category and module), at the cost of --breakdown in each cell",
+    )
     h = _command(
         sub,
         "history",

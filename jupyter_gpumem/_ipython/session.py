@@ -21,7 +21,7 @@ from ..analysis.forecast import WINDOW, forecasts
 from ..log import warn
 from ..model import CellReport, Failed, ScanResult
 from ..reporters import bundles
-from .parsers import CellOptions, parse_cell_line
+from .parsers import BREAKDOWN_ENTRIES, CellOptions, parse_cell_line
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -91,6 +91,7 @@ class Session:
         self.breakdowns = breakdowns
         self.frees = frees
         self.auto: bool = config.auto
+        self.auto_breakdown = False  # auto mode's cells also get --breakdown
         self._pending: CellOptions | None = None
         self._trace: Trace | Failed | None = None  # a running %%gpumem --trace
         self._step: StepRecorder | Failed | None = None  # a running --breakdown's hooks
@@ -165,7 +166,10 @@ class Session:
                 self._pending = None  # the magic runs it (and measures each run) itself
                 return
             if opts is None and self.auto and not _is_own_command(raw):
-                opts = _AUTO_KEEP_PEAK if self.config.keep_peak else _AUTO
+                if self.auto_breakdown:
+                    opts = _AUTO_BREAKDOWN
+                else:
+                    opts = _AUTO_KEEP_PEAK if self.config.keep_peak else _AUTO
             self._pending = opts
             if opts is not None:
                 self.begin(opts)
@@ -344,6 +348,9 @@ class Session:
 # Auto mode's options, made once (a frozen dataclass of 13 fields costs microseconds).
 _AUTO = CellOptions(compact=True)
 _AUTO_KEEP_PEAK = CellOptions(compact=True, keep_peak=True)
+# ``%gpumem auto on --breakdown``: the peak is reset before each cell (a breakdown is of
+# the cell's own peak), and the trace keeps as many entries as a --breakdown cell's.
+_AUTO_BREAKDOWN = CellOptions(compact=True, breakdown=True, entries=BREAKDOWN_ENTRIES)
 
 
 _HOST: list[str] = []

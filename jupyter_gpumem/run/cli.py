@@ -148,6 +148,13 @@ def build_parser() -> argparse.ArgumentParser:
         "far reserved figures move between runs (their spread)",
     )
     compare.add_argument(
+        "--breakdown-all",
+        action="store_true",
+        help="with --save or --baseline: every cell gets --breakdown, so that a regression "
+        "is explained by category and module in every cell, not only in cells with "
+        "%%%%gpumem --breakdown (costs what --breakdown costs, in each cell)",
+    )
+    compare.add_argument(
         "--no-track",
         action="store_true",
         help="with --save or --baseline: leave allocation tracking off (no kept lines; "
@@ -280,10 +287,11 @@ def _comparing(args: argparse.Namespace) -> tuple[Any, Any]:
         ("--markdown", args.markdown, args.baseline),
         ("--repeat", args.repeat, args.save),
         ("--no-track", args.no_track, args.save or args.baseline),
+        ("--breakdown-all", args.breakdown_all, args.save or args.baseline),
     ):
         if value and not needs:
             wanted = "--save" if option == "--repeat" else "--baseline"
-            if option == "--no-track":
+            if option in ("--no-track", "--breakdown-all"):
                 wanted = "--save or --baseline"
             raise CliUsageError(f"{option} goes with {wanted}")
     if args.baseline is None:
@@ -351,6 +359,7 @@ def run(args: argparse.Namespace) -> int:
         + (f"import torch; cap cuda:0 at {format_bytes(fits)} (set_limit); " if fits else "")
         + ("%gpumem track on; " if track else "")
         + "%gpumem auto on"
+        + (" --breakdown" if args.breakdown_all else "")
     )
     if not args.quiet:
         kernel = args.kernel or nb.metadata.get("kernelspec", {}).get("name") or "python3"
@@ -362,6 +371,7 @@ def run(args: argparse.Namespace) -> int:
         "timeout": args.timeout,
         "detail": details,
         "track": track,
+        "breakdown_all": bool(args.breakdown_all),
     }
     try:
         result = run_notebook(nb, notebook, cells, progress=progress, **options)
@@ -384,7 +394,7 @@ def run(args: argparse.Namespace) -> int:
         return USAGE_ERROR
 
     verdict = judge(result, budgets, fits)
-    extra = (details, track, 1 + len(again) if again else 1)
+    extra = (details, track, 1 + len(again) if again else 1, bool(args.breakdown_all))
     document = json_document(result, verdict, str(notebook), budgets, fits, *extra)
     diff = None
     if baseline is not None:

@@ -125,6 +125,7 @@ class Runner:
         progress: Callable[[CellRun, int, int], None] | None = None,
         detail: bool = False,
         track: bool = False,
+        breakdown_all: bool = False,
     ) -> None:
         self.nb = nb
         self.path = path
@@ -137,6 +138,7 @@ class Runner:
         self.progress = progress
         self.detail = detail  # ask for each cell's last_cell (peak reserved, lines, breakdown)
         self.track = track  # tracking on in the setup step (the lines that allocated what is kept)
+        self.breakdown_all = breakdown_all  # every cell gets --breakdown (auto on --breakdown)
         self.client: Any = None
         self._reply: dict[str, Any] | None = None
         self._answering = True  # the kernel answers gpumem requests
@@ -206,9 +208,13 @@ class Runner:
             reply = await self.silent("%gpumem track on")
             if reply["status"] != "ok":
                 raise RunError(f"could not switch tracking on: {reply.get('evalue')}")
-        reply = await self.silent("%gpumem auto on")
+        auto = "%gpumem auto on" + (" --breakdown" if self.breakdown_all else "")
+        reply = await self.silent(auto)
         if reply["status"] != "ok":
-            raise RunError(f"could not switch auto mode on: {reply.get('evalue')}")
+            why = f"could not switch auto mode on: {reply.get('evalue')}"
+            if self.breakdown_all:
+                why += " (--breakdown-all: the kernel's jupyter-gpumem may be older than this command; upgrade it there)"
+            raise RunError(why)
 
     async def cap(self, result: RunResult) -> None:
         from ..units import format_bytes

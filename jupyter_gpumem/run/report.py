@@ -265,6 +265,7 @@ def json_document(
     details: bool = False,
     track: bool = False,
     repeat: int = 1,
+    breakdown_all: bool = False,
 ) -> dict[str, Any]:
     top = peak_cell(result.cells)
     results = [r for c in result.cells for r in c.results]
@@ -281,6 +282,7 @@ def json_document(
             "details": details,
             "track": track,
             "repeat": repeat,
+            "breakdown_all": breakdown_all,
         },
         "limit": result.limit,
         "gpu": _gpu(result.sample),
