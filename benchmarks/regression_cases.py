@@ -307,7 +307,9 @@ REGRESSIONS: tuple[Regression, ...] = (
         "encoder",
         "a larger buffer in one module: positions up to 100,000",
         ((2, "Encoder()", "Encoder(max_len=100_000)"),),
-        {2: (("line", "model = Encoder("),), 4: (("category", frozenset({"buffers"})),)},
+        # the training step's figures grow too, but only because it begins with more: the
+        # comparison lists it as carried, and the build cell is the regression
+        {2: (("line", "model = Encoder("), ("category", frozenset({"buffers"})))},
     ),
     Regression(
         "encoder-batch",

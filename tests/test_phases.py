@@ -68,6 +68,35 @@ def test_only_the_thread_that_started_it_is_tracked_and_nothing_after_stop():
     assert len(seen) == 3 and tracker.stack == []
 
 
+def test_recompute_names_module_calls_of_backward_threads_and_begins_no_phase():
+    """Activation checkpointing recomputes the forward in autograd's thread during the
+    backward pass: with ``recompute`` (the breakdown's) those calls are entered and exited,
+    in their own stack; outside a backward pass, and without ``recompute``, they are not."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+
+    def in_other_thread():
+        t = threading.Thread(target=lambda: model(torch.randn(1, 4)))
+        t.start()
+        t.join()
+
+    for recompute, expected in (
+        (True, [("exit", "Linear", False), ("exit", "ReLU", False), ("exit", "Sequential", False)]),
+        (False, []),
+    ):
+        tracker, seen = _tracked(recompute=recompute)
+        tracker.start()
+        try:
+            in_other_thread()  # not in a backward pass: nothing
+            assert seen == []
+            tracker.in_backward = True  # as the first unpacked saved tensor makes it
+            in_other_thread()
+            tracker.in_backward = False
+        finally:
+            tracker.stop()
+        assert seen == expected, recompute
+        assert tracker.stack == [] and tracker.others == {}
+
+
 def test_submodules_are_named_below_their_root():
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Sequential(torch.nn.ReLU()))
     names = [q for _, _, q in qualified_names(model, "net")]

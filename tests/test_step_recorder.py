@@ -152,3 +152,47 @@ def test_a_module_moved_in_the_cell_is_seen_again():
     rec = r.stop()
     now = {p.untyped_storage().data_ptr() for p in model.parameters()}
     assert now <= {o.address for o in rec.observations if o.category == "parameters"}
+
+
+def test_a_cell_that_builds_a_model_names_its_parameters_and_buffers():
+    """Nothing ran a forward pass or an optimizer step: the model the cell made is found
+    in the namespace when it ends, and what it holds is observed there, by category."""
+    ns: dict = {}
+    r = recorder(ns)
+    r.start()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    ns.update(model=model, opt=opt)  # the cell's names, bound as it ends
+    rec = r.stop()
+    by_category: dict[str, set[int]] = {}
+    for o in rec.observations:
+        by_category.setdefault(o.category, set()).add(o.address)
+    params = {p.data_ptr() for p in model.parameters()}
+    buffers = {b.data_ptr() for b in model.buffers()}
+    assert params and params <= by_category.get("parameters", set())
+    assert buffers and buffers <= by_category.get("buffers", set())
+    assert rec.calls == []  # no module ran
+
+
+def test_a_breakdown_s_trace_keeps_the_frames_tracking_needs():
+    """A --breakdown's trace records no stacks (all it needs is addresses and sizes), but
+    with allocation tracking on the frames of the blocks that stay alive are still kept
+    (``context="state"``), or the cell's kept lines would be lost."""
+    from types import SimpleNamespace
+
+    from jupyter_gpumem.collectors.snapshot import Recording, Trace
+
+    calls: list[dict] = []
+    memory = SimpleNamespace(_record_memory_history=lambda **kw: calls.append(kw))
+    fake = SimpleNamespace(
+        cuda=SimpleNamespace(memory=memory),
+        _C=SimpleNamespace(_cuda_isHistoryEnabled=lambda: False),
+    )
+    contexts = []
+    for ours, stacks in ((False, False), (True, False), (True, True), (False, True)):
+        recording = Recording()
+        recording.ours = ours
+        Trace(recording, 100, stacks=stacks).start(fake)
+        contexts.append(calls[-1]["context"])
+    assert contexts == [None, "state", "all", "all"]

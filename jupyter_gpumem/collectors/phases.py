@@ -11,7 +11,7 @@ need it, each for its own records:
   (``%%gpumem --scan``): the allocator's peaks in each phase.
 
 While it is started, and only for the thread that started it (not DataParallel's replicas
-nor recomputation in autograd's backward threads):
+nor, unless ``recompute``, recomputation in autograd's backward threads):
 
 - global module forward pre-hooks and hooks (``always_call``) keep a stack of the running
   module calls. The outermost call begins the forward pass and its end ends it
@@ -29,8 +29,11 @@ on :attr:`PhaseTracker.stack`) and ``on_module_exit(entry)`` after its entry is 
 ``on_optimizer_step(opt, before)`` after the optimizer step phase begins and before it
 ends. What a module call is named (the user's variable bound to its root, else the root's
 class) is the user's choice; :func:`qualified_names` names a root's submodules below it.
-The hooks do nothing else: a user pays only for its callbacks. torch is never imported
-here: the caller passes the module the user imported.
+With ``recompute`` (the breakdown's), module calls in other threads while a backward pass
+runs (activation checkpointing recomputes the forward in autograd's threads) are given to
+``on_module_enter(module, False)`` and ``on_module_exit(entry)`` too, each thread with its
+own stack; they begin no phase. The hooks do nothing else: a user pays only for its
+callbacks. torch is never imported here: the caller passes the module the user imported.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ class PhaseTracker:
         on_module_exit: Callable[[Any], None] | None = None,
         on_optimizer_step: Callable[[Any, bool], None] | None = None,
         outputs: bool = False,
+        recompute: bool = False,
     ) -> None:
         self.t = t
         self._on_phase = on_phase
@@ -82,6 +86,8 @@ class PhaseTracker:
         self._exit = on_module_exit
         self._optimizer = on_optimizer_step
         self.outputs = outputs
+        self.recompute = recompute and on_module_enter is not None
+        self.others: dict[int, list[Any]] = {}  # recomputation's stacks, by thread
         self.active = False
         self.in_backward = False
         self.thread = 0
@@ -96,6 +102,7 @@ class PhaseTracker:
         stack and at most one call of the user's."""
         thread, stack, enter, leave = self.thread, self.stack, self._enter, self._exit
         on_phase, outputs = self._on_phase, self.outputs
+        recompute, others = self.recompute, self.others
 
         if enter is None:
 
@@ -110,7 +117,11 @@ class PhaseTracker:
 
             def pre(module: Any, args: Any) -> None:
                 if get_ident() != thread:
-                    return  # DataParallel's replicas, recomputation in backward threads
+                    # DataParallel's replicas; recomputation in backward threads, named
+                    # with ``recompute``
+                    if recompute and self.in_backward:
+                        others.setdefault(get_ident(), []).append(enter(module, False))
+                    return
                 if stack:
                     stack.append(enter(module, False))
                     return
@@ -132,7 +143,12 @@ class PhaseTracker:
         else:
 
             def post(module: Any, args: Any, output: Any) -> None:
-                if get_ident() != thread or not stack:
+                if get_ident() != thread:
+                    other = others.get(get_ident()) if recompute else None
+                    if other:
+                        leave(other.pop())
+                    return
+                if not stack:
                     return
                 leave(stack.pop())
                 if not stack and not self.in_backward:
@@ -208,6 +224,7 @@ class PhaseTracker:
         self.thread = get_ident()
         self.in_backward = False
         self.stack.clear()
+        self.others.clear()
         self.active = True
         pre, post = self._module_hooks()
         add = self._handles.append
@@ -221,6 +238,7 @@ class PhaseTracker:
         self.active = False
         self.in_backward = False
         self.stack.clear()
+        self.others.clear()
         handles, self._handles = self._handles, []
         for h in handles:
             h.remove()

@@ -179,9 +179,12 @@ class Trace:
         self.start_us = time.time() * 1e6
         self.foreign = bool(history_enabled(t)) and not self.recording.ours
         if not self.foreign:
+            # Without stacks, allocation tracking (when on) still needs the frames of the
+            # blocks that stay alive ("state"): the lines of what the cell keeps.
+            context = "all" if self.stacks else ("state" if self.recording.ours else None)
             t.cuda.memory._record_memory_history(
                 enabled="all",
-                context="all" if self.stacks else None,
+                context=context,
                 stacks="python",
                 max_entries=self.entries,
                 clear_history=True,

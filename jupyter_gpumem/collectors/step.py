@@ -83,7 +83,9 @@ class StepRecorder:
         self._zero: dict[int, int] = {}
         self._devs: list[int] = []
         # the phases and the running calls (their stack: [name, start, end, saved])
-        self._phases = PhaseTracker(t, self._phase, self._enter, self._exit, self._optimizer)
+        self._phases = PhaseTracker(
+            t, self._phase, self._enter, self._exit, self._optimizer, recompute=True
+        )
         self._stack = self._phases.stack  # the tracker's, for the pack hook
         self._calls: list[list[Any]] = []  # every call, in order (ModuleCall at stop)
         self._add_call = self._calls.append  # bound once: called at every module call
@@ -182,6 +184,23 @@ class StepRecorder:
             elif isinstance(obj, Optimizer):
                 self._optimizers[id(obj)] = obj
                 self._observe_optimizer(obj, positions, seen)
+
+    def _see_new_roots(self, end: dict[int, int], seen: set[int]) -> None:
+        """At the cell's end: the modules and optimizers it made (a cell that builds a
+        model, or loads one), and the roots it moved (``model.cuda()``): their parameters,
+        buffers and optimizer state as they are now, so that what the cell made is named
+        by what it is."""
+        Module, Optimizer = self.t.nn.Module, self.t.optim.Optimizer
+        for name, obj in self.namespace():
+            if isinstance(obj, Module):
+                if id(obj) not in self._roots:
+                    self._add_root(obj, name)
+                    self._observe_module(obj, end, seen)
+                elif self._moved(obj):
+                    self._observe_module(obj, end, seen)
+            elif isinstance(obj, Optimizer) and id(obj) not in self._optimizers:
+                self._optimizers[id(obj)] = obj
+                self._observe_optimizer(obj, end, seen)
 
     def _moved(self, module: Any) -> bool:
         """Whether the module's first parameter lives elsewhere than when last seen."""
@@ -304,6 +323,7 @@ class StepRecorder:
             # when their module first ran, or their optimizer first stepped); gradients
             # come and go (zero_grad(set_to_none=True)): those as they are now.
             seen: set[int] = set()
+            self._see_new_roots(end, seen)
             for m in list(self._roots.values()):
                 for p in m.parameters():
                     self._observe(p.grad, "gradients", end, seen)
