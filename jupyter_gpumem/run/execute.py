@@ -213,7 +213,10 @@ class Runner:
         if reply["status"] != "ok":
             why = f"could not switch auto mode on: {reply.get('evalue')}"
             if self.breakdown_all:
-                why += " (--breakdown-all: the kernel's jupyter-gpumem may be older than this command; upgrade it there)"
+                why += (
+                    " (--breakdown-all: the kernel's jupyter-gpumem may be older than this "
+                    "command; upgrade it there)"
+                )
             raise RunError(why)
 
     async def cap(self, result: RunResult) -> None:
