@@ -411,18 +411,19 @@ def summary(rows: list[dict[str, Any]], seconds: float) -> str:
             f"{exact}, on reserved figures: {reserved}"
         )
     for s in (r for r in rows if r["kind"] == "spread"):
-        worst = {}
-        for f in s["figures"]:
-            if f["figure"] not in worst or f["spread_pct"] > worst[f["figure"]]["spread_pct"]:
-                worst[f["figure"]] = f
-        lines.append(
-            f"spread over {s['runs']} runs of {s['family']}: "
-            + ", ".join(
-                f"{k} at most {v['spread_pct']}% (cell {v['cell']}, "
-                f"{format_bytes(v['low'])}..{format_bytes(v['high'])})"
-                for k, v in worst.items()
+        parts = []
+        for figure in ("reserved", "peak_reserved", "peak", "kept"):
+            rows_ = [f for f in s["figures"] if f["figure"] == figure]
+            moved = [f for f in rows_ if f["high"] != f["low"]]
+            if not moved:
+                parts.append(f"{figure}: the same bytes in all {len(rows_)} cells")
+                continue
+            w = max(moved, key=lambda f: f["spread_pct"])
+            parts.append(
+                f"{figure}: {len(moved)} of {len(rows_)} cells moved, at most {w['spread_pct']}% "
+                f"(cell {w['cell']}, {format_bytes(w['low'])}..{format_bytes(w['high'])})"
             )
-        )
+        lines.append(f"spread over {s['runs']} runs of {s['family']}: " + "; ".join(parts))
     lines.append(f"{seconds:.0f} s in all")
     return "\n".join(lines) + "\n"
 

@@ -116,8 +116,11 @@ def test_save_records_kept_lines_and_breakdowns_measured_in_a_cuda_kernel(saved)
     step = dev0(doc["cells"][3])
     b = step["breakdown"]
     categories = {c["category"]: c["bytes"] for c in b["categories"]}
-    assert categories["parameters"] == param_bytes(4096)
-    assert categories["activations"] > 0
+    # SGD's momentum is made at the first step: the peak is there, with every gradient
+    assert b["phase"] == "optimizer step", b
+    assert categories["parameters"] == param_bytes(4096), categories
+    assert categories["gradients"] == param_bytes(4096), categories
+    assert categories["optimizer state"] == param_bytes(4096), categories
     assert sum(c["bytes"] for c in b["categories"]) == b["peak"] == step["peak"]
     assert any(m["module"].startswith("net.") for m in b["modules"])
     # the peak of reserved memory, and its spread over the two runs
@@ -174,8 +177,9 @@ def test_an_edited_notebook_is_a_regression_named_by_line_and_category(saved):
     base, after = param_bytes(4096), param_bytes(6144)
     from jupyter_gpumem.units import format_bytes
 
-    assert f"category parameters at the peak: +{format_bytes(after - base)}" in text, text
-    assert "module net." in text
+    grew = format_bytes(after - base)
+    for category in ("parameters", "gradients", "optimizer state"):
+        assert f"category {category} at the peak: +{grew}" in text, text
     assert "FAIL (exit 1)" in p.stderr + text
     assert "REGRESSION" in md.read_text() or "regression" in md.read_text().lower()
     doc = json.loads((where / "edited.json").read_text())
@@ -217,5 +221,5 @@ def test_history_diff_in_a_live_kernel(saved):
     assert "REGRESSION" in text and "a = torch.empty(64 << 20" in text, text
     assert "+16.00 MiB" in text, text
     # the MLP and the step are the same code as in the saved run: no regression
-    regressed = [line for line in text.splitlines() if line.startswith("REGRESSION")]
+    regressed = [line for line in text.splitlines() if line.startswith("REGRESSION cell")]
     assert len(regressed) == 1 and "a = torch.empty(64 << 20" in regressed[0], text
