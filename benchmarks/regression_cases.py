@@ -237,6 +237,20 @@ REGRESSIONS: tuple[Regression, ...] = (
         {4: (("line", "out = model(x)"),)},
     ),
     Regression(
+        "resnet-batch-33",
+        "resnet18",
+        "a slightly larger activation: 33 images a batch instead of 32",
+        ((2, "32, 3, 128, 128", "33, 3, 128, 128"), (2, "(32,)", "(33,)")),
+        {3: (ACTIVATIONS,)},
+    ),
+    Regression(
+        "gpt2-sequence-260",
+        "gpt2",
+        "a slightly larger activation: sequences of 260 tokens instead of 256",
+        ((2, "(8, 256)", "(8, 260)"),),
+        {3: (ACTIVATIONS,)},
+    ),
+    Regression(
         "gpt2-one-layer",
         "gpt2",
         "one transformer layer changed: block 2's MLP four times wider",
