@@ -19,7 +19,8 @@ Writes ``OUT/corpus.jsonl`` (one line per regression and per identical run) and
 ``OUT/summary.txt``; prints the summary.
 
 ``--cpu`` runs the notebooks on the CPU (no figures) to check that their code runs, on a
-machine without a GPU.
+machine without a GPU. ``--judge`` runs nothing: it judges the documents an earlier run
+left in OUT again (the comparison is pure Python on them), with this version's code.
 """
 
 from __future__ import annotations
@@ -235,6 +236,7 @@ def main() -> int:
     p.add_argument("--identical-families", nargs="*", default=["resnet18", "gpt2"])
     p.add_argument("--jobs", type=int, default=4)
     p.add_argument("--cpu", action="store_true", help="no GPU: check that the notebooks run")
+    p.add_argument("--judge", action="store_true", help="run nothing: judge OUT's documents")
     args = p.parse_args()
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -258,6 +260,10 @@ def main() -> int:
         )
         return family, code, s
 
+    if args.judge:
+        save = variant = same = None  # type: ignore[assignment]
+        ran, repeated = recorded(out, regressions, families, args.identical_families)
+        return report(out, args, ran, repeated, t0)
     with ThreadPoolExecutor(args.jobs) as pool:
         saved = list(pool.map(save, families))
     for family, code, s in saved:
@@ -302,7 +308,35 @@ def main() -> int:
     with ThreadPoolExecutor(args.jobs) as pool:
         ran = list(pool.map(variant, regressions))
         repeated = list(pool.map(same, jobs))
+    return report(out, args, ran, repeated, t0)
 
+
+def recorded(
+    out: Path, regressions: list[Regression], families: list[str], identical: list[str]
+) -> tuple[list[tuple[Regression, int, float]], list[tuple[str, int, int, float]]]:
+    """What an earlier run left in OUT, as the runs return it (exit codes from the
+    documents, no times)."""
+
+    def code(path: Path) -> int:
+        doc = load(path)
+        return int(doc["summary"]["exit_code"]) if doc else 2
+
+    ran = [(r, code(out / r.family / f"{r.name}.json"), 0.0) for r in regressions]
+    repeated = []
+    for family in (f for f in identical if f in families):
+        for path in sorted((out / family).glob("same-*.json")):
+            k = int(path.stem.split("-")[1])
+            repeated.append((family, k, code(path), 0.0))
+    return ran, repeated
+
+
+def report(
+    out: Path,
+    args: argparse.Namespace,
+    ran: list[tuple[Regression, int, float]],
+    repeated: list[tuple[str, int, int, float]],
+    t0: float,
+) -> int:
     rows: list[dict[str, Any]] = []
     for r, code, s in ran:
         base, after = load(out / r.family / "base.json"), load(out / r.family / f"{r.name}.json")

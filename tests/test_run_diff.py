@@ -387,8 +387,11 @@ def test_why_names_the_categories_and_modules_whose_bytes_changed():
     assert len(categories) == min(len(changed), 6)
     for w in categories:
         assert (w.before or 0, w.after or 0) == (lo.bytes_of(w.name), hi.bytes_of(w.name))
-    changes = [w.change for w in categories]
-    assert changes == sorted(changes, reverse=True)
+    # the categories of tensors by growth, then the allocator's rounding and what was
+    # there before the cell, which are not what the code made
+    later = ("block slack", "kept from before")
+    order = [(w.name in later, -w.change) for w in categories]
+    assert order == sorted(order)
     lo_m = {m.module: m.bytes for m in lo.modules}
     hi_m = {m.module: m.bytes for m in hi.modules}
     modules = [w for w in why if w.kind == "module"]
@@ -397,6 +400,48 @@ def test_why_names_the_categories_and_modules_whose_bytes_changed():
         assert (w.before or 0, w.after or 0) == (lo_m.get(w.name, 0), hi_m.get(w.name, 0))
     text = diff_text(d)
     assert f"category {categories[0].name} at the peak: " in text
+
+
+def test_block_slack_that_grew_more_comes_after_the_tensors_that_grew():
+    """Recorded on an H200 (benchmarks/results/h200-regression-corpus.jsonl, GPT-2 with
+    sequences of 260 tokens instead of 256): the allocator's rounding grew by more than
+    the activations did, but the activations are what the code changed."""
+
+    def breakdown(activations, temporaries, slack, peak):
+        cats = {
+            "parameters": 34134016,
+            "optimizer state": 68268032,
+            "activations": activations,
+            "temporaries": temporaries,
+            "block slack": slack,
+        }
+        return {
+            "peak": peak,
+            "phase": "backward",
+            "categories": [{"category": k, "bytes": v, "blocks": 1} for k, v in cats.items()],
+            "modules": [],
+        }
+
+    a = doc(
+        cell(
+            1,
+            "step()",
+            dev(peak=794964992, breakdown=breakdown(452405248, 235963392, 4194304, 794964992)),
+        )
+    )
+    b = doc(
+        cell(
+            1,
+            "step()",
+            dev(peak=814641152, breakdown=breakdown(459481088, 240683008, 12075008, 814641152)),
+        )
+    )
+    why = compare(a, b, TOL).cells[0].devices[0].why
+    assert [(w.name, w.change) for w in why if w.kind == "category"] == [
+        ("activations", 459481088 - 452405248),
+        ("temporaries", 240683008 - 235963392),
+        ("block slack", 12075008 - 4194304),
+    ]
 
 
 def test_why_names_the_lines_that_keep_more_from_a_recorded_snapshot():
