@@ -574,3 +574,22 @@ def test_a_session_is_each_codes_latest_run():
     assert {c.match for c in d.cells} == {"same"}
     own = [(c.ref.first_line, f.figure) for c, _, f in d.regressions if not f.inherited]
     assert own == [("x = f()", "peak"), ("x = f()", "kept"), ("x = f()", "allocated")]
+
+
+def test_the_verdict_names_an_exact_figure_before_a_larger_reserved_one():
+    # reserved grew by 26 MiB, the peak by 17 MiB: the verdict leads with the peak, which
+    # is certain (reserved depends on the allocator's history)
+    from jupyter_gpumem.reporters.run_diff import headline
+
+    mib = 1 << 20
+    a = doc(cell(1, "build()", dev(peak=33 * mib, allocated=33 * mib, reserved=44 * mib)))
+    b = doc(
+        cell(
+            1,
+            "build()",
+            dev(peak=50 * mib, allocated=33 * mib, reserved=70 * mib, reserved_delta=26 * mib),
+        )
+    )
+    d = compare(a, b, TOL)
+    assert figure(d, 0, "reserved").outcome == "regression"
+    assert "(peak +17.00 MiB" in headline(d), headline(d)

@@ -138,7 +138,8 @@ def whole_run_text(diff: RunDiff) -> list[str]:
 def _largest(c: CellDiff) -> str:
     """The cell's largest own regression: ``peak +2.00 GiB (+100.0%)``."""
     regs = [(d, f) for d, f in c.regressions if not f.inherited] or list(c.regressions)
-    d, f = max(regs, key=lambda df: df[1].change or 0)
+    # an exact figure first: it is certain, where reserved depends on the allocator's history
+    d, f = max(regs, key=lambda df: (df[1].judged == "exact", df[1].change or 0))
     on = f" on {where(d)}" if len(c.devices) > 1 else ""
     return f"{LABELS[f.figure]} {change_text(f, nested=True)}{on}"
 
